@@ -1,0 +1,148 @@
+"""Checkpoint adapter to and from transformers' ALBERT format (config.json + safetensors).
+
+Our parameter names are transformers' own, so the mapping is the identity except for the MLM
+decoder, which we tie by passing the word embedding into the head instead of holding a copy.
+Loading never unpickles arbitrary objects: safetensors, or torch.load(weights_only=True).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from .config import AlbertConfig
+from .model import AlbertForPreTraining, AlbertForSequenceClassification, AlbertModel
+
+log = logging.getLogger(__name__)
+
+_CLASSES: dict[str, type[nn.Module]] = {
+    "AlbertModel": AlbertModel,
+    "AlbertForPreTraining": AlbertForPreTraining,
+    "AlbertForSequenceClassification": AlbertForSequenceClassification,
+}
+# transformers ties these to the word embedding and the head's bias.
+_TIED = {
+    "predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+    "predictions.decoder.bias": "predictions.bias",
+}
+# Non-persistent buffers that older checkpoints saved; they carry no weights.
+_IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids")
+_PREFIX = "albert."
+
+
+def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Our model's weights under transformers' names (tied decoder included), same class."""
+    model.config.to_hf_dict()  # fails for sharing modes transformers cannot express
+    state = {k: v for k, v in model.state_dict().items()}
+    if isinstance(model, AlbertForPreTraining):
+        for hf_key, our_key in _TIED.items():
+            state[hf_key] = state[our_key]
+    return state
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    single = directory / "model.safetensors"
+    index = directory / "model.safetensors.index.json"
+    legacy = directory / "pytorch_model.bin"
+    if single.exists():
+        return load_file(str(single))
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        state: dict[str, torch.Tensor] = {}
+        for name in files:
+            state.update(load_file(str(directory / name)))
+        return state
+    if legacy.exists():
+        return torch.load(legacy, map_location="cpu", weights_only=True)
+    raise FileNotFoundError(
+        f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
+
+
+def _match_prefix(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+    """transformers' bare AlbertModel saves without the `albert.` prefix; heads save with it."""
+    ours_prefixed = isinstance(model, (AlbertForPreTraining, AlbertForSequenceClassification))
+    theirs_prefixed = any(k.startswith(_PREFIX) for k in state)
+    if ours_prefixed and not theirs_prefixed:
+        return {_PREFIX + k: v for k, v in state.items()}
+    if not ours_prefixed and theirs_prefixed:
+        return {k[len(_PREFIX):]: v for k, v in state.items() if k.startswith(_PREFIX)}
+    return state
+
+
+def load_hf_pretrained(directory: str | os.PathLike, model_cls: type[nn.Module] | None = None,
+                       strict: bool = True) -> nn.Module:
+    """Build one of our models from a transformers ALBERT directory (config.json + weights).
+
+    `model_cls` defaults to the checkpoint's architecture. With strict=False, weights the
+    checkpoint lacks (say, a SOP head when continuing from a masked-LM checkpoint) keep their
+    fresh initialisation and are logged; unexpected weights always fail.
+    """
+    directory = Path(directory)
+    config_file = directory / "config.json"
+    if not config_file.exists():
+        raise FileNotFoundError(f"{config_file}: not found (a transformers ALBERT directory has one)")
+    hf_config = json.loads(config_file.read_text())
+    config = AlbertConfig.from_hf_dict(hf_config)
+    if model_cls is None:
+        architecture = (hf_config.get("architectures") or ["AlbertModel"])[0]
+        model_cls = _CLASSES.get(architecture, AlbertForPreTraining)
+    model = model_cls(config)
+
+    state = {k: v for k, v in _read_weights(directory).items() if not k.endswith(_IGNORED_SUFFIXES)}
+    state = _match_prefix(state, model)
+    for hf_key, our_key in _TIED.items():
+        tied = state.pop(hf_key, None)
+        if tied is not None and our_key in state and not torch.equal(tied, state[our_key]):
+            raise ValueError(f"{directory}: {hf_key} is not tied to {our_key}; ALBERT ties them")
+
+    expected = set(model.state_dict())
+    unexpected = sorted(set(state) - expected)
+    missing = sorted(expected - set(state))
+    if unexpected:
+        raise ValueError(f"{directory}: weights {model_cls.__name__} does not have: {unexpected}")
+    if missing and strict:
+        raise ValueError(f"{directory}: weights missing for {model_cls.__name__}: {missing}")
+    if missing:
+        log.warning("%s: freshly initialised (not in the checkpoint): %s", directory, missing)
+    model.load_state_dict(state, strict=False)
+    return model
+
+
+def save_hf_pretrained(model: nn.Module, directory: str | os.PathLike,
+                       spiece_model: str | os.PathLike | None = None,
+                       id2label: dict[int, str] | None = None) -> Path:
+    """Write config.json, model.safetensors (and spiece.model) that transformers loads."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config: AlbertConfig = model.config
+    hf_config: dict[str, Any] = config.to_hf_dict()
+    hf_config["architectures"] = [type(model).__name__]
+    if isinstance(model, AlbertForPreTraining):
+        hf_config["num_labels"] = 2  # transformers sizes its SOP head by num_labels
+    if id2label is not None:
+        hf_config["id2label"] = {str(i): name for i, name in id2label.items()}
+        hf_config["label2id"] = {name: i for i, name in id2label.items()}
+    (directory / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+
+    # transformers re-ties the decoder on load, and safetensors refuses shared storage.
+    state = {k: v.detach().cpu().contiguous() for k, v in to_hf_state_dict(model).items()
+             if k not in _TIED}
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+    if spiece_model is not None:
+        shutil.copyfile(spiece_model, directory / "spiece.model")
+        tokenizer_config = {"tokenizer_class": "AlbertTokenizer", "do_lower_case": True,
+                            "keep_accents": False, "remove_space": True,
+                            "model_max_length": config.max_position_embeddings}
+        (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+    return directory
+
+
+__all__ = ["to_hf_state_dict", "load_hf_pretrained", "save_hf_pretrained"]

@@ -1,0 +1,278 @@
+"""ALBERT architecture: factorized embeddings, shared post-LN layers, pooler and task heads.
+
+Parameter names follow transformers' ALBERT, so checkpoints map one to one (see hf.py).
+Shapes: B batch, S sequence, P masked positions, E embedding, H hidden, nh heads, hs head size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import AlbertConfig
+
+_ACTIVATIONS = {
+    "gelu_new": lambda: nn.GELU(approximate="tanh"),
+    "gelu": nn.GELU,
+    "relu": nn.ReLU,
+    "silu": nn.SiLU,
+}
+
+
+def build_activation(name: str) -> nn.Module:
+    return _ACTIVATIONS[name]()
+
+
+class AlbertEmbeddings(nn.Module):
+    """Token + position + token-type embeddings of width E (the factorized part)."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.embedding_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.embedding_size)
+        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        seq_len = input_ids.shape[1]
+        positions = torch.arange(seq_len, device=input_ids.device)
+        x = self.word_embeddings(input_ids) + self.position_embeddings(positions)  # (B, S, E)
+        if token_type_ids is None:
+            x = x + self.token_type_embeddings.weight[0]
+        else:
+            x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.LayerNorm(x))
+
+
+class AlbertAttention(nn.Module):
+    """Multi-head self-attention sublayer with its residual and post-LayerNorm."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attention_dropout_p = config.attention_probs_dropout_prob
+        self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        B, S, H = x.shape
+        # One GEMM for q, k and v: the weights stay separate parameters for checkpoint names.
+        w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        qkv = F.linear(x, w, b).view(B, S, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, nh, S, hs)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=self.attention_dropout_p if self.training else 0.0)
+        y = y.transpose(1, 2).reshape(B, S, H)
+        return self.LayerNorm(x + self.output_dropout(self.dense(y)))
+
+
+class AlbertLayer(nn.Module):
+    """One post-LN transformer layer: attention sublayer, then the FFN sublayer."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.attention = AlbertAttention(config)
+        self.ffn = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.activation = build_activation(config.hidden_act)
+        self.ffn_output = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.full_layer_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attention(x, attn_mask)
+        return self.full_layer_layer_norm(x + self.dropout(self.ffn_output(self.activation(self.ffn(x)))))
+
+
+class AlbertLayerGroup(nn.Module):
+    """`inner_group_num` layers run in sequence at one depth step."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.albert_layers = nn.ModuleList(AlbertLayer(config) for _ in range(config.inner_group_num))
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        for layer in self.albert_layers:
+            x = layer(x, attn_mask)
+        return x
+
+
+# Submodules of a layer that the partial sharing modes reuse across depth steps.
+_SHARED_SUBMODULES = {
+    "attention": ("attention",),
+    "ffn": ("ffn", "ffn_output", "full_layer_layer_norm"),
+}
+
+
+class AlbertTransformer(nn.Module):
+    """E->H projection, then `num_hidden_layers` depth steps over the shared layer groups.
+
+    sharing="all": `num_hidden_groups` groups hold every parameter. Otherwise each depth step has
+    its own group, and under "attention" / "ffn" that sublayer is one module reused by every step
+    of the same sharing group (a module registered under several parents is one set of weights).
+    """
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config
+        self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)
+        num_groups = config.num_hidden_groups if config.sharing == "all" else config.num_hidden_layers
+        self.albert_layer_groups = nn.ModuleList(AlbertLayerGroup(config) for _ in range(num_groups))
+        shared = _SHARED_SUBMODULES.get(config.sharing, ())
+        for step in range(config.num_hidden_layers if shared else 0):
+            owner = self._first_step_of_group(config.group_of_step(step))
+            for layer, owner_layer in zip(self.albert_layer_groups[step].albert_layers,
+                                          self.albert_layer_groups[owner].albert_layers):
+                for name in shared:
+                    setattr(layer, name, getattr(owner_layer, name))
+
+    def _first_step_of_group(self, group: int) -> int:
+        return next(i for i in range(self.config.num_hidden_layers) if self.config.group_of_step(i) == group)
+
+    def group_of_step(self, step: int) -> int:
+        return self.config.group_of_step(step) if self.config.sharing == "all" else step
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.embedding_hidden_mapping_in(x)  # (B, S, E) -> (B, S, H)
+        for step in range(self.config.num_hidden_layers):
+            x = self.albert_layer_groups[self.group_of_step(step)](x, attn_mask)
+        return x
+
+
+def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """[B, S] 1 = token, 0 = padding  ->  boolean SDPA mask [B, 1, 1, S] (True = attend)."""
+    if attention_mask is None:
+        return None
+    return attention_mask.bool()[:, None, None, :]
+
+
+@dataclass
+class AlbertModelOutput:
+    last_hidden_state: torch.Tensor  # (B, S, H)
+    pooler_output: torch.Tensor  # (B, H)
+
+
+class AlbertModel(nn.Module):
+    """Embeddings, shared encoder and the tanh pooler over [CLS]."""
+
+    def __init__(self, config: AlbertConfig, init: bool = True):
+        super().__init__()
+        self.config = config
+        self.embeddings = AlbertEmbeddings(config)
+        self.encoder = AlbertTransformer(config)
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
+        if init:
+            init_weights(self, config)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> AlbertModelOutput:
+        x = self.encoder(self.embeddings(input_ids, token_type_ids), padding_mask(attention_mask))
+        return AlbertModelOutput(last_hidden_state=x, pooler_output=torch.tanh(self.pooler(x[:, 0])))
+
+
+class AlbertMLMHead(nn.Module):
+    """H -> E transform, then the decoder tied to the word embeddings (weight passed in)."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        self.activation = build_activation(config.hidden_act)
+        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, x: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.LayerNorm(self.activation(self.dense(x))), word_embeddings, self.bias)
+
+
+class AlbertSOPHead(nn.Module):
+    """Sentence-order prediction on the pooled output. No dropout, as in the TF original."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.classifier = nn.Linear(config.hidden_size, 2)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.classifier(pooled)
+
+
+@dataclass
+class AlbertPreTrainingOutput:
+    mlm_logits: torch.Tensor  # (B, P, V) with masked_positions, else (B, S, V)
+    sop_logits: torch.Tensor  # (B, 2)
+    last_hidden_state: torch.Tensor  # (B, S, H)
+
+
+class AlbertForPreTraining(nn.Module):
+    """ALBERT with the MLM and SOP heads used in pretraining."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config
+        self.albert = AlbertModel(config, init=False)
+        self.predictions = AlbertMLMHead(config)
+        self.sop_classifier = AlbertSOPHead(config)
+        init_weights(self, config)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None,
+                masked_positions: torch.Tensor | None = None) -> AlbertPreTrainingOutput:
+        out = self.albert(input_ids, token_type_ids, attention_mask)
+        x = out.last_hidden_state
+        if masked_positions is not None:
+            # Gather before the decoder: [B, P, V] logits instead of [B, S, V].
+            index = masked_positions.long().unsqueeze(-1).expand(-1, -1, x.shape[-1])
+            x = torch.gather(x, 1, index)  # (B, P, H)
+        mlm_logits = self.predictions(x, self.albert.embeddings.word_embeddings.weight)
+        return AlbertPreTrainingOutput(mlm_logits=mlm_logits, sop_logits=self.sop_classifier(out.pooler_output),
+                                       last_hidden_state=out.last_hidden_state)
+
+
+class AlbertForSequenceClassification(nn.Module):
+    """ALBERT with dropout and a linear classifier (or regressor) on the pooled output."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config
+        self.albert = AlbertModel(config, init=False)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        init_weights(self, config)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        pooled = self.albert(input_ids, token_type_ids, attention_mask).pooler_output
+        return self.classifier(self.dropout(pooled))  # (B, num_labels)
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, config: AlbertConfig) -> None:
+    """normal(0, initializer_range) weights, zero biases, LayerNorm 1/0 (every released ALBERT)."""
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            module.weight.normal_(0.0, config.initializer_range)
+            if getattr(module, "bias", None) is not None:
+                module.bias.zero_()
+        elif isinstance(module, nn.LayerNorm):
+            module.weight.fill_(1.0)
+            module.bias.zero_()
+        elif isinstance(module, AlbertMLMHead):
+            module.bias.zero_()
+
+
+def num_parameters(model: nn.Module) -> int:
+    """Distinct parameters (shared and tied ones once), as transformers counts them."""
+    return sum(p.numel() for p in model.parameters())
+
+
+__all__ = [
+    "AlbertModel", "AlbertForPreTraining", "AlbertForSequenceClassification",
+    "AlbertPreTrainingOutput", "AlbertModelOutput", "num_parameters",
+]
