@@ -54,6 +54,8 @@ class VocabConfig:
     """Most sentences SentencePiece samples from the corpus to train on."""
     lowercase: bool = True
     """Lowercase text before tokenizing, as ALBERT's uncased models do."""
+    user_defined_symbols: list[str] = field(default_factory=list)
+    """Pieces kept whole (ALBERT used ( ) " - . – £ €); transformers 5 tokenizes them unlike SentencePiece."""
 
     def __post_init__(self) -> None:
         _check_types(self)

@@ -1,4 +1,12 @@
-"""Suite-wide pytest setup: GPU tests are skipped (never passed) where CUDA is absent."""
+"""Suite-wide fixtures: one Ray session, one local S3 API server; GPU tests skip without CUDA."""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,3 +18,50 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3 API (moto_server) on 127.0.0.1, started by the test session and stopped after it."""
+    port = free_port()
+    server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url, timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        server.kill()
+        raise RuntimeError("moto_server did not start")
+    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield url
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    server.terminate()
+    server.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def ray_session(s3_endpoint):
+    """One local Ray instance for every `ray` test (they run serially in this process). It starts
+    after the S3 server so its workers inherit the endpoint settings."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray
+    ray.shutdown()

@@ -113,8 +113,15 @@ class StagedOutput:
         fs, _ = filesystem(self.out_dir)
         for part in parts:
             src, dst = filesystem(self.staged(part))[1], filesystem(join(self.out_dir, part))[1]
-            if fs.exists(src):
-                fs.mv(src, dst, recursive=True)
+            if fs.isfile(src):
+                fs.mv(src, dst)
+                continue
+            # File by file: object stores have no folder rename (s3fs's recursive mv trips on
+            # the folder's own key).
+            for f in fs.find(src):
+                target = posixpath.join(dst, posixpath.relpath(f, src))
+                fs.makedirs(posixpath.dirname(target), exist_ok=True)
+                fs.mv(f, target)
         remove(self.staging)
         write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 

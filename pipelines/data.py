@@ -1,0 +1,141 @@
+"""`python -m pipelines.data`: MLM + SOP examples from the corpus, as parquet shards, through Ray Data.
+
+Each Ray Data actor holds the tokenizer and turns one work unit (a group of files) at a time into
+examples, writing its own shards under the staging folder; nothing but counters comes back to the
+driver, so memory does not grow with the corpus. The manifest is written last (see StagedOutput).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from .config import RunConfig, config_to_dict, dump_yaml, parse_cli
+from .prep.corpus import Rejected, list_inputs, read_documents
+from .prep.process import SPLITS, DocumentProcessor, ExampleConfig, PrepStats, ShardBuffer
+from .prep.storage import StagedOutput, filesystem, join, read_bytes, write_text
+from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
+from .vocab import run_vocab
+
+log = logging.getLogger(__name__)
+
+SHARD_EXAMPLES = 16384  # rows per parquet file at most: bounds a worker's buffer
+
+
+class CreateExamplesFn:
+    """Ray Data UDF: one work unit -> parquet shards in the staging folder + its counters."""
+
+    def __init__(self, spiece_model: bytes, cfg: ExampleConfig, text_field: str, staging: str):
+        self.processor = DocumentProcessor(spiece_model, cfg)
+        self.text_field, self.staging = text_field, staging
+        self.dynamic = cfg.masking == "dynamic"
+
+    def __call__(self, batch):
+        unit, files = unit_files(batch)
+        stats = PrepStats()
+        buffers = {split: ShardBuffer(self.dynamic) for split in SPLITS}
+        parts = {split: 0 for split in SPLITS}
+
+        def flush(split: str) -> None:
+            if len(buffers[split]):
+                fs, path = filesystem(join(self.staging, split, f"part-{unit:05d}-{parts[split]:03d}.parquet"))
+                fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                pq.write_table(buffers[split].to_table(), path, filesystem=fs)
+                parts[split] += 1
+                buffers[split].clear()
+
+        for f in files:
+            for doc in read_documents(f, self.text_field):
+                if isinstance(doc, Rejected):
+                    stats.reject(doc)
+                    continue
+                self.processor.process(doc, buffers, stats)
+                for split in SPLITS:
+                    if len(buffers[split]) >= SHARD_EXAMPLES:
+                        flush(split)
+        for split in SPLITS:
+            flush(split)
+        return {"record": np.array([json.dumps(stats.to_dict())], dtype=object)}
+
+
+def example_config(config: RunConfig) -> ExampleConfig:
+    d = config.data
+    return ExampleConfig(d.max_seq_length, d.max_predictions_per_seq, d.masked_lm_prob, d.ngram, d.short_seq_prob,
+                         d.dupe_factor, d.seed, d.validation_fraction, d.masking, config.vocab.lowercase)
+
+
+def summarize(stats: PrepStats) -> dict:
+    """Shares a reader checks against the specification."""
+    masked = max(1, stats.masked_tokens)
+    examples = max(1, sum(stats.examples.values()))
+    ngrams = max(1, sum(stats.ngram_lengths.values()))
+    return {
+        "masked_share": stats.masked_tokens / max(1, stats.maskable_tokens),
+        "replacement_shares": {k: v / masked for k, v in stats.replacements.items()},
+        "ngram_length_shares": {k: v / ngrams for k, v in sorted(stats.ngram_lengths.items())},
+        "swapped_share": stats.sentence_order_labels.get("1", 0) / examples,
+        "short_share": stats.short_examples / examples,
+    }
+
+
+def run_data(config: RunConfig) -> str:
+    """Write {run_dir}/data/{train,validation}/*.parquet and manifest.json; returns the folder."""
+    started = time.time()
+    files = list_inputs(config.corpus.paths, config.corpus.format)  # bad paths fail before any work
+    vocab_dir = join(config.run_dir, "vocab")
+    if not StagedOutput(vocab_dir).is_complete():
+        log.info("no vocabulary in %s yet: building it first", vocab_dir)
+        run_vocab(config)
+    spiece_model = read_bytes(join(vocab_dir, "spiece.model"))
+    init_ray()
+    workers = resolve_num_workers(config.data.num_workers)
+    out = StagedOutput(join(config.run_dir, "data"))
+    out.begin()
+    fn_kwargs = dict(spiece_model=spiece_model, cfg=example_config(config), text_field=config.corpus.text_field,
+                     staging=out.staging)
+    stats = PrepStats()
+    for record in map_units(files, workers, CreateExamplesFn, fn_kwargs):
+        stats.merge(PrepStats.from_dict(record))
+    write_text(out.staged("config.yaml"), dump_yaml(config))
+    counted = stats.documents_used + sum(stats.documents_rejected.values())
+    if counted != stats.documents_read:
+        raise RuntimeError(f"document accounting is off: read {stats.documents_read}, counted {counted}")
+    manifest = {
+        "inputs": [{"path": f.url, "source": f.source, "bytes": f.size, "format": f.format} for f in files],
+        "documents": {"read": stats.documents_read, "used": stats.documents_used,
+                      "rejected": dict(stats.documents_rejected),
+                      "rejection_examples": stats.rejection_examples,
+                      "with_replaced_bytes": stats.documents_with_replaced_bytes},
+        "text_bytes_used": stats.text_bytes,
+        "examples": {s: stats.examples.get(s, 0) for s in SPLITS},
+        "tokens": {s: stats.tokens.get(s, 0) for s in SPLITS},
+        "masking": {"mode": config.data.masking, "masked_tokens": stats.masked_tokens,
+                    "replacements": dict(stats.replacements), "ngram_lengths": dict(stats.ngram_lengths)},
+        "sentence_order_labels": dict(stats.sentence_order_labels),
+        "short_examples": stats.short_examples,
+        "statistics": summarize(stats),
+        "vocab_sha256": hashlib.sha256(spiece_model).hexdigest(),
+        "config": config_to_dict(config),
+        "num_workers": workers,
+        "seconds": time.time() - started,
+    }
+    out.commit([*SPLITS, "config.yaml"], manifest)
+    log.info("%s examples from %d of %d documents in %.1f s -> %s", dict(stats.examples), stats.documents_used,
+             stats.documents_read, manifest["seconds"], out.out_dir)
+    return out.out_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    config = parse_cli(argv, "Create MLM + SOP pretraining examples from the corpus.")
+    out = run_data(config)
+    print(f"examples written to {out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

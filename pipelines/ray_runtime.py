@@ -1,0 +1,45 @@
+"""Ray plumbing shared by the stages: connecting, sizing the worker pool, running a UDF over work units."""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+from ray.data import ActorPoolStrategy
+
+from .prep.corpus import InputFile, pack_units
+
+log = logging.getLogger(__name__)
+
+
+def init_ray() -> None:
+    """Join the cluster named by RAY_ADDRESS (a `ray job submit` sets it) or start a local one."""
+    if not ray.is_initialized():
+        ray.init(logging_level=logging.WARNING)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+
+
+def resolve_num_workers(configured: int | None) -> int:
+    return configured or max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def map_units(files: list[InputFile], num_workers: int, fn_cls: type, fn_kwargs: dict[str, Any],
+              ) -> Iterator[dict[str, Any]]:
+    """Run `fn_cls` (a Ray Data class UDF, one unit per call) over the corpus in a pool of
+    `num_workers` actors, streaming back the JSON records each call returns."""
+    units = pack_units(files, num_workers)
+    rows = [{"unit": i, "files": json.dumps([f.to_row() for f in unit])} for i, unit in enumerate(units)]
+    log.info("%d files in %d work units over %d workers", len(files), len(units), num_workers)
+    ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
+        fn_cls, fn_constructor_kwargs=fn_kwargs, batch_size=1,
+        compute=ActorPoolStrategy(size=num_workers), num_cpus=1)
+    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+        for record in batch["record"]:
+            yield json.loads(record)
+
+
+def unit_files(batch: dict[str, Any]) -> tuple[int, list[InputFile]]:
+    """Decode the one work unit of a `map_units` batch."""
+    return int(batch["unit"][0]), [InputFile(**f) for f in json.loads(batch["files"][0])]
