@@ -231,11 +231,11 @@ class _Prepend(io.RawIOBase):
 
 
 def pack_units(files: list[InputFile], num_workers: int, max_unit_bytes: int = 64 << 20) -> list[list[InputFile]]:
-    """Group files, in order, into work units of similar size: about four units per worker so the
-    pool stays busy, at most `max_unit_bytes` each (a bigger file is a unit of its own). Outputs do
-    not depend on the grouping: every random choice is seeded per document."""
+    """Group files, in order, into work units of similar size: about 16 units per worker, so the
+    workers finish together, at most `max_unit_bytes` each (a bigger file is a unit of its own).
+    Outputs do not depend on the grouping: every random choice is seeded per document."""
     total = sum(f.size for f in files)
-    target = min(max_unit_bytes, max(1, total // (4 * max(1, num_workers))))
+    target = min(max_unit_bytes, max(1, total // (16 * max(1, num_workers))))
     units: list[list[InputFile]] = []
     current: list[InputFile] = []
     size = 0

@@ -62,36 +62,52 @@ def word_spans(input_ids: np.ndarray, word_starts: np.ndarray) -> np.ndarray:
     return np.stack([start_idx, ends], axis=1) if len(start_idx) else np.zeros((0, 2), dtype=np.int64)
 
 
+def adjacent_run_lengths(spans: np.ndarray, longest: int) -> np.ndarray:
+    """For each word, how many words (up to `longest`) follow it with no gap: an n-gram is n
+    adjacent words and never reaches over a [SEP] into the other segment."""
+    n = len(spans)
+    adjacent = np.zeros(n, dtype=bool)  # adjacent[w]: word w + 1 starts where word w ends
+    adjacent[:-1] = spans[1:, 0] == spans[:-1, 1]
+    run = np.ones(n, dtype=np.int64)
+    alive = np.ones(n, dtype=bool)
+    for k in range(1, longest):
+        step = np.zeros(n, dtype=bool)
+        step[:n - k] = adjacent[k - 1:n - 1]
+        alive &= step
+        run += alive
+    return run
+
+
 def mask_tokens(input_ids: np.ndarray, word_starts: np.ndarray, spec: MaskingSpec,
                 rng: np.random.Generator) -> MaskedExample:
     """Mask whole-word n-grams until num_to_predict tokens are chosen (no overlaps), then replace
     each chosen token with [MASK] (80%), itself (10%) or a random ordinary piece (10%)."""
     spans = word_spans(input_ids, word_starts)
     num_to_predict = spec.num_to_predict(len(input_ids))
+    pvals = spec.ngram_probabilities()
+    run = adjacent_run_lengths(spans, spec.ngram)
+    order = rng.permutation(len(spans))
+    cdf = np.cumsum(pvals)
+    cdf[-1] = 1.0
+    ngram_draws = np.searchsorted(cdf, rng.random(len(spans)), side="right") + 1
+    # Plain Python over the few candidates tried (~num_to_predict): numpy per item is slower.
+    starts, ends, run = spans[:, 0].tolist(), spans[:, 1].tolist(), run.tolist()
+    covered = bytearray(len(input_ids))
     chosen: list[int] = []
     lengths: list[int] = []
-    covered = np.zeros(len(input_ids), dtype=bool)
-    pvals = spec.ngram_probabilities()
-    # An n-gram is n adjacent words: it never reaches over a [SEP] into the other segment.
-    run = np.ones(len(spans), dtype=np.int64)
-    for w in range(len(spans) - 2, -1, -1):
-        if spans[w, 1] == spans[w + 1, 0]:
-            run[w] = run[w + 1] + 1
-    order = rng.permutation(len(spans))
-    ngram_draws = rng.choice(len(pvals), size=len(spans), p=pvals) + 1
     for w, n in zip(order.tolist(), ngram_draws.tolist()):
         if len(chosen) >= num_to_predict:
             break
-        n = min(n, int(run[w]))
+        n = min(n, run[w])
         # Shrink the n-gram until it fits the remaining budget (as the original does).
-        while n > 0 and len(chosen) + (spans[w + n - 1, 1] - spans[w, 0]) > num_to_predict:
+        while n > 0 and len(chosen) + ends[w + n - 1] - starts[w] > num_to_predict:
             n -= 1
         if n == 0:
             continue
-        start, end = spans[w, 0], spans[w + n - 1, 1]
-        if covered[start:end].any():
+        start, end = starts[w], ends[w + n - 1]
+        if any(covered[start:end]):
             continue
-        covered[start:end] = True
+        covered[start:end] = b"\x01" * (end - start)
         chosen.extend(range(start, end))
         lengths.append(n)
     positions = np.sort(np.asarray(chosen, dtype=np.int32))

@@ -96,4 +96,4 @@ def test_units_cover_every_file_once_in_order(tmp_path):
     for workers in (1, 2, 8):
         units = pack_units(files, workers)
         assert [f for u in units for f in u] == files
-        assert len(units) >= min(len(files), 4 * workers) // 2
+        assert len(units) >= min(len(files), 16 * workers) // 2
