@@ -15,7 +15,8 @@ import time
 import numpy as np
 import pyarrow.parquet as pq
 
-from .config import RunConfig, config_to_dict, dump_yaml, parse_cli
+from .cli import stage_main
+from .config import RunConfig, config_to_dict, dump_yaml
 from .prep.corpus import Rejected, list_inputs, read_documents
 from .prep.process import SPLITS, DocumentProcessor, ExampleConfig, PrepStats, ShardBuffer
 from .prep.storage import StagedOutput, filesystem, join, read_bytes, write_text
@@ -130,12 +131,5 @@ def run_data(config: RunConfig) -> str:
     return out.out_dir
 
 
-def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    config = parse_cli(argv, "Create MLM + SOP pretraining examples from the corpus.")
-    out = run_data(config)
-    print(f"examples written to {out}")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    stage_main(run_data, "Create MLM + SOP pretraining examples from the corpus.", sys.argv[1:])

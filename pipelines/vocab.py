@@ -18,7 +18,8 @@ import time
 import numpy as np
 import sentencepiece as spm
 
-from .config import RunConfig, config_to_dict, dump_yaml, parse_cli
+from .cli import stage_main
+from .config import RunConfig, config_to_dict, dump_yaml
 from .prep.corpus import Document, list_inputs, read_documents
 from .prep.examples import stable_hash
 from .prep.storage import StagedOutput, exists, join, read_bytes, write_bytes, write_text
@@ -124,12 +125,5 @@ def run_vocab(config: RunConfig) -> str:
     return out.out_dir
 
 
-def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    config = parse_cli(argv, "Train the SentencePiece vocabulary on the corpus.")
-    out = run_vocab(config)
-    print(f"vocabulary written to {out}")
-
-
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    stage_main(run_vocab, "Train the SentencePiece vocabulary on the corpus.", sys.argv[1:])
