@@ -128,8 +128,8 @@ def assemble(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def document_examples(segments: list[np.ndarray], pairing: PairingSpec, masking: MaskingSpec,
                       word_start_table: np.ndarray, rng: np.random.Generator, static: bool) -> list[Example]:
-    """All examples of one document for one dupe. `segments` are its sentences' token ids."""
-    segments = split_long_segments(segments, pairing.max_segment_tokens)
+    """All examples of one document for one dupe. `segments` are its sentences' token ids, already
+    cut to `pairing.max_segment_tokens` (split_long_segments)."""
     examples = []
     for pair in create_pairs(segments, pairing, rng):
         ids, token_types = assemble(pair.tokens_a, pair.tokens_b)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import sentencepiece as spm
 
 from .corpus import TOO_SHORT, Document, Rejected
-from .examples import PairingSpec, document_examples, document_rng, is_validation_document
+from .examples import PairingSpec, document_examples, document_rng, is_validation_document, split_long_segments
 from .masking import MaskingSpec, word_start_table
 from .text import normalize_text, split_sentences
 
@@ -39,7 +39,6 @@ def example_schema(dynamic: bool) -> pa.Schema:
 class PrepStats:
     """Counters of one worker's share of the corpus; merged by the driver into the manifest."""
 
-    documents_read: int = 0
     documents_used: int = 0
     documents_rejected: Counter = field(default_factory=Counter)
     rejection_examples: dict = field(default_factory=dict)  # reason -> first few "where: why"
@@ -54,8 +53,11 @@ class PrepStats:
     replacements: Counter = field(default_factory=Counter)  # mask / keep / random
     ngram_lengths: Counter = field(default_factory=Counter)
 
+    @property
+    def documents_read(self) -> int:
+        return self.documents_used + sum(self.documents_rejected.values())
+
     def reject(self, rejected: Rejected) -> None:
-        self.documents_read += 1
         self.documents_rejected[rejected.reason] += 1
         details = self.rejection_examples.setdefault(rejected.reason, [])
         if len(details) < MAX_REJECTION_DETAILS:
@@ -149,21 +151,20 @@ class DocumentProcessor:
         self.static = cfg.masking == "static"
 
     def segments(self, doc: Document) -> list[np.ndarray]:
-        """Token ids of the document's sentences (empty ones dropped)."""
+        """Token ids of the document's sentences (empty ones dropped), long ones cut to fit a pair."""
         sentences = doc.lines if doc.lines is not None else split_sentences(doc.text)
         normalized = [normalize_text(s, self.cfg.lowercase) for s in sentences]
-        return [np.asarray(ids, dtype=np.int32) for ids in self.sp.encode(normalized) if ids]
+        ids = [np.asarray(ids, dtype=np.int32) for ids in self.sp.encode(normalized) if ids]
+        return split_long_segments(ids, self.pairing.max_segment_tokens)
 
     def process(self, doc: Document, buffers: dict[str, ShardBuffer], stats: PrepStats) -> None:
         text_len = len(doc.text.encode()) if doc.text is not None else sum(len(s.encode()) + 1 for s in doc.lines)
         segments = self.segments(doc)
-        num_segments = sum(-(-len(s) // self.pairing.max_segment_tokens) for s in segments)
-        if num_segments < 2:
+        if len(segments) < 2:
             tokens = sum(len(s) for s in segments)
             stats.reject(Rejected(doc.key, TOO_SHORT,
                                   f"{doc.key}: {tokens} tokens in one sentence; a sentence pair needs two"))
             return
-        stats.documents_read += 1
         stats.documents_used += 1
         stats.documents_with_replaced_bytes += doc.replaced_bytes
         stats.text_bytes += text_len

@@ -39,12 +39,6 @@ def join(base: str, *parts: str) -> str:
     return posixpath.join(base.rstrip("/"), *parts) if "://" in base else os.path.join(base, *parts)
 
 
-def read_json(path: str) -> Any:
-    fs, p = filesystem(path)
-    with fs.open(p, "r") as f:
-        return json.load(f)
-
-
 def exists(path: str) -> bool:
     fs, p = filesystem(path)
     return fs.exists(p)
@@ -126,5 +120,5 @@ class StagedOutput:
         write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-__all__ = ["filesystem", "resolve_pkg", "join", "read_json", "exists", "write_text", "write_bytes",
+__all__ = ["filesystem", "resolve_pkg", "join", "exists", "write_text", "write_bytes",
            "read_bytes", "remove", "StagedOutput", "PKG_SCHEME"]
