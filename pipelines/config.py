@@ -18,8 +18,24 @@ from typing import Any
 
 import yaml
 
+from albert_model.config import PRESETS, AlbertConfig
+
 CORPUS_FORMATS = ("auto", "text", "text_blank_line_docs", "jsonl", "parquet")
 MASKING_MODES = ("static", "dynamic")
+OPTIMIZERS = ("lamb", "adamw")
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's attribute docstring (the string literal right under it), read from the source."""
+    if "__field_docs__" in vars(cls):  # a generated class carries its docs
+        return dict(vars(cls)["__field_docs__"])
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
+    return {node.target.id: after.value.value.strip() for node, after in zip(body, body[1:])
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)}
 
 
 @dataclass
@@ -104,6 +120,129 @@ class DataConfig:
         _require(self, "masking", self.masking in MASKING_MODES, f"must be one of {', '.join(MASKING_MODES)}")
 
 
+def _model_fields() -> list[tuple[str, Any, Any]]:
+    """`preset`, then every AlbertConfig field but vocab_size as an optional override of the preset."""
+    hints = typing.get_type_hints(AlbertConfig)
+    return [("preset", str, field(default="base"))] + [
+        (f.name, hints[f.name] | None, field(default=None))
+        for f in dataclasses.fields(AlbertConfig) if f.name != "vocab_size"]
+
+
+def _model_post_init(self) -> None:
+    _check_types(self)
+    _require(self, "preset", self.preset in PRESETS, f"must be one of {', '.join(PRESETS)}")
+    try:
+        self.albert_config(vocab_size=AlbertConfig.vocab_size)
+    except ValueError as e:  # AlbertConfig.<name>=... names the field; say it as the config key
+        raise ValueError(str(e).replace("AlbertConfig.", "model.")) from None
+
+
+def _albert_config(self, vocab_size: int) -> AlbertConfig:
+    """The model: the preset, these overrides, and the vocabulary's size."""
+    overrides = {k: v for k, v in config_to_dict(self).items() if k != "preset" and v is not None}
+    return AlbertConfig.from_preset(self.preset, vocab_size=vocab_size, **overrides)
+
+
+ModelConfig = dataclasses.make_dataclass(
+    "ModelConfig", _model_fields(), namespace={
+        "__doc__": "The ALBERT architecture: a preset and any AlbertConfig field overriding it.",
+        "__module__": __name__, "__post_init__": _model_post_init, "albert_config": _albert_config,
+        "__field_docs__": {"preset": f"ALBERT size to start from: {', '.join(PRESETS)} (tiny is CPU-sized).",
+                           **{name: f"null keeps the preset's value. {doc}"
+                              for name, doc in field_docs(AlbertConfig).items() if name != "vocab_size"}}})
+
+
+@dataclass
+class TrainConfig:
+    """Pretraining on Ray Train: workers, batch arithmetic, optimizer, schedule, checkpoints."""
+
+    num_workers: int = 1
+    """Ray Train workers (one per GPU, or CPU processes with gloo)."""
+    use_gpu: bool | str = "auto"
+    """Train on GPUs: true, false, or auto (GPUs when the cluster has them)."""
+    cpus_per_worker: float = 1.0
+    """CPUs each training worker reserves (fractional leaves CPUs for Ray Data on small machines)."""
+    global_batch_size: int = 4096
+    """Sequences per optimizer step, summed over workers and accumulation steps."""
+    micro_batch_size: int | None = None
+    """Sequences per worker per forward pass; null = global_batch_size / num_workers (no accumulation)."""
+    max_steps: int = 125_000
+    """Optimizer steps to train for; the schedule decays to 0 at this step."""
+    optimizer: str = "lamb"
+    """lamb (the paper's) or adamw."""
+    lr: float = 0.00176
+    """Peak learning rate."""
+    warmup_steps: int = 3125
+    """Steps of linear warmup from 0 to lr; then polynomial (power 1) decay to 0."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (not on LayerNorm or bias parameters)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this."""
+    precision: str = "auto"
+    """auto (bf16 on GPU, fp32 on CPU), bf16 or fp32."""
+    compile: bool = False
+    """torch.compile the layer groups."""
+    activation_checkpointing: bool = False
+    """Recompute each layer application in backward instead of keeping its activations."""
+    checkpoint_every: int = 1000
+    """Steps between sharded checkpoints (one is always written at the end)."""
+    checkpoints_to_keep: int = 2
+    """Newest checkpoints kept in storage."""
+    eval_every: int = 1000
+    """Steps between validation passes (one always runs at the end)."""
+    eval_max_sequences: int | None = None
+    """Validation sequences per pass; null uses the whole validation split."""
+    log_every: int = 100
+    """Steps between metrics lines (metrics.jsonl, Ray Train report, progress line)."""
+    shuffle_buffer: int = 10_000
+    """Examples in the loader's seeded shuffle buffer."""
+    seed: int = 42
+    """Seed of the initialisation, the shuffle order and dynamic masks."""
+    max_failures: int = 3
+    """Worker failures Ray Train recovers from (restarting from the latest checkpoint); -1 = forever."""
+    peak_tflops: float | None = None
+    """Peak dense TFLOP/s of one device for MFU; null looks the GPU up (H100, A100, ...), no MFU on CPU."""
+    init_from: str | None = None
+    """A transformers ALBERT directory to continue pretraining from; null starts from random weights."""
+
+    def __post_init__(self) -> None:
+        _check_types(self)
+        _require(self, "num_workers", self.num_workers >= 1, "must be >= 1")
+        _require(self, "use_gpu", isinstance(self.use_gpu, bool) or self.use_gpu == "auto",
+                 "must be true, false or auto")
+        _require(self, "cpus_per_worker", self.cpus_per_worker > 0, "must be > 0")
+        _require(self, "global_batch_size", self.global_batch_size >= 1, "must be >= 1")
+        _require(self, "micro_batch_size", self.micro_batch_size is None or self.micro_batch_size >= 1,
+                 "must be >= 1 or null")
+        per_step = self.num_workers * (self.micro_batch_size or 1)
+        _require(self, "global_batch_size", self.global_batch_size % per_step == 0,
+                 f"must be a multiple of train.num_workers={self.num_workers} x train.micro_batch_size="
+                 f"{self.micro_batch_size or 1} (sequences per worker per forward pass)")
+        _require(self, "max_steps", self.max_steps >= 1, "must be >= 1")
+        _require(self, "optimizer", self.optimizer in OPTIMIZERS, f"must be one of {', '.join(OPTIMIZERS)}")
+        _require(self, "lr", self.lr > 0, "must be > 0")
+        _require(self, "warmup_steps", self.warmup_steps >= 0, "must be >= 0")
+        _require(self, "weight_decay", self.weight_decay >= 0, "must be >= 0")
+        _require(self, "max_grad_norm", self.max_grad_norm > 0, "must be > 0")
+        _require(self, "precision", self.precision in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}")
+        for name in ("checkpoint_every", "checkpoints_to_keep", "eval_every", "log_every", "shuffle_buffer"):
+            _require(self, name, getattr(self, name) >= 1, "must be >= 1")
+        _require(self, "eval_max_sequences", self.eval_max_sequences is None or self.eval_max_sequences >= 1,
+                 "must be >= 1 or null")
+        _require(self, "seed", self.seed >= 0, "must be >= 0")
+        _require(self, "max_failures", self.max_failures >= -1, "must be >= -1")
+        _require(self, "peak_tflops", self.peak_tflops is None or self.peak_tflops > 0, "must be > 0 or null")
+        _require(self, "init_from", self.init_from != "", "must not be empty (use null)")
+
+    @property
+    def micro_batch(self) -> int:
+        return self.micro_batch_size or self.global_batch_size // self.num_workers
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.global_batch_size // (self.num_workers * self.micro_batch)
+
+
 @dataclass
 class RunConfig:
     """One run: where outputs go and every stage's section. A section is any dataclass-typed field."""
@@ -116,20 +255,14 @@ class RunConfig:
     """The SentencePiece vocabulary."""
     data: DataConfig = field(default_factory=DataConfig)
     """The pretraining examples."""
+    model: ModelConfig = field(default_factory=ModelConfig)  # type: ignore[valid-type]
+    """The ALBERT architecture."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """Pretraining."""
 
     def __post_init__(self) -> None:
         _check_types(self)
         _require(self, "run_dir", bool(self.run_dir), "must not be empty")
-
-
-@functools.cache
-def field_docs(cls: type) -> dict[str, str]:
-    """Each field's attribute docstring (the string literal right under it), read from the source."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
-    return {node.target.id: after.value.value.strip() for node, after in zip(body, body[1:])
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)}
 
 
 @functools.cache
@@ -286,5 +419,5 @@ def parse_cli(argv: Sequence[str] | None, description: str) -> RunConfig:
         parser.error(str(e))
 
 
-__all__ = ["CorpusConfig", "DataConfig", "RunConfig", "VocabConfig", "build_arg_parser", "config_fingerprint",
+__all__ = ["CorpusConfig", "DataConfig", "ModelConfig", "RunConfig", "TrainConfig", "VocabConfig", "build_arg_parser", "config_fingerprint",
            "config_to_dict", "dump_yaml", "field_docs", "load_config", "parse_cli"]

@@ -1,9 +1,10 @@
 """RunConfig: defaults, YAML and override loading, validation messages, round-trip, fingerprints, CLI."""
 import dataclasses
+import re
 
 import pytest
 
-from pipelines.config import (CorpusConfig, DataConfig, RunConfig, VocabConfig, build_arg_parser,
+from pipelines.config import (CorpusConfig, DataConfig, ModelConfig, RunConfig, TrainConfig, VocabConfig, build_arg_parser,
                               config_fingerprint, config_to_dict, dump_yaml, field_docs, load_config,
                               parse_cli)
 
@@ -28,7 +29,7 @@ def test_defaults():
 
 
 def test_every_field_has_a_docstring():
-    for cls in (RunConfig, CorpusConfig, VocabConfig, DataConfig):
+    for cls in (RunConfig, CorpusConfig, VocabConfig, DataConfig, ModelConfig, TrainConfig):
         docs = field_docs(cls)
         assert set(docs) == {f.name for f in dataclasses.fields(cls)}, cls
         assert all(doc and "\n" not in doc for doc in docs.values()), cls
@@ -71,7 +72,7 @@ def test_later_override_wins_over_yaml_and_earlier_override(write_yaml):
 
 @pytest.mark.parametrize("text, named", [
     ("data:\n  max_seq_len: 128\n", "'data.max_seq_len'"),
-    ("model:\n  hidden_size: 8\n", "'model'"),
+    ("optimizer:\n  lr: 0.1\n", "'optimizer'"),
     ("seed: 1\n", "'seed'"),
 ])
 def test_unknown_key_in_yaml_names_it(write_yaml, text, named):
@@ -87,8 +88,8 @@ def test_unknown_override_names_key_and_lists_valid_keys():
     message = str(e.value)
     assert "'data.max_seq_len'" in message
     assert "max_seq_length" in message and "masked_lm_prob" in message and "dupe_factor" in message
-    with pytest.raises(ValueError, match="'model.hidden_size'.*run_dir"):
-        load_config(overrides=["model.hidden_size=8"])
+    with pytest.raises(ValueError, match="'optimizer.lr'.*run_dir"):
+        load_config(overrides=["optimizer.lr=8"])
     with pytest.raises(ValueError, match="'run_dir.x'"):
         load_config(overrides=["run_dir.x=1"])
 
@@ -209,3 +210,37 @@ def test_parse_cli_bad_key_exits_with_code_2(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "unknown config key 'data.max_seq_len'" in err and "Traceback" not in err
+
+
+def test_model_section_is_a_preset_plus_any_albert_field():
+    config = load_config(overrides=["model.preset=tiny", "model.num_hidden_layers=3", "model.sharing=none"])
+    albert = config.model.albert_config(vocab_size=321)
+    assert (albert.vocab_size, albert.hidden_size, albert.num_hidden_layers, albert.sharing) == (321, 128, 3, "none")
+    assert load_config().model.albert_config(30000).hidden_size == 768  # base by default
+    assert load_config(overrides=["model.preset=large"]).model.albert_config(7).num_hidden_layers == 24
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.preset=huge", "model.preset='huge': must be one of tiny"),
+    ("model.hidden_size=130", "model.hidden_size=130: must be divisible by num_attention_heads=12"),
+    ("model.hidden_size=abc", "model.hidden_size='abc'"),
+    ("model.vocab_size=10", "unknown config key 'model.vocab_size'"),
+    ("train.optimizer=sgd", "train.optimizer='sgd': must be one of lamb, adamw"),
+    ("train.use_gpu=maybe", "train.use_gpu='maybe'"),
+    ("train.precision=fp16", "train.precision='fp16'"),
+])
+def test_model_and_train_errors_name_the_key(override, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_config(overrides=[override])
+
+
+def test_batch_arithmetic():
+    train = load_config(overrides=["train.num_workers=2", "train.global_batch_size=16",
+                                   "train.micro_batch_size=4"]).train
+    assert (train.micro_batch, train.accumulation_steps) == (4, 2)
+    assert TrainConfig(num_workers=4, global_batch_size=4096).micro_batch == 1024
+    with pytest.raises(ValueError, match=r"train.global_batch_size=12: must be a multiple of train.num_workers=2 x "
+                                         r"train.micro_batch_size=4"):
+        TrainConfig(num_workers=2, global_batch_size=12, micro_batch_size=4)
+    with pytest.raises(ValueError, match="train.global_batch_size=7"):
+        TrainConfig(num_workers=2, global_batch_size=7)
