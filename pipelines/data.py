@@ -20,6 +20,7 @@ from .config import RunConfig, config_to_dict, dump_yaml
 from .prep.corpus import Rejected, list_inputs, read_documents
 from .prep.process import SPLITS, DocumentProcessor, ExampleConfig, PrepStats, ShardBuffer
 from .prep.storage import StagedOutput, filesystem, join, read_bytes, write_text
+from .stages import is_up_to_date, skip_if_up_to_date, stage_dir, stage_fingerprint
 from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
 from .vocab import run_vocab
 
@@ -84,14 +85,16 @@ def summarize(stats: PrepStats) -> dict:
     }
 
 
-def run_data(config: RunConfig) -> str:
+def run_data(config: RunConfig, force: bool = False) -> str:
     """Write {run_dir}/data/{train,validation}/*.parquet and manifest.json; returns the folder."""
     started = time.time()
     files = list_inputs(config.corpus.paths, config.corpus.format)  # bad paths fail before any work
     vocab_dir = join(config.run_dir, "vocab")
-    if not StagedOutput(vocab_dir).is_complete():
-        log.info("no vocabulary in %s yet: building it first", vocab_dir)
+    if not is_up_to_date(config, "vocab"):
+        log.info("the vocabulary in %s is missing or out of date: building it first", vocab_dir)
         run_vocab(config)
+    if skip_if_up_to_date(config, "data", force):
+        return stage_dir(config, "data")
     spiece_model = read_bytes(join(vocab_dir, "spiece.model"))
     init_ray()
     workers = resolve_num_workers(config.data.num_workers)
@@ -121,6 +124,7 @@ def run_data(config: RunConfig) -> str:
         "config": config_to_dict(config),
         "num_workers": workers,
         "seconds": time.time() - started,
+        "fingerprint": stage_fingerprint(config, "data"),
     }
     out.commit([*SPLITS, "config.yaml"], manifest)
     log.info("%s examples from %d of %d documents in %.1f s -> %s", dict(stats.examples), stats.documents_used,

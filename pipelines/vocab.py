@@ -24,6 +24,7 @@ from .prep.corpus import Document, list_inputs, read_documents
 from .prep.examples import stable_hash
 from .prep.storage import StagedOutput, exists, join, read_bytes, write_bytes, write_text
 from .prep.text import normalize_text, split_sentences
+from .stages import skip_if_up_to_date, stage_dir, stage_fingerprint
 from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
 
 log = logging.getLogger(__name__)
@@ -80,9 +81,11 @@ def train_sentencepiece(sentences: list[str], vocab_size: int, user_defined_symb
     return model.getvalue()
 
 
-def run_vocab(config: RunConfig) -> str:
+def run_vocab(config: RunConfig, force: bool = False) -> str:
     """Write {run_dir}/vocab/spiece.model, spiece.vocab and manifest.json; returns the folder."""
     started = time.time()
+    if skip_if_up_to_date(config, "vocab", force):
+        return stage_dir(config, "vocab")
     if config.vocab.model and not exists(config.vocab.model):
         raise FileNotFoundError(f"vocab.model: {config.vocab.model} does not exist")
     out = StagedOutput(join(config.run_dir, "vocab"))
@@ -119,7 +122,8 @@ def run_vocab(config: RunConfig) -> str:
     write_text(out.staged("config.yaml"), dump_yaml(config))
     manifest = {"vocab_size": sp.get_piece_size(), "sha256": hashlib.sha256(model).hexdigest(),
                 "special_ids": {p: sp.piece_to_id(p) for p in ["<pad>", "<unk>", *CONTROL_SYMBOLS]},
-                "sample": sample_info, "config": config_to_dict(config.vocab), "seconds": time.time() - started}
+                "sample": sample_info, "config": config_to_dict(config.vocab), "seconds": time.time() - started,
+                "fingerprint": stage_fingerprint(config, "vocab")}
     out.commit(["spiece.model", "spiece.vocab", "config.yaml"], manifest)
     log.info("vocabulary of %d pieces in %s", sp.get_piece_size(), out.out_dir)
     return out.out_dir

@@ -59,9 +59,11 @@ def s3_endpoint():
 @pytest.fixture(scope="session")
 def ray_session(s3_endpoint):
     """One local Ray instance for every `ray` test (they run serially in this process). It starts
-    after the S3 server so its workers inherit the endpoint settings."""
+    after the S3 server so its workers inherit the endpoint settings. 4 logical CPUs on a 2-core
+    machine: training workers and Tune trials each hold one, and Ray Data's read tasks need one
+    left over or they wait forever."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
     yield ray
     ray.shutdown()

@@ -35,6 +35,23 @@ def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fsspec.filesystem("file"), os.path.abspath(path)
 
 
+def arrow_filesystem(path: str):
+    """(pyarrow filesystem, path inside it) for Ray Data and Ray Train storage; s3:// honours
+    AWS_ENDPOINT_URL, which pyarrow's S3FileSystem ignores by itself."""
+    import pyarrow.fs as pafs
+
+    path = resolve_pkg(path)
+    if path.startswith("s3://"):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+        kwargs = {}
+        if endpoint:
+            scheme, _, host = endpoint.partition("://")
+            kwargs = {"endpoint_override": host or scheme, "scheme": scheme if host else "https"}
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        return pafs.S3FileSystem(**kwargs, **({"region": region} if region else {})), path[len("s3://"):]
+    return pafs.LocalFileSystem(), os.path.abspath(path)
+
+
 def join(base: str, *parts: str) -> str:
     return posixpath.join(base.rstrip("/"), *parts) if "://" in base else os.path.join(base, *parts)
 
@@ -120,5 +137,5 @@ class StagedOutput:
         write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-__all__ = ["filesystem", "resolve_pkg", "join", "exists", "write_text", "write_bytes",
+__all__ = ["arrow_filesystem", "filesystem", "resolve_pkg", "join", "exists", "write_text", "write_bytes",
            "read_bytes", "remove", "StagedOutput", "PKG_SCHEME"]

@@ -26,6 +26,7 @@ class StepMetrics:
     lr: float
     sequences: int
     tokens: int  # real (unpadded) tokens
+    mlm_weight: float  # masked positions predicted
 
 
 def _all_reduce(t: torch.Tensor) -> torch.Tensor:
@@ -68,4 +69,5 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, schedul
     mlm_loss, sop_loss = mlm_ce / (mlm_weight + 1e-5), sop_ce / sequences
     return StepMetrics(loss=mlm_loss + sop_loss, mlm_loss=mlm_loss, sop_loss=sop_loss,
                        mlm_accuracy=mlm_correct / max(mlm_weight, 1.0), sop_accuracy=sop_correct / sequences,
-                       grad_norm=float(grad_norm), lr=lr, sequences=int(sequences), tokens=int(tokens))
+                       grad_norm=float(grad_norm), lr=lr, sequences=int(sequences), tokens=int(tokens),
+                       mlm_weight=mlm_weight)

@@ -1,0 +1,30 @@
+"""The pretraining model and optimizer from their config sections."""
+from __future__ import annotations
+
+import torch
+
+from albert_model import AlbertConfig, AlbertForPreTraining
+from albert_model.hf import load_hf_pretrained
+
+from .lamb import Lamb, parameter_groups
+
+
+def build_model(config: AlbertConfig, init_from: str | None, seed: int) -> AlbertForPreTraining:
+    """Random weights from `seed` (the same on every rank), or a transformers ALBERT directory's
+    architecture and weights for continued pretraining (heads it lacks start fresh)."""
+    torch.manual_seed(seed)
+    if init_from is None:
+        return AlbertForPreTraining(config)
+    return load_hf_pretrained(init_from, AlbertForPreTraining, strict=False)
+
+
+def build_optimizer(model: torch.nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """LAMB as in the paper, or AdamW; LayerNorm and bias parameters get no weight decay in both."""
+    groups = parameter_groups(model.named_parameters(), weight_decay)
+    if name == "lamb":
+        return Lamb(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6)
+    if name == "adamw":
+        for group in groups:
+            group.pop("adapt")
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6)
+    raise ValueError(f"train.optimizer={name!r}: must be lamb or adamw")

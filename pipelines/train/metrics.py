@@ -1,0 +1,106 @@
+"""Training metrics: windows of steps to tokens/s and MFU, validation passes, peak memory, the progress line."""
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+
+from albert_model import AlbertConfig
+from albert_model.flops import mfu, training_flops_per_token
+from albert_model.losses import pretraining_sums
+
+from .step import StepMetrics
+
+# Dense bf16 peak FLOP/s per device (vendor datasheets), looked up by CUDA device name.
+BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "L4": 121.0}
+
+
+def peak_flops(device: torch.device, precision: str, override_tflops: float | None) -> float | None:
+    """Peak FLOP/s of one device for MFU: the override, else a bf16 GPU from the table; None if unknown."""
+    if override_tflops:
+        return override_tflops * 1e12
+    if device.type != "cuda" or precision != "bf16":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((tf * 1e12 for key, tf in BF16_PEAK_TFLOPS.items() if key in name), None)
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    """Peak accelerator memory allocated, or the process's peak resident memory on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB on Linux
+
+
+class MetricsWindow:
+    """Steps since the last log line, summarised as one metrics record."""
+
+    def __init__(self, config: AlbertConfig, world_size: int, peak: float | None):
+        self.config, self.world_size, self.peak = config, world_size, peak
+        self.reset()
+
+    def reset(self) -> None:
+        self.steps: list[StepMetrics] = []
+        self.widths: list[float] = []
+        self.started = time.perf_counter()
+
+    def add(self, metrics: StepMetrics, mean_width: float) -> None:
+        self.steps.append(metrics)
+        self.widths.append(mean_width)
+
+    def summary(self, step: int, device: torch.device) -> dict:
+        seconds = time.perf_counter() - self.started
+        n = len(self.steps)
+        tokens = sum(m.tokens for m in self.steps)
+        sequences = sum(m.sequences for m in self.steps)
+        last = self.steps[-1]
+        masked_share = sum(m.mlm_weight for m in self.steps) / max(tokens, 1)
+        flops_per_token = training_flops_per_token(self.config, round(sum(self.widths) / n), min(1.0, masked_share))
+        tokens_per_s = tokens / seconds
+        return {
+            "step": step, "lr": last.lr,
+            "mlm_loss": sum(m.mlm_loss for m in self.steps) / n,
+            "mlm_accuracy": sum(m.mlm_accuracy for m in self.steps) / n,
+            "sop_loss": sum(m.sop_loss for m in self.steps) / n,
+            "sop_accuracy": sum(m.sop_accuracy for m in self.steps) / n,
+            "grad_norm": last.grad_norm,
+            "tokens_per_s": tokens_per_s, "sequences_per_s": sequences / seconds,
+            "mfu": mfu(tokens_per_s, flops_per_token, self.peak * self.world_size) if self.peak else None,
+            "peak_memory_gb": peak_memory_gb(device),
+        }
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, micro_batches: Iterable[dict[str, torch.Tensor]], device: torch.device) -> dict:
+    """Validation losses and accuracies over every batch given, summed over ranks."""
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(6, dtype=torch.float64)  # mlm_ce, sop_ce, mlm_correct, mlm_weight, sop_correct, sequences
+    for mb in micro_batches:
+        mb = {k: v.to(device) for k, v in mb.items()}
+        out = model(mb["input_ids"], mb["token_type_ids"], mb["attention_mask"], mb["masked_positions"])
+        s = pretraining_sums(out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"],
+                             mb["sentence_order_label"])
+        sums += torch.stack([s.mlm_ce, s.sop_ce, s.mlm_correct, s.mlm_weight, s.sop_correct,
+                             torch.tensor(float(len(mb["input_ids"])), device=device)]).double().cpu()
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(sums)
+    model.train(was_training)
+    mlm_ce, sop_ce, mlm_correct, mlm_weight, sop_correct, sequences = sums.tolist()
+    if sequences == 0:
+        raise ValueError("the validation split is empty: set data.validation_fraction > 0 or train.eval_every "
+                         "beyond train.max_steps")
+    return {"mlm_loss": mlm_ce / (mlm_weight + 1e-5), "mlm_accuracy": mlm_correct / max(mlm_weight, 1.0),
+            "sop_loss": sop_ce / sequences, "sop_accuracy": sop_correct / sequences, "sequences": int(sequences)}
+
+
+def progress_line(record: dict, max_steps: int, elapsed: float) -> str:
+    step = record["step"]
+    eta = elapsed / max(step, 1) * (max_steps - step)
+    mfu_text = f" mfu {record['mfu']:.1%}" if record.get("mfu") is not None else ""
+    return (f"step {step}/{max_steps} ({step / max_steps:.0%}) loss {record['mlm_loss'] + record['sop_loss']:.3f} "
+            f"mlm_acc {record['mlm_accuracy']:.3f} sop_acc {record['sop_accuracy']:.3f} lr {record['lr']:.2e} "
+            f"{record['tokens_per_s']:,.0f} tok/s{mfu_text} mem {record['peak_memory_gb']:.2f} GB eta {eta / 60:.1f} min")
