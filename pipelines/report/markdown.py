@@ -1,0 +1,139 @@
+"""report.md, section by section, from the stages' manifests and outputs (pure: data in, text out)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .layers import LayerTransition
+
+MAX_TRIAL_ROWS = 50
+
+
+def fmt(value: Any) -> str:
+    """A table cell: floats to 4 significant digits, large integers with thousands separators."""
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+    if isinstance(value, str):
+        try:
+            return fmt(int(value)) if value.lstrip("-").isdigit() else fmt(float(value))
+        except ValueError:
+            return value.replace("|", "\\|")
+    return str(value).replace("|", "\\|")
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    flat: dict[str, Any] = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def not_run(stage: str) -> str:
+    return f"_The {stage} stage has no output in this run yet._"
+
+
+def data_section(vocab: dict | None, data: dict | None) -> str:
+    parts = ["## Data"]
+    if vocab is not None:
+        sample = vocab.get("sample", {})
+        parts.append(f"Vocabulary: {fmt(vocab['vocab_size'])} SentencePiece pieces, trained on "
+                     f"{fmt(sample.get('sampled_sentences'))} of {fmt(sample.get('sentences'))} sentences."
+                     if "sampled_sentences" in sample else
+                     f"Vocabulary: {fmt(vocab['vocab_size'])} pieces, reused from {sample.get('reused')}.")
+    if data is None:
+        return "\n\n".join(parts + [not_run("data")])
+    docs, stats = data["documents"], data.get("statistics", {})
+    rejected = ", ".join(f"{k} {v:,}" for k, v in sorted(docs["rejected"].items())) or "none"
+    parts.append(f"{len(data['inputs']):,} input files, {sum(i['bytes'] for i in data['inputs']) / 1e6:.1f} MB; "
+                 f"{docs['read']:,} documents read, {docs['used']:,} used, rejected: {rejected}.")
+    splits = list(data["examples"])
+    parts.append(table(["split", "examples", "tokens", "tokens / example"],
+                       [[s, data["examples"][s], data["tokens"][s], data["tokens"][s] / max(1, data["examples"][s])]
+                        for s in splits]))
+    config = data.get("config", {}).get("data", {})
+    parts.append(table(["statistic", "value"], [
+        ["max_seq_length", config.get("max_seq_length")], ["masking", data["masking"]["mode"]],
+        ["masked share of tokens", stats.get("masked_share")],
+        ["[MASK] / keep / random replacement shares",
+         " / ".join(fmt(stats.get("replacement_shares", {}).get(k)) for k in ("mask", "keep", "random"))],
+        ["n-gram length shares", ", ".join(f"{k}: {fmt(v)}" for k, v in stats.get("ngram_length_shares", {}).items())],
+        ["swapped (SOP label 1) share", stats.get("swapped_share")],
+        ["short-sequence share", stats.get("short_share")],
+        ["data stage workers / seconds", f"{data.get('num_workers')} / {fmt(data.get('seconds'))}"]]))
+    return "\n\n".join(parts)
+
+
+def pretrain_section(manifest: dict | None, train: list[dict], final_eval: dict | None, curves: str | None) -> str:
+    parts = ["## Pretraining"]
+    if manifest is None:
+        return "\n\n".join(parts + [not_run("pretrain")])
+    if curves:
+        parts.append(f"![Pretraining curves]({curves})")
+    if train:
+        last = train[-1]
+        keys = ["step", "mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy", "lr", "grad_norm",
+                "tokens_per_s", "mfu", "peak_memory_gb"]
+        parts.append("Last training log line:\n\n" + table(keys, [[last.get(k) for k in keys]]))
+    if final_eval:
+        flat = flatten(final_eval)
+        parts.append("Final validation metrics:\n\n" + table(list(flat), [list(flat.values())]))
+    return "\n\n".join(parts)
+
+
+def figure1_section(transitions: list[LayerTransition], figure: str | None, examples: int) -> str:
+    parts = ["## Layer transitions (the ALBERT paper's Figure 1)"]
+    if not transitions:
+        return "\n\n".join(parts + [not_run("pretrain")])
+    parts.append(f"L2 distance and cosine similarity between each layer's input and output embeddings of the "
+                 f"pretrained model, averaged over the tokens of {examples} validation examples.")
+    if figure:
+        parts.append(f"![L2 distance and cosine similarity per layer]({figure})")
+    parts.append(table(["layer", "L2 distance", "cosine similarity"],
+                       [[t.step + 1, t.l2_distance, t.cosine_similarity] for t in transitions]))
+    return "\n\n".join(parts)
+
+
+def finetune_section(manifest: dict | None, trials: list[dict[str, str]], best: dict | None) -> str:
+    parts = ["## Fine-tuning search"]
+    if manifest is None:
+        return "\n\n".join(parts + [not_run("finetune")])
+    if best:
+        flat = flatten(best)
+        parts.append("Best result:\n\n" + table(["key", "value"], [[k, v] for k, v in flat.items()]))
+    if trials:
+        headers = list(trials[0])
+        shown = trials[:MAX_TRIAL_ROWS]
+        more = f"\n\n({len(trials) - len(shown)} more trials in finetune/trials.csv)" if len(trials) > len(shown) else ""
+        parts.append(f"{len(trials)} trials:\n\n" + table(headers, [[t.get(h) for h in headers] for t in shown]) + more)
+    return "\n\n".join(parts)
+
+
+def cost_section(rows: list[dict[str, Any]]) -> str:
+    """`rows`: stage, wall_s, cpu_hours, gpu_hours, note."""
+    body = table(["stage", "wall time (s)", "CPU hours", "GPU hours", "note"],
+                 [[r["stage"], r.get("wall_s"), r.get("cpu_hours"),
+                   r.get("gpu_hours"), r.get("note", "")] for r in rows])
+    known = [r for r in rows if r.get("wall_s") is not None]
+    total = table(["total", "wall time (s)", "CPU hours", "GPU hours"],
+                  [["all stages", sum(r["wall_s"] for r in known),
+                    sum(r.get("cpu_hours") or 0.0 for r in known), sum(r.get("gpu_hours") or 0.0 for r in known)]])
+    return "\n\n".join(["## Cost per stage",
+                        "CPU and GPU hours are the logical CPUs and GPUs Ray reserved for the stage's tasks, actors "
+                        "and trainers, integrated over its wall time (sampled once a second by the DAG). A stage "
+                        "that ran outside the DAG has its wall time from its manifest only.", body, total])

@@ -1,0 +1,65 @@
+"""The report's figures as PNG bytes (matplotlib, no display needed)."""
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: cluster workers have no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .layers import LayerTransition  # noqa: E402
+
+# (title, training key, validation key or None)
+CURVES = [("MLM loss", "mlm_loss", "mlm_loss"), ("SOP loss", "sop_loss", "sop_loss"),
+          ("MLM accuracy", "mlm_accuracy", "mlm_accuracy"), ("SOP accuracy", "sop_accuracy", "sop_accuracy"),
+          ("learning rate", "lr", None), ("gradient norm (before clipping)", "grad_norm", None),
+          ("tokens / s", "tokens_per_s", None), ("peak memory (GB)", "peak_memory_gb", None)]
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
+    points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    return [s for s, _ in points], [v for _, v in points]
+
+
+def pretraining_curves(train: list[dict], validation: list[dict]) -> bytes:
+    """Every training metric against the step, validation passes as markers on the same axes."""
+    fig, axes = plt.subplots(2, 4, figsize=(16, 7))
+    for ax, (title, key, val_key) in zip(axes.flat, CURVES):
+        steps, values = _series(train, key)
+        ax.plot(steps, values, label="train", linewidth=1.2)
+        if val_key is not None:
+            v_steps, v_values = _series(validation, val_key)
+            if v_steps:
+                ax.plot(v_steps, v_values, "o-", label="validation", markersize=4)
+            ax.legend(fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("step", fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle("Pretraining")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def layer_transitions_figure(transitions: list[LayerTransition], label: str) -> bytes:
+    """The paper's Figure 1: L2 distance and cosine similarity of each layer's input and output."""
+    layers = [t.step + 1 for t in transitions]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.plot(layers, [t.l2_distance for t in transitions], "o-", label=label)
+    left.set_title("L2 distance between a layer's input and output")
+    right.plot(layers, [t.cosine_similarity for t in transitions], "o-", label=label)
+    right.set_title("Cosine similarity between a layer's input and output")
+    for ax in (left, right):
+        ax.set_xlabel("layer")
+        ax.set_xticks(layers)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    return _png(fig)

@@ -1,0 +1,143 @@
+"""`python -m pipelines.report`: {run_dir}/report.md and its figures from the other stages' outputs."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import tempfile
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+
+import pyarrow.parquet as pq
+
+from albert_model.hf import load_hf_pretrained
+
+from ..config import RunConfig, dump_yaml
+from ..prep.storage import StagedOutput, exists, filesystem, join, read_bytes, write_bytes, write_text
+from ..stages import STAGES, read_manifest, skip_if_up_to_date, stage_dir, stage_fingerprint
+from . import markdown
+from .costs import read_cost
+from .layers import LayerTransition, layer_transitions, pad_batch, unmask
+from .plots import layer_transitions_figure, pretraining_curves
+
+log = logging.getLogger(__name__)
+
+FIGURE1_EXAMPLES = 32
+CURVES_PNG = "pretraining_curves.png"
+FIGURE1_PNG = "layer_transitions.png"
+FIGURE1_JSON = "layer_transitions.json"
+
+
+def read_metrics(path: str) -> tuple[list[dict], list[dict]]:
+    """metrics.jsonl as (training lines, validation lines)."""
+    if not exists(path):
+        return [], []
+    records = [json.loads(line) for line in read_bytes(path).decode().splitlines() if line.strip()]
+    return ([r for r in records if r.get("split", "train") == "train"],
+            [r for r in records if r.get("split") == "validation"])
+
+
+def read_json(path: str) -> dict | None:
+    return json.loads(read_bytes(path)) if exists(path) else None
+
+
+def read_csv(path: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(read_bytes(path).decode()))) if exists(path) else []
+
+
+def first_examples(data_dir: str, n: int) -> list[dict]:
+    """The first `n` examples of the validation split (the train split if it has none)."""
+    for split in ("validation", "train"):
+        fs, folder = filesystem(join(data_dir, split))
+        files = sorted(f for f in fs.find(folder) if f.endswith(".parquet")) if fs.exists(folder) else []
+        rows: list[dict] = []
+        for f in files:
+            rows += pq.read_table(f, filesystem=fs).slice(0, n - len(rows)).to_pylist()
+            if len(rows) >= n:
+                break
+        if rows:
+            return rows
+    return []
+
+
+def compute_figure1(config: RunConfig) -> tuple[list[LayerTransition], int]:
+    """Figure 1 of the trained model in {run_dir}/pretrain/hf on unmasked validation examples, and
+    how many examples."""
+    hf_dir = join(stage_dir(config, "pretrain"), "hf")
+    examples = first_examples(stage_dir(config, "data"), FIGURE1_EXAMPLES)
+    if not exists(join(hf_dir, "config.json")) or not examples:
+        return [], 0
+    fs, path = filesystem(hf_dir)
+    with tempfile.TemporaryDirectory() as local:
+        if "://" in hf_dir:  # load_hf_pretrained reads a local folder
+            fs.get(path.rstrip("/") + "/", local + "/", recursive=True)
+            path = local
+        model = load_hf_pretrained(path)
+    return layer_transitions(model, **pad_batch([unmask(e) for e in examples])), len(examples)
+
+
+def cost_rows(config: RunConfig, manifests: dict[str, dict | None]) -> list[dict]:
+    rows = []
+    for name in STAGES:
+        if name == "report":
+            continue
+        manifest, cost = manifests.get(name), read_cost(config.run_dir, name)
+        if manifest is None:
+            rows.append({"stage": name, "note": "not run"})
+        elif cost is not None and cost.get("fingerprint") == manifest.get("fingerprint"):
+            rows.append({"stage": name, **cost, "note": f"ran {datetime.fromtimestamp(cost['started'], timezone.utc):%Y-%m-%d %H:%M} UTC"
+                         f" on {cost['cluster_cpus']:g} CPUs, {cost['cluster_gpus']:g} GPUs"})
+        else:
+            rows.append({"stage": name, "wall_s": manifest.get("seconds"), "note": "ran outside the DAG"})
+    return rows
+
+
+def run_report(config: RunConfig, force: bool = False) -> str:
+    """Write {run_dir}/report.md and {run_dir}/report/ (figures, layer_transitions.json, manifest.json)."""
+    started = time.time()
+    if skip_if_up_to_date(config, "report", force):
+        return stage_dir(config, "report")
+    manifests = {name: read_manifest(config, name) for name in STAGES if name != "report"}
+    out = StagedOutput(stage_dir(config, "report"))
+    out.begin()
+    parts = []
+
+    pretrain_dir = stage_dir(config, "pretrain")
+    train, validation = read_metrics(join(pretrain_dir, "metrics.jsonl"))
+    curves = None
+    if train:
+        write_bytes(out.staged(CURVES_PNG), pretraining_curves(train, validation))
+        parts.append(CURVES_PNG)
+        curves = f"report/{CURVES_PNG}"
+    transitions, examples = compute_figure1(config) if manifests["pretrain"] else ([], 0)
+    figure1 = None
+    if transitions:
+        write_bytes(out.staged(FIGURE1_PNG), layer_transitions_figure(transitions, f"ALBERT-{config.model.preset}"))
+        write_text(out.staged(FIGURE1_JSON), json.dumps([asdict(t) for t in transitions], indent=2) + "\n")
+        parts += [FIGURE1_PNG, FIGURE1_JSON]
+        figure1 = f"report/{FIGURE1_PNG}"
+
+    finetune_dir = stage_dir(config, "finetune")
+    sections = [
+        f"# ALBERT run report\n\n`{config.run_dir}`, written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. "
+        f"Models (transformers format): pretrained `{join(pretrain_dir, 'hf')}`, "
+        f"fine-tuned `{join(finetune_dir, 'best')}`.",
+        markdown.data_section(manifests["vocab"], manifests["data"]),
+        markdown.pretrain_section(manifests["pretrain"], train, read_json(join(pretrain_dir, "eval.json")), curves),
+        markdown.figure1_section(transitions, figure1, examples),
+        markdown.finetune_section(manifests["finetune"], read_csv(join(finetune_dir, "trials.csv")),
+                                  read_json(join(finetune_dir, "best.json"))),
+        markdown.cost_section(cost_rows(config, manifests)),
+        f"## Configuration\n\n```yaml\n{dump_yaml(config)}```",
+    ]
+    report_path = join(config.run_dir, "report.md")
+    write_text(report_path, "\n\n".join(sections) + "\n")
+    inputs = {dep: (manifests[dep] or {}).get("fingerprint", "") for dep in STAGES["report"].inputs}
+    manifest = {"report": report_path, "figures": [p for p in parts if p.endswith(".png")],
+                "inputs": inputs, "seconds": time.time() - started,
+                "fingerprint": stage_fingerprint(config, "report", inputs)}
+    out.commit(parts, manifest)
+    log.info("report in %s", report_path)
+    return out.out_dir
