@@ -1,0 +1,249 @@
+"""`python -m pipelines.local_cluster`: this checkout's own local Ray head, and jobs submitted to it.
+
+`make run` uses it: a head with token auth on, the dashboard on 127.0.0.1, every port free-picked
+(another Ray on the machine may hold the defaults) and its own temp dir (so a plain `ray.init()`
+elsewhere does not find it). Its state (pid, ports, token) lives in `.ray-local/` (gitignored);
+`stop` ends this head's process group only, never another Ray on the machine.
+
+    python -m pipelines.local_cluster run [--num-cpus N] [full_run args ...]   # start if needed, submit, stream
+    python -m pipelines.local_cluster start | status | stop
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STATE_DIR = REPO / ".ray-local"
+RAY = str(Path(sys.executable).parent / "ray")
+PORT_NAMES = ("port", "dashboard-port", "ray-client-server-port", "dashboard-agent-listen-port",
+              "dashboard-agent-grpc-port", "metrics-export-port", "node-manager-port", "object-manager-port",
+              "runtime-env-agent-port")
+WORKER_PORTS = 200
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def pick_ports() -> dict[str, int]:
+    """A free port per Ray service and a free range for workers."""
+    ports: dict[str, int] = {}
+    for name in PORT_NAMES:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports[name] = s.getsockname()[1]
+    while True:
+        base = random.randrange(20000, 30000 - WORKER_PORTS)
+        span = range(base, base + WORKER_PORTS)
+        if not set(span) & set(ports.values()) and all(_bindable(p) for p in span):
+            return {**ports, "min-worker-port": base, "max-worker-port": base + WORKER_PORTS - 1}
+
+
+@dataclass
+class LocalHead:
+    pid: int
+    """The `ray start --head --block` process; its process group holds the head's processes."""
+    ports: dict[str, int]
+    temp_dir: str
+    token: str
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['dashboard-port']}"
+
+    @property
+    def gcs_address(self) -> str:
+        return f"127.0.0.1:{self.ports['port']}"
+
+    def client_env(self) -> dict[str, str]:
+        """The environment for `ray job submit` (and other clients) against this head."""
+        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token,
+                "RAY_ADDRESS": self.dashboard_url}
+
+    def responds(self) -> bool:
+        request = urllib.request.Request(self.dashboard_url + "/api/version",
+                                         headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except OSError:
+            return False
+        return self.responds()
+
+    def agent_listening(self) -> bool:
+        with socket.socket() as s:
+            s.settimeout(1)
+            return s.connect_ex(("127.0.0.1", self.ports["dashboard-agent-listen-port"])) == 0
+
+    def stop(self, timeout_s: float = 60) -> None:
+        """SIGTERM to `ray start --block` (it stops the processes it started), then SIGKILL to its
+        process group if anything is left."""
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and _group_alive(self.pid):
+            time.sleep(0.5)
+        if _group_alive(self.pid):
+            os.killpg(self.pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _state_file(state_dir: Path) -> Path:
+    return state_dir / "head.json"
+
+
+def load_head(state_dir: Path = STATE_DIR) -> LocalHead | None:
+    """The head this state dir started, if it is still up."""
+    try:
+        head = LocalHead(**json.loads(_state_file(state_dir).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    return head if head.alive() else None
+
+
+def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout_s: float = 180) -> LocalHead:
+    """Start a head for this state dir and wait until it takes jobs."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ports = pick_ports()
+    # Short and per state dir: Ray's socket paths under it must stay below 108 characters.
+    temp_dir = f"/tmp/ray-albert-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}"
+    token = secrets.token_hex(32)
+    command = [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
+               "--include-dashboard=true", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+               *[f"--{name}={port}" for name, port in ports.items()],
+               *([f"--num-cpus={num_cpus}"] if num_cpus else [])]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # Jobs run `python ...` with the head's PATH: make that the interpreter (venv) running this.
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    log_path = state_dir / "head.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    head = LocalHead(process.pid, ports, temp_dir, token)
+    token_file = state_dir / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    state = _state_file(state_dir)
+    state.write_text(json.dumps(asdict(head), indent=2))
+    state.chmod(0o600)
+    deadline = time.time() + timeout_s
+    # The job agent comes up seconds after the dashboard; jobs submitted before it fail.
+    while not (head.responds() and head.agent_listening()):
+        if process.poll() is not None:
+            raise RuntimeError(f"ray start exited with {process.returncode}; see {log_path}:\n"
+                               + log_path.read_text()[-3000:])
+        if time.time() > deadline:
+            head.stop()
+            raise TimeoutError(f"the Ray head did not come up in {timeout_s:.0f} s; see {log_path}")
+        time.sleep(1)
+    return head
+
+
+def submit(head: LocalHead, entrypoint: list[str], working_dir: Path = REPO, attempts: int = 5) -> int:
+    """`ray job submit --working-dir DIR -- ENTRYPOINT`, streaming the job's log; the CLI's exit code
+    (1 when the job failed). Retries while the head's job agent is not ready yet."""
+    command = [RAY, "job", "submit", f"--address={head.dashboard_url}", f"--working-dir={working_dir}",
+               "--", *entrypoint]
+    for attempt in range(attempts):
+        process = subprocess.Popen(command, env=head.client_env(), stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, bufsize=1)
+        agent_missing = False
+        assert process.stdout is not None
+        for line in process.stdout:
+            agent_missing = agent_missing or "No available agent" in line
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        rc = process.wait()
+        if rc == 0 or not agent_missing or attempt == attempts - 1:
+            return rc
+        time.sleep(3)
+    return rc
+
+
+def absolute_run_dir(argv: list[str]) -> tuple[list[str], str]:
+    """full_run's arguments with a relative run_dir made absolute (the job runs in a copy of the
+    working directory, so a relative run_dir would vanish with it), and that run_dir."""
+    from pipelines.config import load_config
+
+    args = argparse.ArgumentParser(add_help=False)
+    args.add_argument("--config")
+    known, rest = args.parse_known_args(argv)
+    overrides = [a for a in rest if "=" in a and not a.startswith("-")]
+    run_dir = load_config(known.config, overrides).run_dir
+    if "://" in run_dir or os.path.isabs(run_dir):
+        return argv, run_dir
+    run_dir = str((REPO / run_dir).resolve())
+    return [*argv, f"run_dir={run_dir}"], run_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["run", "start", "status", "stop"])
+    parser.add_argument("--num-cpus", type=int, default=None,
+                        help="logical CPUs of a head this command starts (default: the machine's)")
+    args, rest = parser.parse_known_args(argv)
+    head = load_head()
+    if args.command == "stop":
+        if head is not None:
+            head.stop()
+        print("local Ray head stopped" if head else "no local Ray head of this checkout is running")
+        return 0
+    if args.command == "status":
+        print(f"running: dashboard {head.dashboard_url}, pid {head.pid}" if head else "not running")
+        return 0 if head else 1
+    if head is None:
+        print("starting this checkout's local Ray head ...", flush=True)
+        head = start_head(num_cpus=args.num_cpus)
+    print(f"Ray dashboard: {head.dashboard_url} (token in {STATE_DIR / 'token'})", flush=True)
+    if args.command == "start":
+        return 0
+    full_run_args, run_dir = absolute_run_dir(rest)
+    started = time.time()
+    rc = submit(head, ["python", "pipelines/full_run.py", *full_run_args])
+    print(f"\n{'job SUCCEEDED' if rc == 0 else 'job FAILED'} after {(time.time() - started) / 60:.1f} min\n"
+          f"report:            {run_dir}/report.md\n"
+          f"pretrained model:  {run_dir}/pretrain/hf (transformers format)\n"
+          f"fine-tuned model:  {run_dir}/finetune/best (transformers format)\n"
+          f"Ray dashboard:     {head.dashboard_url} (token in {STATE_DIR / 'token'}); the head keeps running, "
+          f"stop it with `{sys.executable} -m pipelines.local_cluster stop`", flush=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
