@@ -143,14 +143,16 @@ def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout
     # Short and per state dir: Ray's socket paths under it must stay below 108 characters.
     temp_dir = f"/tmp/ray-albert-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}"
     token = secrets.token_hex(32)
+    head_address = f"127.0.0.1:{ports['port']}"
     command = [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
                "--include-dashboard=true", f"--temp-dir={temp_dir}", "--disable-usage-stats",
                *[f"--{name}={port}" for name, port in ports.items()],
                *([f"--num-cpus={num_cpus}"] if num_cpus else [])]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     # Jobs run `python ...` with the head's PATH: make that the interpreter (venv) running this.
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token,
-               PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    # RAY_ADDRESS: Ray's own actors (Ray Train's placement group cleaner) look the cluster up
+    # without an address and fail when another Ray runs on the machine.
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_ADDRESS": head_address,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     log_path = state_dir / "head.log"
     with open(log_path, "ab") as log:
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -175,25 +177,28 @@ def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout
     return head
 
 
-def submit(head: LocalHead, entrypoint: list[str], working_dir: Path = REPO, attempts: int = 5) -> int:
-    """`ray job submit --working-dir DIR -- ENTRYPOINT`, streaming the job's log; the CLI's exit code
-    (1 when the job failed). Retries while the head's job agent is not ready yet."""
+def submit(head: LocalHead, entrypoint: list[str], working_dir: Path = REPO, attempts: int = 5,
+           echo: bool = True) -> tuple[int, str]:
+    """`ray job submit --working-dir DIR -- ENTRYPOINT`, streaming the job's log (to stdout when
+    `echo`); the CLI's exit code (1 when the job failed) and its output. Retries while the head's
+    job agent is not ready yet."""
     command = [RAY, "job", "submit", f"--address={head.dashboard_url}", f"--working-dir={working_dir}",
                "--", *entrypoint]
     for attempt in range(attempts):
         process = subprocess.Popen(command, env=head.client_env(), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, bufsize=1)
-        agent_missing = False
         assert process.stdout is not None
+        lines = []
         for line in process.stdout:
-            agent_missing = agent_missing or "No available agent" in line
-            sys.stdout.write(line)
-            sys.stdout.flush()
+            lines.append(line)
+            if echo:
+                sys.stdout.write(line)
+                sys.stdout.flush()
         rc = process.wait()
-        if rc == 0 or not agent_missing or attempt == attempts - 1:
-            return rc
+        if rc == 0 or not any("No available agent" in line for line in lines) or attempt == attempts - 1:
+            break
         time.sleep(3)
-    return rc
+    return rc, "".join(lines)
 
 
 def absolute_run_dir(argv: list[str]) -> tuple[list[str], str]:
@@ -215,8 +220,10 @@ def absolute_run_dir(argv: list[str]) -> tuple[list[str], str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["run", "start", "status", "stop"])
-    parser.add_argument("--num-cpus", type=int, default=None,
-                        help="logical CPUs of a head this command starts (default: the machine's)")
+    # At least 4: a training worker or a Tune trial holds a CPU while Ray Data's read tasks need
+    # one more, which a 2-core machine would not have left.
+    parser.add_argument("--num-cpus", type=int, default=max(4, os.cpu_count() or 1),
+                        help="logical CPUs of a head this command starts (default: the machine's, at least 4)")
     args, rest = parser.parse_known_args(argv)
     head = load_head()
     if args.command == "stop":
@@ -235,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     full_run_args, run_dir = absolute_run_dir(rest)
     started = time.time()
-    rc = submit(head, ["python", "pipelines/full_run.py", *full_run_args])
+    rc, _ = submit(head, ["python", "pipelines/full_run.py", *full_run_args])
     print(f"\n{'job SUCCEEDED' if rc == 0 else 'job FAILED'} after {(time.time() - started) / 60:.1f} min\n"
           f"report:            {run_dir}/report.md\n"
           f"pretrained model:  {run_dir}/pretrain/hf (transformers format)\n"
