@@ -57,12 +57,31 @@ def _config_value(config: RunConfig, key: str) -> Any:
     return value[name] if name else value
 
 
+def pretrained_dir(config: RunConfig) -> str:
+    """The model fine-tuning starts from: finetune.pretrained, or the pretrain stage's export."""
+    return config.finetune.pretrained or join(stage_dir(config, "pretrain"), "hf")
+
+
+def directory_fingerprint(path: str) -> str:
+    """A model directory made outside this run (no manifest): its config.json and each file's name and size."""
+    fs, root = filesystem(path)
+    if not fs.exists(f"{root}/config.json"):
+        raise FileNotFoundError(f"finetune.pretrained: {path} has no config.json (not a transformers ALBERT directory)")
+    digest = hashlib.sha256(fs.cat_file(f"{root}/config.json"))
+    for info in sorted(fs.ls(root, detail=True), key=lambda i: i["name"]):
+        digest.update(f"{info['name'].rsplit('/', 1)[-1]}:{info.get('size')}\n".encode())
+    return digest.hexdigest()
+
+
 def stage_fingerprint(config: RunConfig, name: str, input_fingerprints: dict[str, str] | None = None) -> str:
     """sha256 of the stage's config keys and its inputs' fingerprints (from their manifests unless given)."""
     stage = STAGES[name]
     if input_fingerprints is None:
         input_fingerprints = {}
         for dep in stage.inputs:
+            if name == "finetune" and dep == "pretrain" and config.finetune.pretrained:
+                input_fingerprints[dep] = directory_fingerprint(config.finetune.pretrained)
+                continue
             manifest = read_manifest(config, dep)
             if manifest is None:
                 raise FileNotFoundError(f"{name} needs the {dep} stage's output, and {stage_dir(config, dep)} "
@@ -93,5 +112,5 @@ def skip_if_up_to_date(config: RunConfig, name: str, force: bool) -> bool:
     return False
 
 
-__all__ = ["STAGES", "Stage", "is_up_to_date", "read_manifest", "skip_if_up_to_date", "stage_dir",
+__all__ = ["STAGES", "Stage", "directory_fingerprint", "is_up_to_date", "pretrained_dir", "read_manifest", "skip_if_up_to_date", "stage_dir",
            "stage_fingerprint"]

@@ -1,0 +1,107 @@
+"""The fine-tuning stage: a Ray Tune search with ASHA on the embedded BBC task, the exported best
+model in transformers, a multi-worker (Ray Train DDP) trial, and the stage's fingerprint."""
+import csv
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from pipelines.config import load_config
+from pipelines.finetuning.task import load_task
+from pipelines.stages import is_up_to_date, stage_fingerprint
+
+from .finetuning.helpers import tiny_pretrained  # noqa: F401
+
+
+def test_a_given_pretrained_directory_is_fingerprinted_without_a_pretrain_manifest(tiny_pretrained, tmp_path):  # noqa: F811
+    model = tmp_path / "model"
+    shutil.copytree(tiny_pretrained, model)
+    config = load_config(overrides=[f"run_dir={tmp_path}/run", f"finetune.pretrained={model}"])
+    first = stage_fingerprint(config, "finetune")
+    assert stage_fingerprint(config, "finetune") == first
+    with open(model / "model.safetensors", "ab") as f:
+        f.write(b"\0")
+    assert stage_fingerprint(config, "finetune") != first
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        stage_fingerprint(load_config(overrides=[f"finetune.pretrained={tmp_path}/none"]), "finetune")
+    with pytest.raises(FileNotFoundError, match="run the pretrain stage first"):
+        stage_fingerprint(load_config(overrides=[f"run_dir={tmp_path}/run"]), "finetune")
+
+
+def transformers_metric(best_dir, config, max_length):
+    from transformers import AlbertForSequenceClassification, AlbertTokenizer
+
+    model = AlbertForSequenceClassification.from_pretrained(best_dir).eval()
+    tokenizer = AlbertTokenizer.from_pretrained(best_dir)
+    task = load_task(config.finetune)
+    assert [model.config.id2label[i] for i in range(len(task.label_names))] == task.label_names
+    predictions = []
+    with torch.no_grad():
+        for i in range(0, len(task.eval), 64):
+            batch = tokenizer(task.eval.texts[i:i + 64], truncation=True, max_length=max_length, padding=True,
+                              return_tensors="pt", return_token_type_ids=True)
+            predictions.append(model(**batch).logits.argmax(-1).numpy())
+    return float((np.concatenate(predictions) == np.array(task.eval_targets)).mean())
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(ray_session, tiny_pretrained, tmp_path,  # noqa: F811
+                                                                          capsys):
+    from pipelines.finetune import run_finetune
+
+    overrides = [f"run_dir={tmp_path}", f"finetune.pretrained={tiny_pretrained}", "finetune.max_seq_length=32",
+                 "finetune.max_train_examples=400", "finetune.max_eval_examples=200", "tune.num_samples=4",
+                 "tune.max_concurrent_trials=2", "tune.reduction_factor=2", "tune.grace_period=1",
+                 "tune.space={finetune.lr: [0.00001, 0.001], finetune.batch_size: [8], finetune.epochs: 3}"]
+    config = load_config(overrides=overrides)
+    out = run_finetune(config)
+    assert sorted(os.listdir(out)) == ["best", "best.json", "config.yaml", "manifest.json", "trials.csv"]
+    trials = list(csv.DictReader(open(f"{out}/trials.csv")))
+    assert len(trials) == 4 and {t["finetune.lr"] for t in trials} <= {"1e-05", "0.001"}
+    assert all(t["status"] in ("completed", "stopped_early") for t in trials)
+    stopped = [t for t in trials if t["stopped_early"] == "True"]
+    assert stopped and all(int(t["epochs_run"]) < 3 for t in stopped)
+
+    best = json.load(open(f"{out}/best.json"))
+    manifest = json.load(open(f"{out}/manifest.json"))
+    assert best["value"] == max(float(t["accuracy"]) for t in trials)
+    assert manifest["trials"] == {"total": 4, "completed": 4 - len(stopped), "stopped_early": len(stopped), "failed": 0}
+    assert manifest["fingerprint"] == stage_fingerprint(config, "finetune") and is_up_to_date(config, "finetune")
+    examples = manifest["examples"]
+    assert examples["inputs"][0]["read"] == 2225 == (examples["train"]["used"] + examples["train"]["unsampled"]
+                                                     + examples["eval"]["used"] + examples["eval"]["unsampled"])
+    summary = capsys.readouterr().out
+    assert "fine-tuning: 4 trials" in summary and f"best: trial {best['trial_id']}" in summary
+
+    assert sorted(os.listdir(f"{out}/best")) == ["config.json", "model.safetensors", "spiece.model",
+                                                 "tokenizer_config.json"]
+    assert abs(transformers_metric(f"{out}/best", config, 32) - best["value"]) <= 0.005
+
+    assert run_finetune(config) == out  # up to date: nothing to do
+    assert "up to date" in capsys.readouterr().out
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, tiny_pretrained, tmp_path):  # noqa: F811
+    from pipelines.finetune import run_finetune
+
+    words = {"pos": "good great fine lovely", "neg": "bad awful poor dull"}
+    rows = [(f"{words[y].split()[i % 4]} film {i}", y) for i in range(60) for y in ("pos", "neg")]
+    (tmp_path / "train.csv").write_text("review,sentiment\n" + "".join(f"{t},{y}\n" for t, y in rows))
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"review": t, "sentiment": y}) + "\n" for t, y in rows[:20]))
+    config = load_config(overrides=[
+        f"run_dir={tmp_path}/run", f"finetune.pretrained={tiny_pretrained}", f"finetune.train_path={tmp_path}/train.csv",
+        f"finetune.eval_path={tmp_path}/eval.jsonl", "finetune.text_column=review", "finetune.label_column=sentiment",
+        "finetune.max_seq_length=16", "tune.num_samples=1", "tune.workers_per_trial=2", "tune.scheduler=none",
+        "tune.space={finetune.lr: 0.001, finetune.batch_size: 8, finetune.epochs: 2}"])
+    out = run_finetune(config)
+    trials = list(csv.DictReader(open(f"{out}/trials.csv")))
+    assert len(trials) == 1 and trials[0]["status"] == "completed" and trials[0]["epochs_run"] == "2"
+    best = json.load(open(f"{out}/best.json"))
+    assert best["label_names"] == ["neg", "pos"]
+    assert json.load(open(f"{out}/best/config.json"))["id2label"] == {"0": "neg", "1": "pos"}
