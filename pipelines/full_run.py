@@ -96,6 +96,8 @@ def plan_dag(config: RunConfig, selected: Sequence[str], forced: set[str]) -> li
             continue
         missing = [dep for dep in stage.inputs if predicted[dep] is None]
         fingerprint = stage_fingerprint(config, name, {dep: predicted[dep] or "" for dep in stage.inputs})
+        if name == "finetune" and config.finetune.pretrained:  # a model from outside this run, not pretrain's
+            missing, fingerprint = [], stage_fingerprint(config, name)
         if name in forced:
             status = "runs: forced"
         elif missing:
