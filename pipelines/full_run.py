@@ -208,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"are complete and will be reused by the next submission", flush=True)
         return 1
     print(f"full_run: all stages done in {time.time() - started:.0f} s", flush=True)
-    for label, path in [("report", join(config.run_dir, "report.md")),
+    for label, path in [("report.md", join(config.run_dir, "report.md")),
                         ("pretrained model (transformers format)", join(stage_dir(config, "pretrain"), "hf")),
                         ("fine-tuned model (transformers format)", join(stage_dir(config, "finetune"), "best"))]:
         print(f"full_run: {label}: {path}", flush=True)

@@ -87,3 +87,135 @@ def test_bad_stage_arguments_exit_with_usage(tmp_path, capsys):
         full_run.main([f"run_dir={tmp_path}", "--force", "tokenize", "--dry-run"])
     assert e.value.code == 2
     assert "--force 'tokenize': not one of the stages to run" in capsys.readouterr().err
+
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_dag_runs_unchanged_on_s3(ray_session, s3_endpoint):
+    """Stage tasks on Ray workers, cost records and the report, all through s3:// (moto). Pretrain and
+    fine-tuning on s3:// are their stages' own tests; here the report is written without them."""
+    from pipelines.prep.storage import exists, filesystem, read_bytes
+
+    filesystem("s3://full-run/x")[0].mkdir("full-run")
+    config = load_config(TINY, ["run_dir=s3://full-run/run"])
+    selected, forced = full_run.select_stages("vocab,data,report", None)
+    assert [r["skipped"] for r in full_run.run_dag(config, selected, forced)] == [False, False, False]
+    for path in ("vocab/spiece.model", "data/manifest.json", "costs/vocab.json", "costs/data.json",
+                 "report/manifest.json", "report.md"):
+        assert exists(f"s3://full-run/run/{path}"), path
+    assert "| data | " in read_bytes("s3://full-run/run/report.md").decode()
+    again = full_run.run_dag(config, selected, forced)
+    assert [r["skipped"] for r in again] == [True, True, False]  # a partial report is never up to date
+
+
+# --- The whole job on a real local cluster: `ray start --head` on free ports, `ray job submit`. ---
+# Module-scoped: each submission continues the run_dir of the one before (fail, resume, skip, force),
+# so every test stays within one submission's time.
+STAGE_NAMES = ["vocab", "data", "pretrain", "finetune", "report"]
+OUTPUTS = ["vocab/spiece.model", "data/train", "data/validation", "pretrain/metrics.jsonl", "pretrain/eval.json",
+           "pretrain/hf/model.safetensors", "pretrain/hf/config.json", "finetune/trials.csv", "finetune/best.json",
+           "finetune/best", "report.md", "report/pretraining_curves.png", "report/layer_transitions.png"]
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    from pipelines.local_cluster import _group_alive, start_head
+
+    head = start_head(tmp_path_factory.mktemp("ray-head"), num_cpus=4)
+    yield head
+    head.stop()
+    assert not _group_alive(head.pid)  # this head, and only it: its own process group
+
+
+@pytest.fixture(scope="module")
+def job_run_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("full-run") / "run"
+
+
+def submit_full_run(head, run_dir, *args):
+    from pipelines.local_cluster import submit
+
+    rc, output = submit(head, ["python", "pipelines/full_run.py", "--config", "configs/tiny.yaml",
+                               f"run_dir={run_dir}", *args], echo=False)
+    print(output)
+    return rc, output
+
+
+def stage_lines(output):
+    """{stage: 'done' | 'skipped'} from the DAG's per-stage lines."""
+    found = {}
+    for line in output.splitlines():
+        for name in STAGE_NAMES:
+            if line.startswith(f"full_run: {name}: "):
+                found[name] = "skipped" if "up to date, skipped" in line else "done"
+    return found
+
+
+def manifests(run_dir):
+    return {n: json.loads((run_dir / n / "manifest.json").read_text()) for n in STAGE_NAMES
+            if (run_dir / n / "manifest.json").exists()}
+
+
+@pytest.fixture(scope="module")
+def failed_submission(head, job_run_dir):
+    """A config error only the pretrain stage detects: more sequences per batch than examples."""
+    return submit_full_run(head, job_run_dir, "train.global_batch_size=100000")
+
+
+@pytest.fixture(scope="module")
+def resumed_submission(failed_submission, head, job_run_dir):
+    return submit_full_run(head, job_run_dir)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_failing_stage_stops_the_dag_and_names_itself_last(failed_submission, job_run_dir):
+    rc, output = failed_submission
+    assert rc == 1 and "' failed" in output  # the CLI's "Job 'raysubmit_...' failed"
+    dag_lines = [line for line in output.splitlines() if line.startswith("full_run: ")]
+    assert dag_lines[-2].startswith("full_run: FAILED at stage pretrain after ")
+    assert "ValueError: train.global_batch_size=100000 exceeds the" in dag_lines[-2]
+    assert "outputs of the stages before pretrain are complete" in dag_lines[-1]
+    assert stage_lines(output) == {"vocab": "done", "data": "done"}
+    assert set(manifests(job_run_dir)) == {"vocab", "data"}
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submission, job_run_dir):
+    rc, output = resumed_submission
+    assert rc == 0 and "succeeded" in output
+    assert stage_lines(output) == {"vocab": "skipped", "data": "skipped", "pretrain": "done", "finetune": "done",
+                                   "report": "done"}
+    assert "vocab: up to date in" in output  # the stage itself says so too
+    for path in OUTPUTS:
+        assert (job_run_dir / path).exists(), path
+    assert set(manifests(job_run_dir)) == set(STAGE_NAMES)
+    costs = {n: json.loads((job_run_dir / "costs" / f"{n}.json").read_text()) for n in STAGE_NAMES}
+    assert costs["pretrain"]["fingerprint"] == manifests(job_run_dir)["pretrain"]["fingerprint"]
+    assert costs["pretrain"]["cpu_hours"] > 0 and costs["pretrain"]["wall_s"] > 0
+    report = (job_run_dir / "report.md").read_text()
+    assert "| pretrain |" in report and "| ran outside the DAG |" not in report
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_second_submission_skips_every_stage(resumed_submission, head, job_run_dir):
+    before = manifests(job_run_dir)
+    rc, output = submit_full_run(head, job_run_dir)
+    assert rc == 0
+    assert stage_lines(output) == dict.fromkeys(STAGE_NAMES, "skipped")
+    assert manifests(job_run_dir) == before
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_force_pretrain_reruns_pretrain_and_what_follows(resumed_submission, head, job_run_dir):
+    before = manifests(job_run_dir)
+    rc, output = submit_full_run(head, job_run_dir, "--force", "pretrain")
+    assert rc == 0
+    assert stage_lines(output) == {"vocab": "skipped", "data": "skipped", "pretrain": "done", "finetune": "done",
+                                   "report": "done"}
+    after = manifests(job_run_dir)
+    assert [after[n] == before[n] for n in STAGE_NAMES] == [True, True, False, False, False]
