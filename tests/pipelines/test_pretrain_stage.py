@@ -169,8 +169,12 @@ def test_clear_errors_before_any_worker_starts(prepared, tmp_path):
         run_pretrain(configure(empty))
 
     too_big = fresh_run(prepared, tmp_path, "too_big")
-    with pytest.raises(ValueError, match=r"train.global_batch_size=4096 exceeds the \d+ training examples"):
-        run_pretrain(configure(too_big, "train.global_batch_size=4096"))
+    with pytest.raises(ValueError, match=r"train.global_batch_size=1048576 exceeds the \d+ training examples"):
+        run_pretrain(configure(too_big, "train.global_batch_size=1048576"))
+
+    few = fresh_run(prepared, tmp_path, "few")
+    with pytest.raises(ValueError, match=r"\d+ validation examples, fewer than one evaluation batch"):
+        run_pretrain(configure(few, "train.global_batch_size=2048"))
 
     gpu = fresh_run(prepared, tmp_path, "gpu")
     with pytest.raises(ValueError, match="train.use_gpu=true with train.num_workers=1, but the cluster has 0 GPUs"):
@@ -188,7 +192,7 @@ def test_clear_errors_before_any_worker_starts(prepared, tmp_path):
     with pytest.raises(ValueError, match=rf"{first.name}: column 'sentence_order_label' missing"):
         run_pretrain(configure(schema))
 
-    for run_dir in (too_big, gpu, vocab, schema):  # nothing was trained
+    for run_dir in (too_big, few, gpu, vocab, schema):  # nothing was trained
         assert not (run_dir / "pretrain" / "train").exists()
 
 
@@ -204,7 +208,7 @@ def test_checkpoints_and_export_on_s3(prepared, s3_endpoint, tmp_path):
     files = {p.split("/run/pretrain/", 1)[1] for p in fs.find("pretrain-bucket/run/pretrain")}
     assert {"manifest.json", "eval.json", "metrics.jsonl", "hf/config.json", "hf/model.safetensors",
             "hf/spiece.model"} <= files
-    checkpoint = sorted({f.split("/")[1] for f in files if f.startswith("train/checkpoint_")})[-1]
+    checkpoint = sorted({f.split("/")[1] for f in files if f.startswith("train/checkpoint_") and f.count("/") == 2})[-1]
     assert {f"train/{checkpoint}/{name}" for name in (".metadata", "__0_0.distcp", "__1_0.distcp",
                                                        "train_state.json")} <= files
     local = tmp_path / "hf"
