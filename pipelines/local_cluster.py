@@ -111,9 +111,15 @@ class LocalHead:
             time.sleep(0.5)
         if _group_alive(self.pid):
             os.killpg(self.pid, signal.SIGKILL)
+            while _group_alive(self.pid) and time.time() < deadline + 10:
+                time.sleep(0.2)
 
 
 def _group_alive(pgid: int) -> bool:
+    try:  # reap the leader if this process started it: a zombie still counts as a group member
+        os.waitpid(pgid, os.WNOHANG)
+    except ChildProcessError:
+        pass
     try:
         os.killpg(pgid, 0)
         return True
