@@ -2,14 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
-import functools
 import hashlib
-import inspect
 import json
-import textwrap
-import types
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,31 +15,14 @@ import yaml
 
 from albert_model.config import PRESETS, AlbertConfig
 
+from .config_fields import _check_types, _key, _require, _section_name, _sections, config_to_dict, field_docs
+from .config_finetune import TUNE_METRICS, FinetuneConfig, TuneConfig
+
 CORPUS_FORMATS = ("auto", "text", "text_blank_line_docs", "jsonl", "parquet")
 MASKING_MODES = ("static", "dynamic")
 OPTIMIZERS = ("lamb", "adamw")
 PRECISIONS = ("auto", "bf16", "fp32")
-FINETUNE_TASKS = ("classification", "regression")
-FINETUNE_INITS = ("pretrained", "random")
-TUNE_SCHEDULERS = ("asha", "none")
-TUNE_SEARCHES = ("random", "optuna")
-TUNE_METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
-# The finetune keys a search space may set: hyperparameters of one trial, not what data it reads.
-TUNABLE_KEYS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "classifier_dropout",
-                "max_grad_norm")
-SPACE_RANGES = ("loguniform", "uniform", "randint")
 
-
-@functools.cache
-def field_docs(cls: type) -> dict[str, str]:
-    """Each field's attribute docstring (the string literal right under it), read from the source."""
-    if "__field_docs__" in vars(cls):  # a generated class carries its docs
-        return dict(vars(cls)["__field_docs__"])
-    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body  # type: ignore[attr-defined]
-    return {node.target.id: after.value.value.strip() for node, after in zip(body, body[1:])
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)}
 
 
 @dataclass
@@ -253,163 +231,6 @@ class TrainConfig:
 
 
 @dataclass
-class FinetuneConfig:
-    """Fine-tuning a pretrained ALBERT on one text classification or regression table."""
-
-    pretrained: str | None = None
-    """A transformers ALBERT directory (config.json, weights, spiece.model); null = {run_dir}/pretrain/hf."""
-    init: str = "pretrained"
-    """pretrained (its weights) or random (its architecture and tokenizer, fresh weights: the no-pretraining arm)."""
-    train_path: str | None = None
-    """Training table (csv, tsv, jsonl or parquet; local or s3://); null = the embedded BBC News task."""
-    eval_path: str | None = None
-    """Evaluation table; null holds out finetune.eval_fraction of the training table (seeded, stratified)."""
-    text_column: str = "text"
-    """Column holding the text (the first segment)."""
-    text_pair_column: str | None = None
-    """Column holding the second segment of a text pair; null for single texts."""
-    label_column: str = "label"
-    """Column holding the label: a class (any string or number) or, for regression, a number."""
-    task: str = "classification"
-    """classification or regression."""
-    max_seq_length: int = 512
-    """Tokens per example, [CLS] and [SEP]s included; longer texts are truncated."""
-    eval_fraction: float = 0.2
-    """Share of the training table held out for evaluation when finetune.eval_path is null."""
-    max_train_examples: int | None = None
-    """Use a seeded (stratified) subsample of this many training examples; null uses all."""
-    max_eval_examples: int | None = None
-    """Use a seeded (stratified) subsample of this many evaluation examples; null uses all."""
-    lr: float = 2e-5
-    """Peak AdamW learning rate (linear warmup, then linear decay to 0)."""
-    batch_size: int = 32
-    """Sequences per optimizer step, summed over a trial's workers."""
-    epochs: int = 3
-    """Passes over the training examples; metrics are reported after each."""
-    warmup_ratio: float = 0.1
-    """Share of the optimizer steps spent warming the learning rate up from 0."""
-    weight_decay: float = 0.01
-    """Decoupled AdamW weight decay (not on LayerNorm or bias parameters)."""
-    classifier_dropout: float = 0.1
-    """Dropout on the pooled output before the classifier."""
-    max_grad_norm: float = 1.0
-    """Clip the gradient norm to this."""
-    eval_batch_size: int = 64
-    """Sequences per evaluation batch."""
-    seed: int = 42
-    """Seed of the split, the subsamples, the classifier's initialisation and the batch order."""
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        for name in ("pretrained", "train_path", "eval_path", "text_pair_column"):
-            _require(self, name, getattr(self, name) != "", "must not be empty (use null)")
-        _require(self, "eval_path", self.eval_path is None or self.train_path is not None,
-                 "needs finetune.train_path (the embedded task has its own split)")
-        _require(self, "init", self.init in FINETUNE_INITS, f"must be one of {', '.join(FINETUNE_INITS)}")
-        _require(self, "text_column", bool(self.text_column), "must not be empty")
-        _require(self, "label_column", bool(self.label_column), "must not be empty")
-        _require(self, "task", self.task in FINETUNE_TASKS, f"must be one of {', '.join(FINETUNE_TASKS)}")
-        _require(self, "max_seq_length", self.max_seq_length >= 4, "must be >= 4")
-        _require(self, "eval_fraction", 0 < self.eval_fraction < 1, "must be in (0, 1)")
-        for name in ("max_train_examples", "max_eval_examples"):
-            _require(self, name, getattr(self, name) is None or getattr(self, name) >= 1, "must be >= 1 or null")
-        _require(self, "lr", self.lr > 0, "must be > 0")
-        for name in ("batch_size", "epochs", "eval_batch_size"):
-            _require(self, name, getattr(self, name) >= 1, "must be >= 1")
-        _require(self, "warmup_ratio", 0 <= self.warmup_ratio < 1, "must be in [0, 1)")
-        _require(self, "weight_decay", self.weight_decay >= 0, "must be >= 0")
-        _require(self, "classifier_dropout", 0 <= self.classifier_dropout < 1, "must be in [0, 1)")
-        _require(self, "max_grad_norm", self.max_grad_norm > 0, "must be > 0")
-        _require(self, "seed", self.seed >= 0, "must be >= 0")
-
-
-def _default_space() -> dict[str, Any]:
-    # ALBERT's GLUE recipes (run_glue.sh): lr 1e-5..5e-5, batch 16/32/128, warmup 6-25% of the
-    # steps, about 3 to 10 epochs; dropout 0.1 and weight decay 0.01 stay fixed in `finetune`.
-    return {"finetune.lr": [1e-5, 2e-5, 3e-5, 5e-5], "finetune.batch_size": [16, 32, 128],
-            "finetune.warmup_ratio": [0.06, 0.1, 0.25], "finetune.epochs": [3, 5, 10]}
-
-
-@dataclass
-class TuneConfig:
-    """The Ray Tune search over fine-tuning hyperparameters."""
-
-    num_samples: int = 8
-    """Trials to run (each draws its hyperparameters from tune.space)."""
-    max_concurrent_trials: int | None = None
-    """Most trials running at once; null runs as many as the cluster's resources fit."""
-    scheduler: str = "asha"
-    """asha (stop trials whose metric lags after each epoch) or none (every trial runs all its epochs)."""
-    grace_period: int = 1
-    """ASHA: epochs every trial runs before it may be stopped."""
-    reduction_factor: int = 3
-    """ASHA: only the best 1/reduction_factor of the trials at a rung go on to the next."""
-    search: str = "random"
-    """random (independent draws from tune.space) or optuna (TPE)."""
-    metric: str | None = None
-    """Eval metric to maximise: accuracy, macro_f1, mcc (classification), pearson, spearman (regression); null = accuracy or pearson."""
-    space: dict = field(default_factory=_default_space)
-    """finetune key -> a value, a list of choices, or {loguniform|uniform|randint: [lo, hi]} (randint inclusive); it overrides that finetune key."""
-    workers_per_trial: int = 1
-    """Training processes per trial: 1 runs the trial in one process, more run it as a Ray Train DDP job."""
-    resources_per_trial: dict | None = None
-    """Resources of each training process, e.g. {CPU: 4, GPU: 1}; null = {CPU: 1}, plus GPU: 1 when the cluster has GPUs."""
-    seed: int = 0
-    """Seed of the search algorithm's draws."""
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        _require(self, "num_samples", self.num_samples >= 1, "must be >= 1")
-        _require(self, "max_concurrent_trials", self.max_concurrent_trials is None or self.max_concurrent_trials >= 1,
-                 "must be >= 1 or null")
-        _require(self, "scheduler", self.scheduler in TUNE_SCHEDULERS, f"must be one of {', '.join(TUNE_SCHEDULERS)}")
-        _require(self, "grace_period", self.grace_period >= 1, "must be >= 1")
-        _require(self, "reduction_factor", self.reduction_factor >= 2, "must be >= 2")
-        _require(self, "search", self.search in TUNE_SEARCHES, f"must be one of {', '.join(TUNE_SEARCHES)}")
-        metrics = [m for ms in TUNE_METRICS.values() for m in ms]
-        _require(self, "metric", self.metric is None or self.metric in metrics, f"must be one of {', '.join(metrics)} or null")
-        _require(self, "workers_per_trial", self.workers_per_trial >= 1, "must be >= 1")
-        resources = self.resources_per_trial or {}
-        _require(self, "resources_per_trial", all(isinstance(k, str) and isinstance(v, (int, float))
-                                                  and not isinstance(v, bool) and v >= 0
-                                                  for k, v in resources.items()),
-                 "must map resource names (CPU, GPU, ...) to amounts >= 0")
-        _require(self, "seed", self.seed >= 0, "must be >= 0")
-        for key, spec in self.space.items():
-            self._check_dimension(key, spec)
-
-    def _check_dimension(self, key: Any, spec: Any) -> None:
-        def fail(why: str) -> None:
-            raise ValueError(f"tune.space[{key!r}]={spec!r}: {why}")
-
-        name = key[len("finetune."):] if isinstance(key, str) and key.startswith("finetune.") else None
-        if name not in TUNABLE_KEYS:
-            fail(f"keys are finetune.KEY with KEY one of {', '.join(TUNABLE_KEYS)}")
-        if isinstance(spec, dict):
-            if len(spec) != 1 or next(iter(spec)) not in SPACE_RANGES:
-                fail(f"a range is one of {', '.join('{%s: [lo, hi]}' % r for r in SPACE_RANGES)}")
-            kind, bounds = next(iter(spec.items()))
-            if not (isinstance(bounds, list) and len(bounds) == 2
-                    and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
-                    and bounds[0] < bounds[1]):
-                fail("the range must be [lo, hi] with lo < hi")
-            if kind == "randint" and not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
-                fail("randint bounds must be integers")
-            if kind == "loguniform" and bounds[0] <= 0:
-                fail("loguniform bounds must be > 0")
-            values = bounds
-        else:
-            values = spec if isinstance(spec, list) else [spec]
-            if not values:
-                fail("a list of choices must not be empty")
-        for value in values:
-            try:  # the same check as finetune.KEY=value on the command line
-                FinetuneConfig(**{name: value})
-            except (ValueError, TypeError) as e:
-                fail(str(e))
-
-
-@dataclass
 class RunConfig:
     """One run: where outputs go and every stage's section. A section is any dataclass-typed field."""
 
@@ -433,51 +254,6 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check_types(self)
         _require(self, "run_dir", bool(self.run_dir), "must not be empty")
-
-
-@functools.cache
-def _sections() -> dict[str, type]:
-    hints = typing.get_type_hints(RunConfig)
-    return {f.name: hints[f.name] for f in dataclasses.fields(RunConfig) if dataclasses.is_dataclass(hints[f.name])}
-
-
-def _section_name(cls: type) -> str:
-    return next((name for name, section in _sections().items() if section is cls), "")
-
-
-def _key(cls: type, name: str) -> str:
-    return f"{_section_name(cls)}.{name}".lstrip(".")
-
-
-def _require(obj: Any, name: str, ok: bool, why: str) -> None:
-    if not ok:
-        raise ValueError(f"{_key(type(obj), name)}={getattr(obj, name)!r}: {why}")
-
-
-def _conform(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Whether `value` fits type `tp`, and the value as stored (int widened to float, str put in a list)."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return next(((True, v) for ok, v in (_conform(value, arg) for arg in args) if ok), (False, value))
-    if origin is list:
-        items = [value] if isinstance(value, args[0]) else value
-        if not isinstance(items, (list, tuple)):
-            return False, value
-        conformed = [_conform(item, args[0]) for item in items]
-        return all(ok for ok, _ in conformed), [v for _, v in conformed]
-    if isinstance(value, bool) and tp is not bool:  # bool is an int subclass, but True is no size
-        return False, value
-    if tp is float and isinstance(value, int):
-        return True, float(value)
-    return isinstance(value, tp), value
-
-
-def _check_types(obj: Any) -> None:
-    hints = typing.get_type_hints(type(obj))  # evaluates the string annotations `__future__` leaves
-    for f in dataclasses.fields(obj):
-        ok, value = _conform(getattr(obj, f.name), hints[f.name])
-        _require(obj, f.name, ok, f"must be {f.type}")
-        setattr(obj, f.name, value)
 
 
 def _unknown(key: str, cls: type, where: str = "") -> ValueError:
@@ -543,11 +319,6 @@ def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -
                         for name, value in raw.items()})
 
 
-def config_to_dict(config: Any) -> dict[str, Any]:
-    """A config (or one section) as plain YAML/JSON-ready data, every key included."""
-    return dataclasses.asdict(config)
-
-
 def dump_yaml(config: RunConfig) -> str:
     """The resolved config as YAML that `load_config` reads back to an equal config."""
     return yaml.safe_dump(config_to_dict(config), sort_keys=False)
@@ -592,5 +363,5 @@ def parse_cli(argv: Sequence[str] | None, description: str,
         parser.error(str(e))
 
 
-__all__ = ["CorpusConfig", "DataConfig", "FinetuneConfig", "ModelConfig", "RunConfig", "TrainConfig", "TuneConfig", "VocabConfig", "build_arg_parser", "config_fingerprint",
+__all__ = ["TUNE_METRICS", "CorpusConfig", "DataConfig", "FinetuneConfig", "ModelConfig", "RunConfig", "TrainConfig", "TuneConfig", "VocabConfig", "build_arg_parser", "config_fingerprint",
            "config_to_dict", "dump_yaml", "field_docs", "load_config", "parse_cli"]

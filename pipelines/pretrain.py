@@ -39,7 +39,8 @@ from .cli import stage_main
 from .config import RunConfig, TrainConfig, config_to_dict, dump_yaml
 from .prep.masking import MaskingSpec
 from .prep.process import example_schema
-from .prep.storage import arrow_filesystem, exists, filesystem, join, read_bytes, remove, write_bytes, write_text
+from .prep.storage import (arrow_filesystem, exists, filesystem, join, read_bytes, read_json, read_jsonl, remove,
+                           write_bytes, write_text)
 from .ray_runtime import init_ray
 from .stages import read_manifest, skip_if_up_to_date, stage_dir, stage_fingerprint
 from .train.build import build_model, build_optimizer
@@ -65,7 +66,7 @@ def _albert_config(config: RunConfig, vocab_size: int) -> AlbertConfig:
     if not exists(path):
         raise FileNotFoundError(f"train.init_from={config.train.init_from}: no config.json there "
                                 "(expected a transformers ALBERT directory)")
-    return AlbertConfig.from_hf_dict(json.loads(read_bytes(path)))
+    return AlbertConfig.from_hf_dict(read_json(path))
 
 
 def plan_pretraining(config: RunConfig) -> dict:
@@ -174,10 +175,7 @@ def _write_metrics(path: str, records: list[dict]) -> None:
 
 def _read_metrics(path: str, up_to_step: int) -> list[dict]:
     """Lines of an earlier attempt up to the step it is resumed from (later ones are redone)."""
-    if not exists(path):
-        return []
-    records = [json.loads(line) for line in read_bytes(path).decode().splitlines() if line.strip()]
-    return [r for r in records if r["step"] <= up_to_step and not r.get("final")]
+    return [r for r in read_jsonl(path) if r["step"] <= up_to_step and not r.get("final")]
 
 
 def train_worker(plan: dict) -> None:
@@ -300,12 +298,12 @@ def _export(plan: dict, albert: AlbertConfig, state: dict, final: dict) -> None:
 def _start_or_resume(config: RunConfig, out_dir: str, fingerprint: str, force: bool) -> None:
     """Resume only a run of the same config and inputs; anything else starts over."""
     run_file = join(out_dir, "run.json")
-    previous = json.loads(read_bytes(run_file)) if exists(run_file) else None
-    if force or (previous and previous.get("fingerprint") != fingerprint) or (exists(out_dir) and not previous):
+    previous = read_json(run_file)
+    if force or previous is None or previous.get("fingerprint") != fingerprint:
         if exists(out_dir):
             log.info("%s: %s; starting over", out_dir, "forced" if force else "made with another config or inputs")
         remove(out_dir)
-    elif previous:
+    else:
         print(f"pretrain: resuming the unfinished run in {out_dir}", flush=True)
     write_text(run_file, json.dumps({"fingerprint": fingerprint}) + "\n")
     write_text(join(out_dir, "config.yaml"), dump_yaml(config))
@@ -358,7 +356,7 @@ def run_pretrain(config: RunConfig, force: bool = False) -> str:
         "steps": train.max_steps, "sequences_seen": train.max_steps * train.global_batch_size,
         "epochs": train.max_steps / plan["batches_per_epoch"], "num_workers": train.num_workers,
         "use_gpu": plan["use_gpu"], "precision": plan["precision"], "model": plan["albert"],
-        "eval": json.loads(read_bytes(eval_path)), "checkpoint": result.checkpoint.path if result.checkpoint else None,
+        "eval": read_json(eval_path), "checkpoint": result.checkpoint.path if result.checkpoint else None,
         "config": config_to_dict(config), "seconds": time.time() - started, "fingerprint": fingerprint,
     }
     write_text(join(out_dir, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import RunConfig, config_to_dict
-from .prep.storage import exists, filesystem, join
+from .prep.storage import filesystem, join, read_json
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,7 @@ def stage_dir(config: RunConfig, name: str) -> str:
 
 def read_manifest(config: RunConfig, name: str) -> dict[str, Any] | None:
     """The stage's committed manifest, or None while the stage has not completed."""
-    path = join(stage_dir(config, name), "manifest.json")
-    if not exists(path):
-        return None
-    fs, p = filesystem(path)
-    with fs.open(p, "r") as f:
-        return json.load(f)
+    return read_json(join(stage_dir(config, name), "manifest.json"))
 
 
 def _config_value(config: RunConfig, key: str) -> Any:

@@ -84,6 +84,18 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+def read_json(path: str) -> Any:
+    """A JSON file's content, or None when there is no such file."""
+    return json.loads(read_bytes(path)) if exists(path) else None
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """A JSON-lines file's records (blank lines skipped); [] when there is no such file."""
+    if not exists(path):
+        return []
+    return [json.loads(line) for line in read_bytes(path).decode().splitlines() if line.strip()]
+
+
 def remove(path: str) -> None:
     fs, p = filesystem(path)
     if fs.exists(p):
@@ -138,4 +150,4 @@ class StagedOutput:
 
 
 __all__ = ["arrow_filesystem", "filesystem", "resolve_pkg", "join", "exists", "write_text", "write_bytes",
-           "read_bytes", "remove", "StagedOutput", "PKG_SCHEME"]
+           "read_bytes", "read_json", "read_jsonl", "remove", "StagedOutput", "PKG_SCHEME"]

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..prep.storage import exists, join, read_bytes, write_text
+from ..prep.storage import join, read_json, write_text
 
 
 class ReservationMeter:
@@ -63,8 +63,7 @@ def write_cost(run_dir: str, stage: str, record: dict[str, Any]) -> None:
 
 
 def read_cost(run_dir: str, stage: str) -> dict[str, Any] | None:
-    path = cost_path(run_dir, stage)
-    return json.loads(read_bytes(path)) if exists(path) else None
+    return read_json(cost_path(run_dir, stage))
 
 
 def cost_record(fingerprint: str, started: float, wall_s: float, meter: ReservationMeter,

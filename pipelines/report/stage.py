@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from albert_model.hf import load_hf_pretrained
 
 from ..config import RunConfig, dump_yaml
-from ..prep.storage import StagedOutput, exists, filesystem, join, read_bytes, write_bytes, write_text
+from ..prep.storage import StagedOutput, exists, filesystem, join, read_bytes, read_json, read_jsonl, write_bytes, write_text
 from ..stages import STAGES, read_manifest, skip_if_up_to_date, stage_dir, stage_fingerprint
 from . import markdown
 from .costs import read_cost
@@ -32,15 +32,9 @@ FIGURE1_JSON = "layer_transitions.json"
 
 def read_metrics(path: str) -> tuple[list[dict], list[dict]]:
     """metrics.jsonl as (training lines, validation lines)."""
-    if not exists(path):
-        return [], []
-    records = [json.loads(line) for line in read_bytes(path).decode().splitlines() if line.strip()]
+    records = read_jsonl(path)
     return ([r for r in records if r.get("split", "train") == "train"],
             [r for r in records if r.get("split") == "validation"])
-
-
-def read_json(path: str) -> dict | None:
-    return json.loads(read_bytes(path)) if exists(path) else None
 
 
 def read_csv(path: str) -> list[dict[str, str]]:
