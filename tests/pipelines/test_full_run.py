@@ -69,7 +69,14 @@ def test_plan_names_missing_inputs(tmp_path):
     assert plan["vocab"] == "not selected (no output)"
 
 
-def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys):
+def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys, monkeypatch):
+    import pipelines.ray_runtime
+
+    def no_ray() -> None:
+        raise AssertionError("--dry-run connected to Ray")
+
+    # Not `ray.is_initialized()`: other tests' session-wide Ray may be running already.
+    monkeypatch.setattr(pipelines.ray_runtime, "init_ray", no_ray)
     config = load_config(TINY, [f"run_dir={tmp_path}"])
     commit(config, "vocab")
     assert full_run.main(["--config", TINY, f"run_dir={tmp_path}", "--dry-run", "--force", "data"]) == 0
@@ -78,8 +85,6 @@ def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys):
     assert "  vocab: up to date: skipped\n" in text and "  data: runs: forced\n" in text
     assert f"      in:  vocab: {tmp_path}/vocab\n      in:  config: corpus, vocab, data\n" in text
     assert f"      out: {tmp_path}/pretrain/hf/\n" in text and f"      out: {tmp_path}/report.md\n" in text
-    import ray
-    assert not ray.is_initialized()
 
 
 def test_bad_stage_arguments_exit_with_usage(tmp_path, capsys):
