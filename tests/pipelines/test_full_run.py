@@ -98,20 +98,20 @@ def test_bad_stage_arguments_exit_with_usage(tmp_path, capsys):
 @pytest.mark.ray
 @pytest.mark.slow
 def test_the_dag_runs_unchanged_on_s3(ray_session, s3_endpoint):
-    """Stage tasks on Ray workers, cost records and the report, all through s3:// (moto). Pretrain and
-    fine-tuning on s3:// are their stages' own tests; here the report is written without them."""
+    """All five stages as tasks on Ray workers, cost records and the report, through s3:// (moto)."""
     from pipelines.prep.storage import exists, filesystem, read_bytes
 
     filesystem("s3://full-run/x")[0].mkdir("full-run")
     config = load_config(TINY, ["run_dir=s3://full-run/run"])
-    selected, forced = full_run.select_stages("vocab,data,report", None)
-    assert [r["skipped"] for r in full_run.run_dag(config, selected, forced)] == [False, False, False]
-    for path in ("vocab/spiece.model", "data/manifest.json", "costs/vocab.json", "costs/data.json",
-                 "report/manifest.json", "report.md"):
+    selected, forced = full_run.select_stages(None, None)
+    assert [r["skipped"] for r in full_run.run_dag(config, selected, forced)] == [False] * 5
+    for path in ("vocab/spiece.model", "data/manifest.json", "pretrain/hf/model.safetensors", "pretrain/eval.json",
+                 "finetune/best.json", "finetune/best/config.json", "costs/vocab.json", "costs/pretrain.json",
+                 "report/manifest.json", "report/layer_transitions.png", "report.md"):
         assert exists(f"s3://full-run/run/{path}"), path
     assert "| data | " in read_bytes("s3://full-run/run/report.md").decode()
     again = full_run.run_dag(config, selected, forced)
-    assert [r["skipped"] for r in again] == [True, True, False]  # a partial report is never up to date
+    assert [r["skipped"] for r in again] == [True] * 5
 
 
 # --- The whole job on a real local cluster: `ray start --head` on free ports, `ray job submit`. ---
