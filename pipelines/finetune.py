@@ -18,6 +18,7 @@ import tempfile
 import time
 from typing import Any
 
+import pyarrow.fs
 import ray
 import ray.train
 import ray.train.torch
@@ -173,21 +174,27 @@ def concurrent_trials(tune_cfg: TuneConfig) -> int | None:
     return max(1, min(int(cluster.get(k, 0) // v) for k, v in per_trial.items())) if per_trial else None
 
 
-def _best_epoch(result, metric: str) -> dict[str, Any] | None:
-    df = result.metrics_dataframe
-    if df is None or df.empty or metric not in df:
-        return None
-    df = df.sort_values([metric, "eval_loss"], ascending=[False, True])
-    return df.iloc[0].to_dict()
+def _kept_epochs(result) -> list[tuple[dict[str, Any], ray.tune.Checkpoint]]:
+    """A trial's epochs whose checkpoints still exist, with their metrics. num_to_keep=1 keeps the
+    best-scoring one (the later on ties) and the latest, so this is not always the best row of the
+    metrics table: a tie broken there by eval_loss can point at a deleted checkpoint."""
+    kept = [(metrics, checkpoint) for checkpoint, metrics in result.best_checkpoints or []]
+    if kept or result.metrics_dataframe is None or CHECKPOINT_PATH_KEY not in result.metrics_dataframe:
+        return kept
+    for row in result.metrics_dataframe.to_dict("records"):  # a Ray Train trial's own storage
+        if isinstance(row.get(CHECKPOINT_PATH_KEY), str):
+            checkpoint = ray.train.Checkpoint(row[CHECKPOINT_PATH_KEY])
+            if checkpoint.filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
+                kept.append((row, checkpoint))
+    return kept
 
 
-def _checkpoint_of(result, best: dict[str, Any]) -> ray.tune.Checkpoint | None:
-    if isinstance(best.get(CHECKPOINT_PATH_KEY), str):  # a Ray Train trial's own storage
-        return ray.train.Checkpoint(best[CHECKPOINT_PATH_KEY])
-    for checkpoint, metrics in result.best_checkpoints or []:
-        if metrics.get("epoch") == best["epoch"]:
-            return checkpoint
-    return None
+def best_kept_epoch(result, metric: str) -> tuple[dict[str, Any], ray.tune.Checkpoint] | tuple[None, None]:
+    """The trial's best epoch (highest metric, then lowest eval_loss) among those with a checkpoint."""
+    kept = [(m, c) for m, c in _kept_epochs(result) if metric in m]
+    if not kept:
+        return None, None
+    return max(kept, key=lambda mc: (mc[0][metric], -mc[0].get("eval_loss", 0.0)))
 
 
 def summarize_trials(results, config: RunConfig, metric: str) -> list[dict[str, Any]]:
@@ -196,7 +203,7 @@ def summarize_trials(results, config: RunConfig, metric: str) -> list[dict[str, 
     for result in results:
         trial_config = {k: v for k, v in (result.config or {}).items() if k.startswith("finetune.")}
         cfg = trial_finetune(config.finetune, trial_config)
-        best = _best_epoch(result, metric)
+        best, checkpoint = best_kept_epoch(result, metric)
         epochs_run = int(result.metrics.get("epoch", 0)) if result.metrics else 0
         status = "error" if result.error else ("completed" if epochs_run >= cfg.epochs else "stopped_early")
         row: dict[str, Any] = {"trial_id": (result.metrics or {}).get("trial_id", ""), "status": status,
@@ -208,7 +215,7 @@ def summarize_trials(results, config: RunConfig, metric: str) -> list[dict[str, 
                 row[name] = float(best[name])
         row["seconds"] = float((result.metrics or {}).get("time_total_s", 0.0))
         row["error"] = str(result.error).splitlines()[0] if result.error else ""
-        row["_result"], row["_best"], row["_finetune"] = result, best, cfg
+        row["_checkpoint"], row["_finetune"] = checkpoint, cfg
         rows.append(row)
     return rows
 
@@ -301,11 +308,8 @@ def run_finetune(config: RunConfig, force: bool = False) -> str:
     if not scored:
         raise RuntimeError("every fine-tuning trial failed: " + "; ".join(r["error"] for r in rows if r["error"]))
     best = max(scored, key=lambda r: (r[metric], -r.get("eval_loss", 0.0)))
-    checkpoint = _checkpoint_of(best["_result"], best["_best"])
-    if checkpoint is None:
-        raise RuntimeError(f"trial {best['trial_id']}: no checkpoint kept for its best epoch {best['best_epoch']}")
     with tempfile.TemporaryDirectory() as local:
-        checkpoint.to_directory(local)
+        best["_checkpoint"].to_directory(local)
         for name in sorted(os.listdir(local)):
             with open(os.path.join(local, name), "rb") as f:
                 write_bytes(out.staged("best", name), f.read())

@@ -25,7 +25,7 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 from pipelines.config import RunConfig, build_arg_parser, parse_cli  # noqa: E402
-from pipelines.prep.storage import join  # noqa: E402
+from pipelines.prep.storage import exists, join  # noqa: E402
 from pipelines.report.costs import ReservationMeter, cost_record, write_cost  # noqa: E402
 from pipelines.stages import STAGES, is_up_to_date, read_manifest, stage_dir, stage_fingerprint  # noqa: E402
 
@@ -211,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for label, path in [("report.md", join(config.run_dir, "report.md")),
                         ("pretrained model (transformers format)", join(stage_dir(config, "pretrain"), "hf")),
                         ("fine-tuned model (transformers format)", join(stage_dir(config, "finetune"), "best"))]:
-        print(f"full_run: {label}: {path}", flush=True)
+        if exists(path):  # a sub-path (--stages) may not have made it
+            print(f"full_run: {label}: {path}", flush=True)
     return 0
 
 

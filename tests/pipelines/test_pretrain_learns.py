@@ -1,9 +1,9 @@
-"""Acceptance 3 of issue #4 (the MLM half): on the embedded corpus, the tiny preset learns within a
-few CPU minutes (configs/learning-tiny.yaml; the measured curve is in docs/BENCHMARKS.md).
+"""Acceptance 3 of issue #4 (the MLM half) and acceptance 2 of issue #5: on the embedded corpus the
+tiny preset learns within a few CPU minutes (configs/learning-tiny.yaml), and the encoder it
+leaves fine-tunes better on BBC News than the same architecture from a random initialisation under
+the same fine-tuning budget. Measured curves and accuracies: docs/BENCHMARKS.md.
 
-Measured (1,200 AdamW steps of 16 x 128 tokens): validation MLM accuracy 0.069 at step 200 (the
-unigram plateau: always the most frequent pieces) to 0.105 at step 1000, MLM loss 6.63 -> 6.33.
-SOP accuracy stays at the majority share (0.46-0.54) in this budget: not asserted, see BENCHMARKS.
+SOP accuracy stays at the majority share in this budget: not asserted (see BENCHMARKS).
 """
 import json
 from pathlib import Path
@@ -12,22 +12,45 @@ import pytest
 
 from pipelines.config import load_config
 from pipelines.data import run_data
+from pipelines.finetune import run_finetune
 from pipelines.pretrain import run_pretrain
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "configs" / "learning-tiny.yaml")
+# The fine-tuning budget both arms get: one trial, fixed hyperparameters, two epochs.
+FINETUNE_BUDGET = ["finetune.max_seq_length=128", "tune.num_samples=1", "tune.scheduler=none",
+                   "tune.space={finetune.lr: 0.001, finetune.batch_size: 32, finetune.epochs: 2}"]
 
 
-def test_tiny_preset_learns_masked_lm(ray_session, tmp_path):
-    config = load_config(RECIPE, [f"run_dir={tmp_path}/run", "train.max_failures=0"])
+@pytest.fixture(scope="module")
+def pretrained_run(ray_session, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("learning") / "run"
+    config = load_config(RECIPE, [f"run_dir={run_dir}", "train.max_failures=0"])
     run_data(config)
     run_pretrain(config)
-    lines = [json.loads(x) for x in Path(tmp_path, "run", "pretrain", "metrics.jsonl").read_text().splitlines()]
+    return run_dir
+
+
+def test_tiny_preset_learns_masked_lm(pretrained_run):
+    lines = [json.loads(x) for x in Path(pretrained_run, "pretrain", "metrics.jsonl").read_text().splitlines()]
     curve = [r for r in lines if r.get("split") == "validation"]
     first, last = curve[0], curve[-1]
-    assert (first["step"], last["step"], last["sequences"]) == (200, 1200, 512)
-    # chance is 1/8000; the unigram plateau (step 200) measured 0.069; the end measured >= 0.10
-    assert last["mlm_accuracy"] >= 0.085, curve
-    assert last["mlm_accuracy"] >= first["mlm_accuracy"] + 0.015, curve
-    assert last["mlm_loss"] <= first["mlm_loss"] - 0.15, curve
+    assert (first["step"], last["step"], last["sequences"]) == (500, 3000, 512)
+    # chance is 1/8000 and the unigram plateau 0.069; measured: 0.093 at step 500, 0.134 at 3000,
+    # MLM loss 6.47 -> 6.07
+    assert last["mlm_accuracy"] >= 0.11, curve
+    assert last["mlm_accuracy"] >= first["mlm_accuracy"] + 0.02, curve
+    assert last["mlm_loss"] <= first["mlm_loss"] - 0.25, curve
+
+
+def test_pretraining_beats_random_initialisation_on_bbc(pretrained_run, tmp_path):
+    accuracy = {}
+    for init in ("pretrained", "random"):
+        config = load_config(None, [f"run_dir={tmp_path}/{init}", f"finetune.pretrained={pretrained_run}/pretrain/hf",
+                                    f"finetune.init={init}", *FINETUNE_BUDGET])
+        best = json.loads(Path(run_finetune(config), "best.json").read_text())
+        assert best["eval_examples"] == 446
+        accuracy[init] = best["value"]
+    # measured: pretrained 0.818, random 0.653 (majority class 0.229); asserted: half that gap
+    assert accuracy["pretrained"] >= accuracy["random"] + 0.08, accuracy
