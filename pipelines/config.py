@@ -149,6 +149,8 @@ class TrainConfig:
     """Train on GPUs: true, false, or auto (GPUs when the cluster has them)."""
     cpus_per_worker: float = 1.0
     """CPUs each training worker reserves (fractional leaves CPUs for Ray Data on small machines)."""
+    torch_threads: int | None = None
+    """Intra-op threads of each worker's torch; null = its whole reserved CPUs (Ray's OMP_NUM_THREADS)."""
     global_batch_size: int = 4096
     """Sequences per optimizer step, summed over workers and accumulation steps."""
     micro_batch_size: int | None = None
@@ -198,6 +200,7 @@ class TrainConfig:
         _require(self, "use_gpu", isinstance(self.use_gpu, bool) or self.use_gpu == "auto",
                  "must be true, false or auto")
         _require(self, "cpus_per_worker", self.cpus_per_worker > 0, "must be > 0")
+        _require(self, "torch_threads", self.torch_threads is None or self.torch_threads >= 1, "must be >= 1 or null")
         _require(self, "global_batch_size", self.global_batch_size >= 1, "must be >= 1")
         _require(self, "micro_batch_size", self.micro_batch_size is None or self.micro_batch_size >= 1,
                  "must be >= 1 or null")

@@ -33,7 +33,7 @@ from .config import TUNE_METRICS, FinetuneConfig, RunConfig, TuneConfig, config_
 from .finetuning.task import load_task
 from .finetuning.tokenizer import PairTokenizer
 from .finetuning.trial import TrialData, fit_trial, materialize, trial_finetune
-from .prep.storage import StagedOutput, filesystem, join, write_bytes, write_text
+from .prep.storage import StagedOutput, arrow_filesystem, filesystem, join, write_bytes, write_text
 from .ray_runtime import init_ray
 from .stages import pretrained_dir, skip_if_up_to_date, stage_dir, stage_fingerprint
 
@@ -174,36 +174,41 @@ def concurrent_trials(tune_cfg: TuneConfig) -> int | None:
     return max(1, min(int(cluster.get(k, 0) // v) for k, v in per_trial.items())) if per_trial else None
 
 
-def _kept_epochs(result) -> list[tuple[dict[str, Any], ray.tune.Checkpoint]]:
+def _kept_epochs(result, filesystem: pyarrow.fs.FileSystem | None) -> list[tuple[dict[str, Any], ray.tune.Checkpoint]]:
     """A trial's epochs whose checkpoints still exist, with their metrics. num_to_keep=1 keeps the
-    best-scoring one (the later on ties) and the latest, so this is not always the best row of the
-    metrics table: a tie broken there by eval_loss can point at a deleted checkpoint."""
+    best-scoring one (the later on ties), so this is not always the best row of the metrics table:
+    a tie broken there by eval_loss can point at a deleted checkpoint."""
     kept = [(metrics, checkpoint) for checkpoint, metrics in result.best_checkpoints or []]
     if kept or result.metrics_dataframe is None or CHECKPOINT_PATH_KEY not in result.metrics_dataframe:
         return kept
-    for row in result.metrics_dataframe.to_dict("records"):  # a Ray Train trial's own storage
+    # A Ray Train trial: its rows carry the checkpoint's path inside the storage filesystem (no
+    # s3:// scheme), and only the kept checkpoints are still there.
+    for row in result.metrics_dataframe.to_dict("records"):
         if isinstance(row.get(CHECKPOINT_PATH_KEY), str):
-            checkpoint = ray.train.Checkpoint(row[CHECKPOINT_PATH_KEY])
+            checkpoint = ray.train.Checkpoint(row[CHECKPOINT_PATH_KEY], filesystem=filesystem)
             if checkpoint.filesystem.get_file_info(checkpoint.path).type != pyarrow.fs.FileType.NotFound:
                 kept.append((row, checkpoint))
     return kept
 
 
-def best_kept_epoch(result, metric: str) -> tuple[dict[str, Any], ray.tune.Checkpoint] | tuple[None, None]:
-    """The trial's best epoch (highest metric, then lowest eval_loss) among those with a checkpoint."""
-    kept = [(m, c) for m, c in _kept_epochs(result) if metric in m]
+def best_kept_epoch(result, metric: str, filesystem: pyarrow.fs.FileSystem | None = None,
+                    ) -> tuple[dict[str, Any], ray.tune.Checkpoint] | tuple[None, None]:
+    """The trial's best epoch (highest metric, then lowest eval_loss) among those with a checkpoint;
+    `filesystem` is the search's storage (None: local)."""
+    kept = [(m, c) for m, c in _kept_epochs(result, filesystem) if metric in m]
     if not kept:
         return None, None
     return max(kept, key=lambda mc: (mc[0][metric], -mc[0].get("eval_loss", 0.0)))
 
 
-def summarize_trials(results, config: RunConfig, metric: str) -> list[dict[str, Any]]:
+def summarize_trials(results, config: RunConfig, metric: str, filesystem: pyarrow.fs.FileSystem | None = None,
+                     ) -> list[dict[str, Any]]:
     """One row per trial: its hyperparameters, how it ended, and its best epoch's metrics."""
     rows = []
     for result in results:
         trial_config = {k: v for k, v in (result.config or {}).items() if k.startswith("finetune.")}
         cfg = trial_finetune(config.finetune, trial_config)
-        best, checkpoint = best_kept_epoch(result, metric)
+        best, checkpoint = best_kept_epoch(result, metric, filesystem)
         epochs_run = int(result.metrics.get("epoch", 0)) if result.metrics else 0
         status = "error" if result.error else ("completed" if epochs_run >= cfg.epochs else "stopped_early")
         row: dict[str, Any] = {"trial_id": (result.metrics or {}).get("trial_id", ""), "status": status,
@@ -303,7 +308,7 @@ def run_finetune(config: RunConfig, force: bool = False) -> str:
                                                         checkpoint_score_order="max")))
     log.info("tuning %d trials over %s on %d train / %d eval examples", tc.num_samples, sorted(tc.space),
              len(data.train), len(data.eval))
-    rows = summarize_trials(tuner.fit(), config, metric)
+    rows = summarize_trials(tuner.fit(), config, metric, arrow_filesystem(storage)[0])
     scored = [r for r in rows if metric in r]
     if not scored:
         raise RuntimeError("every fine-tuning trial failed: " + "; ".join(r["error"] for r in rows if r["error"]))

@@ -158,17 +158,17 @@ def _global_batches(shard, plan: dict, start_step: int):
         skip, epoch = 0, epoch + 1
 
 
-def _validation_tables(shard, plan: dict, world: int, micro: int) -> list:
-    """The validation sequences of every pass (up to eval_max_sequences), as Arrow tables of
-    micro * world rows: read once per worker and kept, so a pass does not re-run the Ray Data
-    pipeline (int32 ids: ~2 KB a sequence at length 512)."""
+def _validation_tables(shard, plan: dict, rank: int, world: int, micro: int) -> list:
+    """This worker's share of the validation batches of every pass (whole batches of micro * world
+    rows until eval_max_sequences), as Arrow tables: read once per worker and kept, so a pass does
+    not re-run the Ray Data pipeline."""
     limit = plan["train"]["eval_max_sequences"] or plan["n_validation"]
     tables, seen = [], 0
     for table in shard.iter_batches(batch_size=micro * world, batch_format="pyarrow", drop_last=True):
         if seen >= limit:
             break
         seen += len(table)
-        tables.append(table)
+        tables.append(table.slice(rank * micro, micro))
     return tables
 
 
@@ -185,8 +185,9 @@ def train_worker(plan: dict) -> None:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     train = TrainConfig(**plan["train"])
-    # Ray sets OMP_NUM_THREADS to the worker's whole CPUs; say it to torch too, whatever it read first.
-    torch.set_num_threads(max(1, int(train.cpus_per_worker)))
+    # Ray sets OMP_NUM_THREADS to the worker's whole reserved CPUs (1 for a 1-CPU worker, even on
+    # a machine where nothing else computes while it trains): torch_threads says otherwise.
+    torch.set_num_threads(train.torch_threads or max(1, int(train.cpus_per_worker)))
     device = ray.train.torch.get_device() if plan["use_gpu"] else torch.device("cpu")
     albert = AlbertConfig(**plan["albert"])
     masking = MaskingSpec(**plan["masking"]) if plan["masking"] else None
@@ -223,9 +224,9 @@ def train_worker(plan: dict) -> None:
         """One validation pass, added to the metrics records and to `report`."""
         nonlocal validation_tables
         if validation_tables is None:
-            validation_tables = _validation_tables(validation, plan, world, train.micro_batch)
+            validation_tables = _validation_tables(validation, plan, rank, world, train.micro_batch)
         result = evaluate(model, (mb for table in validation_tables
-                                  for mb in rank_micro_batches(table, rank, world, train.micro_batch,
+                                  for mb in rank_micro_batches(table, 0, 1, train.micro_batch,
                                                                plan["max_predictions"], masking, train.seed, 0)),
                           device)
         records.append({"step": step, "split": "validation", **result, **({"final": True} if final else {})})

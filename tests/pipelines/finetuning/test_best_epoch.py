@@ -3,6 +3,7 @@ kept, so a tie broken by eval_loss never points at a deleted checkpoint."""
 import shutil
 
 import pandas as pd
+import pyarrow.fs
 import ray.tune
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
 
@@ -38,22 +39,39 @@ def test_a_tie_broken_by_eval_loss_picks_a_kept_checkpoint(tmp_path):
     assert best["epoch"] == 3 and checkpoint.path == dirs[2]
 
 
+def train_result(tmp_path, rows, paths):
+    """A Ray Train trial's result: its rows carry the inner run's checkpoint paths."""
+    for row, path in zip(rows, paths):
+        row[CHECKPOINT_PATH_KEY] = path
+    return ray.tune.Result(metrics=rows[-1], checkpoint=None, error=None, path=str(tmp_path),
+                           metrics_dataframe=pd.DataFrame(rows))
+
+
 def test_among_kept_checkpoints_the_lower_eval_loss_wins_a_tie(tmp_path):
-    dirs, result = tune_result(tmp_path, epochs([0.6, 0.6, 0.4], [0.9, 0.7, 0.5]), [1, 2, 3])
+    dirs = checkpoint_dirs(tmp_path, 3)
+    result = train_result(tmp_path, epochs([0.6, 0.6, 0.4], [0.9, 0.7, 0.5]), dirs)
     best, checkpoint = best_kept_epoch(result, "accuracy")
     assert best["epoch"] == 2 and checkpoint.path == dirs[1]
 
 
 def test_a_ray_train_trial_uses_the_checkpoints_still_in_its_storage(tmp_path):
-    rows = epochs([0.5, 0.7, 0.7], [1.0, 0.6, 0.8])
     dirs = checkpoint_dirs(tmp_path, 3)
-    for row, d in zip(rows, dirs):
-        row[CHECKPOINT_PATH_KEY] = d
-    shutil.rmtree(dirs[1])  # Ray Train deleted epoch 2's checkpoint, the df's best row
-    result = ray.tune.Result(metrics=rows[-1], checkpoint=None, error=None, path=str(tmp_path),
-                             metrics_dataframe=pd.DataFrame(rows))
+    shutil.rmtree(dirs[1])  # Ray Train deleted epoch 2's checkpoint, the table's best row
+    result = train_result(tmp_path, epochs([0.5, 0.7, 0.7], [1.0, 0.6, 0.8]), dirs)
     best, checkpoint = best_kept_epoch(result, "accuracy")
     assert best["epoch"] == 3 and checkpoint.path == dirs[2]
+
+
+def test_checkpoint_paths_are_read_in_the_storage_filesystem(tmp_path):
+    # On s3 the rows hold "bucket/prefix/..." without a scheme: a path inside the storage's
+    # filesystem, meaningless to the local one.
+    checkpoint_dirs(tmp_path, 2)
+    result = train_result(tmp_path, epochs([0.5, 0.7], [1.0, 0.6]), ["epoch_1", "epoch_2"])
+    storage = pyarrow.fs.SubTreeFileSystem(str(tmp_path), pyarrow.fs.LocalFileSystem())
+    best, checkpoint = best_kept_epoch(result, "accuracy", storage)
+    assert best["epoch"] == 2 and checkpoint.filesystem is storage
+    checkpoint.to_directory(str(tmp_path / "copy"))
+    assert (tmp_path / "copy" / "weights").read_text() == "2"
 
 
 def test_a_trial_without_any_checkpoint_has_no_best_epoch(tmp_path):
