@@ -165,13 +165,28 @@ def build_trainable(config: RunConfig, data_ref: ray.ObjectRef, storage: str, me
 
 
 def concurrent_trials(tune_cfg: TuneConfig) -> int | None:
-    """tune.max_concurrent_trials, or for multi-worker trials as many as the cluster's CPUs and GPUs
-    fit (drivers hold almost nothing, so Tune alone would start them all and leave them waiting)."""
-    if tune_cfg.max_concurrent_trials is not None or tune_cfg.workers_per_trial == 1:
+    """tune.max_concurrent_trials, or as many trials as the cluster's CPUs and GPUs fit where Tune
+    would not find that itself: multi-worker trials (drivers hold almost nothing, so Tune alone
+    would start them all and leave them waiting) and the optuna search (a searcher without a
+    concurrency limit gets one trial at a time from Tune)."""
+    if tune_cfg.max_concurrent_trials is not None or (tune_cfg.workers_per_trial == 1 and tune_cfg.search == "random"):
         return tune_cfg.max_concurrent_trials
     per_trial = {k: v * tune_cfg.workers_per_trial for k, v in trial_resources(tune_cfg).items() if v > 0}
     cluster = ray.cluster_resources()
     return max(1, min(int(cluster.get(k, 0) // v) for k, v in per_trial.items())) if per_trial else None
+
+
+def search_algorithm(tune_cfg: TuneConfig, max_concurrent: int | None):
+    """The searcher, limited to `max_concurrent` running trials (None: as many as resources allow).
+    The limit lives here: Tune ignores TuneConfig.max_concurrent_trials, with only a warning, when
+    the search algorithm it is given is a BasicVariantGenerator."""
+    if tune_cfg.search == "optuna":
+        from ray.tune.search import ConcurrencyLimiter
+        from ray.tune.search.optuna import OptunaSearch
+
+        searcher = OptunaSearch(seed=tune_cfg.seed)
+        return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent) if max_concurrent else searcher
+    return BasicVariantGenerator(random_state=tune_cfg.seed, max_concurrent=max_concurrent or 0)
 
 
 def _kept_epochs(result, filesystem: pyarrow.fs.FileSystem | None) -> list[tuple[dict[str, Any], ray.tune.Checkpoint]]:
@@ -290,18 +305,11 @@ def run_finetune(config: RunConfig, force: bool = False) -> str:
     tc = config.tune
     scheduler = (ASHAScheduler(time_attr="training_iteration", max_t=max_epochs(config), grace_period=tc.grace_period,
                                reduction_factor=tc.reduction_factor) if tc.scheduler == "asha" else FIFOScheduler())
-    if tc.search == "optuna":
-        from ray.tune.search.optuna import OptunaSearch
-
-        search_alg = OptunaSearch(seed=tc.seed)
-    else:
-        search_alg = BasicVariantGenerator(random_state=tc.seed)
     tuner = ray.tune.Tuner(
         build_trainable(config, data_ref, storage, metric),
         param_space=build_search_space(tc),
-        tune_config=ray.tune.TuneConfig(metric=metric, mode="max", num_samples=tc.num_samples,
-                                        max_concurrent_trials=concurrent_trials(tc), scheduler=scheduler,
-                                        search_alg=search_alg),
+        tune_config=ray.tune.TuneConfig(metric=metric, mode="max", num_samples=tc.num_samples, scheduler=scheduler,
+                                        search_alg=search_algorithm(tc, concurrent_trials(tc))),
         run_config=ray.tune.RunConfig(
             name="search", storage_path=storage, verbose=0,
             checkpoint_config=ray.tune.CheckpointConfig(num_to_keep=1, checkpoint_score_attribute=metric,

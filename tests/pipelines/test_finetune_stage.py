@@ -87,21 +87,32 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(ray_ses
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, tiny_pretrained, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("storage", ["local", "s3"])
+def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, s3_endpoint, tiny_pretrained, tmp_path,  # noqa: F811
+                                                   storage):
+    """The trial's TorchTrainer keeps its checkpoints in the search's storage: on s3 too, where
+    the best checkpoint is read back through the storage's filesystem (its path has no scheme)."""
     from pipelines.finetune import run_finetune
+    from pipelines.prep.storage import filesystem, read_bytes, read_json
 
     words = {"pos": "good great fine lovely", "neg": "bad awful poor dull"}
     rows = [(f"{words[y].split()[i % 4]} film {i}", y) for i in range(60) for y in ("pos", "neg")]
     (tmp_path / "train.csv").write_text("review,sentiment\n" + "".join(f"{t},{y}\n" for t, y in rows))
     (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"review": t, "sentiment": y}) + "\n" for t, y in rows[:20]))
+    run_dir = f"{tmp_path}/run"
+    if storage == "s3":
+        filesystem("s3://two-worker-trial/x")[0].mkdir("two-worker-trial")
+        run_dir = "s3://two-worker-trial/run"
     config = load_config(overrides=[
-        f"run_dir={tmp_path}/run", f"finetune.pretrained={tiny_pretrained}", f"finetune.train_path={tmp_path}/train.csv",
+        f"run_dir={run_dir}", f"finetune.pretrained={tiny_pretrained}", f"finetune.train_path={tmp_path}/train.csv",
         f"finetune.eval_path={tmp_path}/eval.jsonl", "finetune.text_column=review", "finetune.label_column=sentiment",
         "finetune.max_seq_length=16", "tune.num_samples=1", "tune.workers_per_trial=2", "tune.scheduler=none",
         "tune.space={finetune.lr: 0.001, finetune.batch_size: 8, finetune.epochs: 2}"])
     out = run_finetune(config)
-    trials = list(csv.DictReader(open(f"{out}/trials.csv")))
+    assert out.startswith(run_dir)
+    trials = list(csv.DictReader(read_bytes(f"{out}/trials.csv").decode().splitlines()))
     assert len(trials) == 1 and trials[0]["status"] == "completed" and trials[0]["epochs_run"] == "2"
-    best = json.load(open(f"{out}/best.json"))
-    assert best["label_names"] == ["neg", "pos"]
-    assert json.load(open(f"{out}/best/config.json"))["id2label"] == {"0": "neg", "1": "pos"}
+    best = read_json(f"{out}/best.json")
+    assert best["label_names"] == ["neg", "pos"] and best["value"] == float(trials[0]["accuracy"])
+    assert read_json(f"{out}/best/config.json")["id2label"] == {"0": "neg", "1": "pos"}
+    assert len(read_bytes(f"{out}/best/model.safetensors")) > 100_000

@@ -1,0 +1,46 @@
+"""How many trials run at once: tune.max_concurrent_trials bounds it for both searchers (Tune drops
+TuneConfig.max_concurrent_trials, with a warning only, when given a BasicVariantGenerator), and
+null means as many as the resources fit, optuna included (Tune runs an unlimited searcher's
+trials one at a time)."""
+import time
+
+import pytest
+
+from pipelines.config_finetune import TuneConfig
+
+
+def _trial(config):
+    import ray.tune
+
+    started = time.time()
+    time.sleep(3)
+    ray.tune.report({"x": config["x"], "started": started, "ended": time.time()})
+
+
+def most_at_once(windows: list[tuple[float, float]]) -> int:
+    return max(sum(start <= t < end for start, end in windows) for t, _ in windows)
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("search,limit", [("random", 1), ("optuna", 1), ("optuna", None)])
+def test_concurrent_trials(ray_session, search, limit, tmp_path):
+    import ray.tune
+
+    from pipelines.finetune import concurrent_trials, search_algorithm, trial_resources
+
+    tc = TuneConfig(search=search, max_concurrent_trials=limit, resources_per_trial={"CPU": 1})
+    # the test session has 4 logical CPUs: all four trials fit at once
+    assert trial_resources(tc) == {"CPU": 1.0} and concurrent_trials(tc) == (limit or 4)
+    tuner = ray.tune.Tuner(
+        ray.tune.with_resources(_trial, {"cpu": 1}),
+        param_space={"x": ray.tune.uniform(0.0, 1.0)},
+        tune_config=ray.tune.TuneConfig(metric="x", mode="max", num_samples=4,
+                                        search_alg=search_algorithm(tc, concurrent_trials(tc))),
+        run_config=ray.tune.RunConfig(name="search", storage_path=str(tmp_path), verbose=0))
+    results = tuner.fit()
+    assert len(results) == 4 and not results.errors
+    windows = [(r.metrics["started"], r.metrics["ended"]) for r in results]
+    if limit == 1:
+        assert most_at_once(windows) == 1, windows
+    else:
+        assert most_at_once(windows) >= 2, windows
