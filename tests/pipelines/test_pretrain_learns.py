@@ -3,7 +3,8 @@ tiny preset learns within a few CPU minutes (configs/learning-tiny.yaml), and th
 leaves fine-tunes better on BBC News than the same architecture from a random initialisation under
 the same fine-tuning budget. Measured curves and accuracies: docs/BENCHMARKS.md.
 
-SOP accuracy stays at the majority share in this budget: not asserted (see BENCHMARKS).
+SOP accuracy stays at the majority share in this budget: not asserted (see BENCHMARKS); that the
+SOP labels and head train when the order is learnable is tested in train/test_sop_learns.py.
 """
 import json
 from pathlib import Path
