@@ -34,7 +34,7 @@ from pipelines.config import load_config
 from pipelines.data import example_config, run_data
 from pipelines.prep.corpus import Document, list_inputs, pack_units, read_documents
 from pipelines.prep.process import SPLITS, DocumentProcessor, PrepStats, ShardBuffer
-from pipelines.prep.storage import resolve_pkg
+from pipelines.storage import resolve_pkg
 from pipelines.prep.text import normalize_text, split_sentences
 from pipelines.vocab import run_vocab
 

@@ -17,11 +17,26 @@ from albert_model.config import PRESETS, AlbertConfig
 
 from .config_fields import _check_types, _key, _require, _section_name, _sections, config_to_dict, field_docs
 from .config_finetune import TUNE_METRICS, FinetuneConfig, TuneConfig
+from .errors import ConfigError
 
 CORPUS_FORMATS = ("auto", "text", "text_blank_line_docs", "jsonl", "parquet")
 MASKING_MODES = ("static", "dynamic")
 OPTIMIZERS = ("lamb", "adamw")
 PRECISIONS = ("auto", "bf16", "fp32")
+
+SETTINGS: dict[str, str] = {
+    "data.num_workers": "the examples are the same for any number of workers",
+    "train.num_workers": "the run is exact for any worker count (tested within 1e-5); a resume may change it",
+    "train.micro_batch_size": "accumulation computes the same update (tested within 1e-5)",
+    "train.cpus_per_worker": "resources", "train.torch_threads": "threads",
+    "train.compile": "speed", "train.activation_checkpointing": "memory",
+    "train.checkpoint_every": "checkpoint cadence", "train.checkpoints_to_keep": "checkpoint retention",
+    "train.eval_every": "evaluation cadence", "train.log_every": "logging cadence",
+    "train.max_failures": "failure limit", "train.peak_tflops": "MFU reporting",
+    "finetune.eval_batch_size": "evaluation batching",
+    "tune.max_concurrent_trials": "concurrency cap", "tune.resources_per_trial": "resources",
+}
+"""Keys that never change a result, so changing one never makes a stage stale (--help marks them)."""
 
 
 
@@ -295,8 +310,8 @@ def _parse_override(text: str) -> dict[str, Any]:
     key, sep, value_text = text.partition("=")
     if not sep:
         raise ValueError(f"malformed override {text!r}: expected section.key=value")
-    try:
-        value = yaml.safe_load(value_text)
+    try:  # `~` is YAML's null, but on a command line it means the home folder
+        value = value_text if value_text == "~" or value_text.startswith("~/") else yaml.safe_load(value_text)
     except yaml.YAMLError as e:
         raise ValueError(f"override {text!r}: value is not valid YAML: {' '.join(str(e).split())}") from e
     section, dot, name = key.partition(".")
@@ -308,7 +323,17 @@ def _parse_override(text: str) -> dict[str, Any]:
 
 
 def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
-    """The config from an optional YAML file, then `section.key=value` overrides in order, validated."""
+    """The config from an optional YAML file, then `section.key=value` overrides in order, validated;
+    a bad file, key or value raises ConfigError naming it."""
+    try:
+        return _load_config(config_file, overrides)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from None
+
+
+def _load_config(config_file: str | None, overrides: Sequence[str]) -> RunConfig:
     raw = _read_yaml(config_file) if config_file is not None else {}
     _check_keys(raw, where=f"{config_file}: ")
     updates = [_parse_override(text) for text in overrides]
@@ -334,12 +359,15 @@ def config_fingerprint(section: Any) -> str:
 
 
 def _help_epilog() -> str:
-    lines = ["config keys (in --config FILE, or as section.key=value; lists as [a,b], unset as null):"]
+    lines = ["config keys (in --config FILE, or as section.key=value; lists as [a,b], unset as null).",
+             "[setting]: never changes a result, so changing it never makes a stage's output stale:"]
     for cls in (RunConfig, *_sections().values()):
         defaults, docs = config_to_dict(cls()), field_docs(cls)
         for f in dataclasses.fields(cls):
             if cls is not RunConfig or f.name not in _sections():
-                lines.append(f"  {_key(cls, f.name)} (default: {json.dumps(defaults[f.name])}): {docs[f.name]}")
+                key = _key(cls, f.name)
+                tag = " [setting]" if key in SETTINGS else ""
+                lines.append(f"  {key} (default: {json.dumps(defaults[f.name])}){tag}: {docs[f.name]}")
     return "\n".join(lines)
 
 
@@ -353,18 +381,12 @@ def build_arg_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def parse_cli(argv: Sequence[str] | None, description: str,
-              parser: argparse.ArgumentParser | None = None) -> RunConfig:
-    """The config from the command line (sys.argv when `argv` is None); bad input exits with code 2.
-    A caller's own `parser` (from build_arg_parser, plus its flags) leaves those flags in `parser.parsed`."""
-    parser = parser or build_arg_parser(description)
+def parse_cli(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> tuple[RunConfig, argparse.Namespace]:
+    """The config and the parsed arguments from the command line (sys.argv when `argv` is None).
+    Bad flags exit with argparse's usage message (status 2); a bad config raises ConfigError."""
     args = parser.parse_intermixed_args(argv)
-    parser.parsed = args  # type: ignore[attr-defined]
-    try:
-        return load_config(args.config, args.overrides)
-    except ValueError as e:
-        parser.error(str(e))
+    return load_config(args.config, args.overrides), args
 
 
-__all__ = ["TUNE_METRICS", "CorpusConfig", "DataConfig", "FinetuneConfig", "ModelConfig", "RunConfig", "TrainConfig", "TuneConfig", "VocabConfig", "build_arg_parser", "config_fingerprint",
+__all__ = ["TUNE_METRICS", "CorpusConfig", "DataConfig", "FinetuneConfig", "ModelConfig", "RunConfig", "TrainConfig", "TuneConfig", "VocabConfig", "SETTINGS", "build_arg_parser", "config_fingerprint",
            "config_to_dict", "dump_yaml", "field_docs", "load_config", "parse_cli"]

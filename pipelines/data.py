@@ -1,8 +1,9 @@
 """`python -m pipelines.data`: MLM + SOP examples from the corpus, as parquet shards, through Ray Data.
 
 Each Ray Data actor holds the tokenizer and turns one work unit (a group of files) at a time into
-examples, writing its own shards under the staging folder; nothing but counters comes back to the
-driver, so memory does not grow with the corpus. The manifest is written last (see StagedOutput).
+examples, writing its own shards into the folder being built (pipelines/lifecycle.py: it replaces
+the current output only when complete); nothing but counters comes back to the driver, so memory
+does not grow with the corpus.
 """
 from __future__ import annotations
 
@@ -10,19 +11,18 @@ import hashlib
 import json
 import logging
 import sys
-import time
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from .cli import stage_main
-from .config import RunConfig, config_to_dict, dump_yaml
+from .config import RunConfig, config_to_dict
+from .lifecycle import StageRun, stage_runner
 from .prep.corpus import Rejected, list_inputs, read_documents
 from .prep.process import SPLITS, DocumentProcessor, ExampleConfig, PrepStats, ShardBuffer
-from .prep.storage import StagedOutput, filesystem, join, read_bytes, write_text
-from .stages import is_up_to_date, skip_if_up_to_date, stage_dir, stage_fingerprint
 from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
-from .vocab import run_vocab
+from .stages import stage_dir
+from .storage import filesystem, join, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +30,11 @@ SHARD_EXAMPLES = 16384  # rows per parquet file at most: bounds a worker's buffe
 
 
 class CreateExamplesFn:
-    """Ray Data UDF: one work unit -> parquet shards in the staging folder + its counters."""
+    """Ray Data UDF: one work unit -> parquet shards in the output folder + its counters."""
 
-    def __init__(self, spiece_model: bytes, cfg: ExampleConfig, text_field: str, staging: str):
+    def __init__(self, spiece_model: bytes, cfg: ExampleConfig, text_field: str, out_dir: str):
         self.processor = DocumentProcessor(spiece_model, cfg)
-        self.text_field, self.staging = text_field, staging
+        self.text_field, self.out_dir = text_field, out_dir
         self.dynamic = cfg.masking == "dynamic"
 
     def __call__(self, batch):
@@ -45,7 +45,7 @@ class CreateExamplesFn:
 
         def flush(split: str) -> None:
             if len(buffers[split]):
-                fs, path = filesystem(join(self.staging, split, f"part-{unit:05d}-{parts[split]:03d}.parquet"))
+                fs, path = filesystem(join(self.out_dir, split, f"part-{unit:05d}-{parts[split]:03d}.parquet"))
                 fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
                 pq.write_table(buffers[split].to_table(), path, filesystem=fs)
                 parts[split] += 1
@@ -85,28 +85,20 @@ def summarize(stats: PrepStats) -> dict:
     }
 
 
-def run_data(config: RunConfig, force: bool = False) -> str:
-    """Write {run_dir}/data/{train,validation}/*.parquet and manifest.json; returns the folder."""
-    started = time.time()
-    files = list_inputs(config.corpus.paths, config.corpus.format)  # bad paths fail before any work
-    vocab_dir = join(config.run_dir, "vocab")
-    if not is_up_to_date(config, "vocab"):
-        log.info("the vocabulary in %s is missing or out of date: building it first", vocab_dir)
-        run_vocab(config)
-    if skip_if_up_to_date(config, "data", force):
-        return stage_dir(config, "data")
-    spiece_model = read_bytes(join(vocab_dir, "spiece.model"))
+def build_data(run: StageRun) -> dict:
+    """{train,validation}/*.parquet in the stage's folder; returns the manifest's fields."""
+    config = run.config
+    files = list_inputs(config.corpus.paths, config.corpus.format)
+    spiece_model = read_bytes(join(stage_dir(config, "vocab"), "spiece.model"))
     init_ray()
     workers = resolve_num_workers(config.data.num_workers)
-    out = StagedOutput(join(config.run_dir, "data"))
-    out.begin()
     fn_kwargs = dict(spiece_model=spiece_model, cfg=example_config(config), text_field=config.corpus.text_field,
-                     staging=out.staging)
+                     out_dir=run.out)
     stats = PrepStats()
     for record in map_units(files, workers, CreateExamplesFn, fn_kwargs):
         stats.merge(PrepStats.from_dict(record))
-    write_text(out.staged("config.yaml"), dump_yaml(config))
-    manifest = {
+    log.info("%s examples from %d of %d documents", dict(stats.examples), stats.documents_used, stats.documents_read)
+    return {
         "inputs": [{"path": f.url, "source": f.source, "bytes": f.size, "format": f.format} for f in files],
         "documents": {"read": stats.documents_read, "used": stats.documents_used,
                       "rejected": dict(stats.documents_rejected),
@@ -123,14 +115,11 @@ def run_data(config: RunConfig, force: bool = False) -> str:
         "vocab_sha256": hashlib.sha256(spiece_model).hexdigest(),
         "config": config_to_dict(config),
         "num_workers": workers,
-        "seconds": time.time() - started,
-        "fingerprint": stage_fingerprint(config, "data"),
     }
-    out.commit([*SPLITS, "config.yaml"], manifest)
-    log.info("%s examples from %d of %d documents in %.1f s -> %s", dict(stats.examples), stats.documents_used,
-             stats.documents_read, manifest["seconds"], out.out_dir)
-    return out.out_dir
+
+
+run_data = stage_runner("data")
 
 
 if __name__ == "__main__":
-    stage_main(run_data, "Create MLM + SOP pretraining examples from the corpus.", sys.argv[1:])
+    sys.exit(stage_main("data", "Create MLM + SOP pretraining examples from the corpus."))

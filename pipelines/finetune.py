@@ -15,7 +15,6 @@ import math
 import os
 import sys
 import tempfile
-import time
 from typing import Any
 
 import pyarrow.fs
@@ -29,13 +28,15 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from .cli import stage_main
-from .config import TUNE_METRICS, FinetuneConfig, RunConfig, TuneConfig, config_to_dict, dump_yaml
+from .config import TUNE_METRICS, FinetuneConfig, RunConfig, TuneConfig, config_to_dict
+from .errors import ConfigError, MissingInput
 from .finetuning.task import load_task
 from .finetuning.tokenizer import PairTokenizer
 from .finetuning.trial import TrialData, fit_trial, materialize, trial_finetune
-from .prep.storage import StagedOutput, arrow_filesystem, filesystem, join, write_bytes, write_text
+from .lifecycle import StageRun, stage_runner
 from .ray_runtime import init_ray
-from .stages import pretrained_dir, skip_if_up_to_date, stage_dir, stage_fingerprint
+from .stages import pretrained_dir
+from .storage import arrow_filesystem, filesystem, join, write_bytes, write_text
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +49,11 @@ def read_pretrained_files(directory: str) -> dict[str, bytes]:
     and tokenizer_config.json, local or s3://."""
     fs, root = filesystem(directory)
     if not fs.exists(f"{root}/config.json"):
-        raise FileNotFoundError(f"finetune.pretrained: {directory} has no config.json (not a transformers "
+        raise MissingInput(f"finetune.pretrained: {directory} has no config.json (not a transformers "
                                 f"ALBERT directory; the default {{run_dir}}/pretrain/hf needs the pretrain stage)")
     names = {os.path.basename(p) for p in fs.ls(root, detail=False)}
     if "spiece.model" not in names:
-        raise FileNotFoundError(f"finetune.pretrained: {directory} has no spiece.model (the tokenizer)")
+        raise MissingInput(f"finetune.pretrained: {directory} has no spiece.model (the tokenizer)")
     wanted = [n for n in names if n in ("config.json", "spiece.model", "tokenizer_config.json", *WEIGHT_FILES)
               or (n.startswith("model-") and n.endswith(".safetensors"))]
     return {n: fs.cat_file(f"{root}/{n}") for n in sorted(wanted)}
@@ -62,7 +63,7 @@ def tune_metric(config: RunConfig) -> str:
     allowed = TUNE_METRICS[config.finetune.task]
     metric = config.tune.metric or allowed[0]
     if metric not in allowed:
-        raise ValueError(f"tune.metric={metric}: not a {config.finetune.task} metric; use one of {', '.join(allowed)}")
+        raise ConfigError(f"tune.metric={metric}: not a {config.finetune.task} metric; use one of {', '.join(allowed)}")
     return metric
 
 
@@ -273,12 +274,9 @@ def _warn_overridden(config: RunConfig) -> None:
                         getattr(config.finetune, name))
 
 
-def run_finetune(config: RunConfig, force: bool = False) -> str:
-    """Write {run_dir}/finetune/ (trials.csv, best.json, best/, manifest.json); returns the folder."""
-    started = time.time()
-    if skip_if_up_to_date(config, "finetune", force):
-        return stage_dir(config, "finetune")
-    fingerprint = stage_fingerprint(config, "finetune")
+def build_finetune(run: StageRun) -> dict:
+    """trials.csv, best.json and best/ in the stage's folder; returns the manifest's fields."""
+    config = run.config
     metric = tune_metric(config)
     _warn_overridden(config)
     pretrained = pretrained_dir(config)
@@ -293,9 +291,7 @@ def run_finetune(config: RunConfig, force: bool = False) -> str:
                      encode(task.eval), task.train_targets, task.eval_targets, tokenizer.pad_id, files)
     truncated = {split: sum(len(ids) >= length for ids, _ in getattr(data, split)) for split in ("train", "eval")}
 
-    out = StagedOutput(stage_dir(config, "finetune"))
-    out.begin()
-    storage = out.staged("tune")
+    storage = join(run.scratch, "tune")  # the search's working folder, removed when the output is complete
     if "://" not in storage:
         storage = os.path.abspath(storage)
     # Keeping one checkpoint per trial forces a state snapshot per report; Tune warns about it each time.
@@ -325,26 +321,25 @@ def run_finetune(config: RunConfig, force: bool = False) -> str:
         best["_checkpoint"].to_directory(local)
         for name in sorted(os.listdir(local)):
             with open(os.path.join(local, name), "rb") as f:
-                write_bytes(out.staged("best", name), f.read())
+                write_bytes(run.path("best", name), f.read())
     best_json = {"trial_id": best["trial_id"], "epoch": best["best_epoch"], "metric": metric, "value": best[metric],
                  "metrics": {k: best[k] for k in SUMMARY_METRICS if k in best},
                  "finetune": config_to_dict(best["_finetune"]), "label_names": task.label_names,
                  "eval_examples": len(data.eval)}
-    write_text(out.staged("best.json"), json.dumps(best_json, indent=2) + "\n")
-    write_text(out.staged("trials.csv"), trials_csv(rows))
-    write_text(out.staged("config.yaml"), dump_yaml(config))
-    manifest = {"fingerprint": fingerprint, "pretrained": pretrained, "init": config.finetune.init,
-                "metric": metric, "best": {k: best_json[k] for k in ("trial_id", "epoch", "value")},
-                "trials": {"total": len(rows), "completed": sum(r["status"] == "completed" for r in rows),
-                           "stopped_early": sum(r["stopped_early"] for r in rows),
-                           "failed": sum(r["status"] == "error" for r in rows)},
-                "examples": task.accounting, "truncated": truncated, "label_names": task.label_names,
-                "config": {"finetune": config_to_dict(config.finetune), "tune": config_to_dict(config.tune)},
-                "seconds": time.time() - started}
-    out.commit(["best", "best.json", "trials.csv", "config.yaml"], manifest)
-    print(_summary(rows, best, metric, out.out_dir), flush=True)
-    return out.out_dir
+    write_text(run.path("best.json"), json.dumps(best_json, indent=2) + "\n")
+    write_text(run.path("trials.csv"), trials_csv(rows))
+    print(_summary(rows, best, metric, run.current), flush=True)
+    return {"pretrained": pretrained, "init": config.finetune.init,
+            "metric": metric, "best": {k: best_json[k] for k in ("trial_id", "epoch", "value")},
+            "trials": {"total": len(rows), "completed": sum(r["status"] == "completed" for r in rows),
+                       "stopped_early": sum(r["stopped_early"] for r in rows),
+                       "failed": sum(r["status"] == "error" for r in rows)},
+            "examples": task.accounting, "truncated": truncated, "label_names": task.label_names,
+            "config": {"finetune": config_to_dict(config.finetune), "tune": config_to_dict(config.tune)}}
+
+
+run_finetune = stage_runner("finetune")
 
 
 if __name__ == "__main__":
-    stage_main(run_finetune, "Fine-tune the pretrained ALBERT with a Ray Tune hyperparameter search.", sys.argv[1:])
+    sys.exit(stage_main("finetune", "Fine-tune the pretrained ALBERT with a Ray Tune hyperparameter search."))

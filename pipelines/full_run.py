@@ -1,10 +1,12 @@
 """`python pipelines/full_run.py`: vocab -> data -> pretrain -> finetune -> report as one Ray DAG.
 
 Each stage is a Ray task that reserves no CPU (the stage's own Ray Data / Train / Tune work reserves
-what it needs) and calls the stage's `run_<stage>`, the same code as its standalone command. The
-tasks are chained through ObjectRefs, so a stage starts when the one before it has returned and a
-failure stops everything after it. Every stage skips itself when its output is up to date
-(pipelines.stages), so submitting the job again resumes where the last one stopped.
+what it needs) and runs the stage through the shared lifecycle (pipelines/lifecycle.py), the same
+code as its standalone command. The tasks are chained through ObjectRefs, so a stage starts when
+the one before it has returned and a failure stops everything after it. The driver holds the
+run_dir's lease for the whole DAG (a second run on the same run_dir stops at once). Every stage
+skips itself when its output is up to date (pipelines/stages.py), so submitting the job again
+resumes where the last one stopped.
 
     python pipelines/full_run.py [--config FILE] [--stages a,b] [--force STAGE] [--dry-run] [key=value ...]
 """
@@ -17,33 +19,24 @@ if not __package__:  # run as a file (what `ray job submit` runs): import the pa
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import argparse  # noqa: E402
-import importlib  # noqa: E402
 import logging  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
+from pipelines.cli import report_user_error, setup_logging  # noqa: E402
 from pipelines.config import RunConfig, build_arg_parser, parse_cli  # noqa: E402
-from pipelines.prep.storage import exists, join  # noqa: E402
+from pipelines.errors import ConfigError, UserError, find_user_error, one_line  # noqa: E402
+from pipelines.lease import hold, read_holder  # noqa: E402
+from pipelines.lifecycle import (building_dir, check_input_paths, check_run_dir,  # noqa: E402
+                                 ensure_run_dir, previous_dir, read_marker, run_stage)
 from pipelines.report.costs import ReservationMeter, cost_record, write_cost  # noqa: E402
-from pipelines.stages import STAGES, is_up_to_date, read_manifest, stage_dir, stage_fingerprint  # noqa: E402
+from pipelines.stages import (STAGES, config_value, read_manifest, read_manifest_at, stage_dir,  # noqa: E402
+                              stage_fingerprint, stage_inputs)
+from pipelines.storage import exists, join  # noqa: E402
 
 log = logging.getLogger(__name__)
-
-ORDER = list(STAGES)
-STAGE_FUNCTIONS = {"vocab": "pipelines.vocab:run_vocab", "data": "pipelines.data:run_data",
-                   "pretrain": "pipelines.pretrain:run_pretrain", "finetune": "pipelines.finetune:run_finetune",
-                   "report": "pipelines.report.stage:run_report"}
-OUTPUTS = {
-    "vocab": ["vocab/spiece.model", "vocab/spiece.vocab"],
-    "data": ["data/train/*.parquet", "data/validation/*.parquet"],
-    "pretrain": ["pretrain/metrics.jsonl", "pretrain/eval.json", "pretrain/hf/"],
-    "finetune": ["finetune/trials.csv", "finetune/best.json", "finetune/best/"],
-    "report": ["report.md", "report/*.png"],
-}
-# The report is written from whatever inputs exist; the others need all of theirs.
-PARTIAL_INPUTS_OK = {"report"}
 
 
 class StageFailed(RuntimeError):
@@ -54,16 +47,17 @@ class StageFailed(RuntimeError):
 
 def select_stages(stages: str | None, force: str | None) -> tuple[list[str], set[str]]:
     """The stages to run, in DAG order, and those forced: `force` and every selected stage after it."""
-    selected = ORDER if stages is None else [s.strip() for s in stages.split(",") if s.strip()]
+    order = list(STAGES)
+    selected = order if stages is None else [s.strip() for s in stages.split(",") if s.strip()]
     unknown = [s for s in selected if s not in STAGES]
     if unknown or not selected:
-        raise ValueError(f"--stages {stages!r}: unknown or no stage; the stages are {','.join(ORDER)}")
-    selected = [s for s in ORDER if s in selected]
+        raise ConfigError(f"--stages {stages!r}: unknown or no stage; the stages are {','.join(order)}")
+    selected = [s for s in order if s in selected]
     if force is None:
         return selected, set()
     if force not in selected:
-        raise ValueError(f"--force {force!r}: not one of the stages to run ({','.join(selected)})")
-    return selected, {s for s in selected if ORDER.index(s) >= ORDER.index(force)}
+        raise ConfigError(f"--force {force!r}: not one of the stages to run ({','.join(selected)})")
+    return selected, {s for s in selected if order.index(s) >= order.index(force)}
 
 
 @dataclass
@@ -75,6 +69,28 @@ class StagePlan:
     """Why it runs or not: forced, no output yet, config or inputs changed, up to date, not selected."""
     inputs: list[str]
     outputs: list[str]
+    held: list[str]
+    """What the run_dir holds for it: the current, unfinished and previous outputs."""
+
+
+def _held(config: RunConfig, name: str, lineage: str | None) -> list[str]:
+    current, building, previous = stage_dir(config, name), building_dir(config.run_dir, name), \
+        previous_dir(config.run_dir, name)
+    lines = []
+    manifest = read_manifest_at(current)
+    if manifest is not None:
+        steps = f", {manifest['steps']} steps" if "steps" in manifest else ""
+        lines.append(f"current:  {current} (complete{steps}, committed {manifest.get('committed', '?')}; kept until "
+                     "a replacement is complete)")
+    elif exists(current):
+        lines.append(f"current:  {current} (incomplete: no readable manifest.json)")
+    marker = read_marker(building)
+    if marker is not None:
+        resumes = STAGES[name].resumable and marker.get("lineage") == lineage
+        lines.append(f"unfinished: {building} ({'resumed' if resumes else 'discarded'} by the next run)")
+    if read_manifest_at(previous) is not None:
+        lines.append(f"previous: {previous} (restore: python -m pipelines.restore {name})")
+    return lines
 
 
 def plan_dag(config: RunConfig, selected: Sequence[str], forced: set[str]) -> list[StagePlan]:
@@ -82,60 +98,63 @@ def plan_dag(config: RunConfig, selected: Sequence[str], forced: set[str]) -> li
     inputs will have (they are config hashes, so they are known before anything runs)."""
     predicted: dict[str, str | None] = {}
     plans = []
-    for name in ORDER:
+    for name in STAGES:
         stage = STAGES[name]
         manifest = read_manifest(config, name)
         current = manifest.get("fingerprint") if manifest else None
-        inputs = [f"{dep}: {stage_dir(config, dep)}" for dep in stage.inputs] + [
+        deps = stage_inputs(config, name)
+        inputs = [f"{dep}: {stage_dir(config, dep)}" for dep in deps] + [
+            f"{key}: {value}" for key in stage.input_paths if (value := config_value(config, key))] + [
             f"config: {', '.join(stage.config_keys)}" if stage.config_keys else "config: none"]
-        outputs = [join(config.run_dir, o) for o in OUTPUTS[name]] + [join(stage_dir(config, name), "manifest.json")]
+        outputs = [join(stage_dir(config, name), o) for o in (*stage.outputs, "manifest.json")]
         if name not in selected:
             predicted[name] = current
             have = "no output" if manifest is None else "has output"
-            plans.append(StagePlan(name, False, False, f"not selected ({have})", inputs, outputs))
+            plans.append(StagePlan(name, False, False, f"not selected ({have})", inputs, outputs, []))
             continue
-        missing = [dep for dep in stage.inputs if predicted[dep] is None]
-        fingerprint = stage_fingerprint(config, name, {dep: predicted[dep] or "" for dep in stage.inputs})
-        if name == "finetune" and config.finetune.pretrained:  # a model from outside this run, not pretrain's
-            missing, fingerprint = [], stage_fingerprint(config, name)
+        missing = [dep for dep in deps if predicted[dep] is None]
+        inputs_now = {dep: predicted[dep] or "" for dep in deps}
+        fingerprint = stage_fingerprint(config, name, inputs_now)
         if name in forced:
             status = "runs: forced"
         elif missing:
-            status = (f"runs: partial, without {', '.join(missing)}" if name in PARTIAL_INPUTS_OK
+            status = (f"runs: partial, without {', '.join(missing)}" if stage.partial_inputs
                       else f"runs, but needs {', '.join(missing)} output, which is missing and not selected")
         elif current is None:
             status = "runs: no output yet"
         elif current != fingerprint:
-            status = "runs: config or inputs changed"
+            continues = stage.extends and manifest.get("lineage") == stage_fingerprint(
+                config, name, inputs_now, exclude=stage.extends)
+            status = "runs: continues the current output" if continues else "runs: config or inputs changed"
         else:
             status = "up to date: skipped"
         runs = status.startswith("runs")
-        predicted[name] = fingerprint if not missing or name in PARTIAL_INPUTS_OK else None
-        plans.append(StagePlan(name, True, runs, status, inputs, outputs))
+        predicted[name] = fingerprint if not missing or stage.partial_inputs else None
+        lineage = stage_fingerprint(config, name, inputs_now, exclude=stage.extends) if not missing else None
+        plans.append(StagePlan(name, True, runs, status, inputs, outputs, _held(config, name, lineage)))
     return plans
 
 
 def format_plan(config: RunConfig, plans: list[StagePlan]) -> str:
-    lines = [f"DAG for run_dir={config.run_dir} ({' -> '.join(ORDER)}):"]
+    lines = [f"DAG for run_dir={config.run_dir} ({' -> '.join(STAGES)}):"]
+    holder = read_holder(config.run_dir) if exists(config.run_dir) else None
+    if holder is not None:
+        lines.append(f"  in use by {holder[0].describe()}")
     for p in plans:
         lines.append(f"  {p.name}: {p.status}")
         lines += [f"      in:  {i}" for i in p.inputs]
         lines += [f"      out: {o}" for o in p.outputs]
+        lines += [f"      {h}" for h in p.held]
     return "\n".join(lines)
 
 
-def stage_function(name: str):
-    module, _, function = STAGE_FUNCTIONS[name].partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
-def run_stage(name: str, config: RunConfig, force: bool, *after: Any) -> dict[str, Any]:
-    """Run one stage (skipping itself when up to date) and record what it cost. `after`: the
-    previous stage's result; as a task argument it makes Ray start this stage only once that exists."""
+def run_stage_task(name: str, config: RunConfig, force: bool, owner: str, *after: Any) -> dict[str, Any]:
+    """Run one stage through the lifecycle, under the driver's lease (`owner`), and record what it
+    cost. `after`: the previous stage's result; as a task argument it makes Ray start this stage
+    only once that exists."""
     import ray
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    up_to_date = not force and is_up_to_date(config, name)
+    setup_logging()
 
     def reserved() -> tuple[float, float]:
         total, free = ray.cluster_resources(), ray.available_resources()
@@ -143,72 +162,89 @@ def run_stage(name: str, config: RunConfig, force: bool, *after: Any) -> dict[st
 
     started = time.time()
     with ReservationMeter(reserved) as meter:
-        output = stage_function(name)(config, force=force)
+        outcome = run_stage(config, name, force=force, owner=owner)
     wall_s = time.time() - started
-    if not up_to_date:
-        manifest = read_manifest(config, name) or {}
-        write_cost(config.run_dir, name, cost_record(manifest.get("fingerprint", ""), started, wall_s, meter,
+    if not outcome.skipped:
+        write_cost(config.run_dir, name, cost_record(outcome.fingerprint, started, wall_s, meter,
                                                      ray.cluster_resources()))
-    return {"stage": name, "output": output, "skipped": up_to_date, "wall_s": wall_s}
+    return {"stage": name, "output": outcome.path, "skipped": outcome.skipped, "wall_s": wall_s}
 
 
-def run_dag(config: RunConfig, selected: Sequence[str], forced: set[str]) -> list[dict[str, Any]]:
+def run_dag(config: RunConfig, selected: Sequence[str], forced: set[str], owner: str) -> list[dict[str, Any]]:
     """Submit the chain of stage tasks and wait for each in turn; raises StageFailed at the first failure."""
     import ray
 
     from pipelines.ray_runtime import init_ray
 
     init_ray()
-    task = ray.remote(num_cpus=0, max_retries=1)(run_stage)
+    task = ray.remote(num_cpus=0, max_retries=1)(run_stage_task)
     refs, previous = [], None
     for name in selected:
         after = [] if previous is None else [previous]
-        previous = task.options(name=f"stage:{name}").remote(name, config, name in forced, *after)
+        previous = task.options(name=f"stage:{name}").remote(name, config, name in forced, owner, *after)
         refs.append((name, previous))
     results = []
     for name, ref in refs:
         try:
             result = ray.get(ref)
         except ray.exceptions.RayTaskError as e:
-            print(str(e), file=sys.stderr, flush=True)
-            raise StageFailed(name, e.cause if e.cause is not None else e) from None
+            cause = e.cause if e.cause is not None else e
+            if find_user_error(cause) is None:
+                print(str(e), file=sys.stderr, flush=True)
+            raise StageFailed(name, cause) from None
         print(f"full_run: {name}: {'up to date, skipped' if result['skipped'] else 'done'} in "
               f"{result['wall_s']:.1f} s -> {result['output']}", flush=True)
         results.append(result)
     return results
 
 
+def run_all(config: RunConfig, selected: Sequence[str], forced: set[str]) -> list[dict[str, Any]]:
+    """The DAG under the run_dir's lease, held by this process for the whole run."""
+    run_dir = check_run_dir(config.run_dir)
+    ensure_run_dir(run_dir)
+    with hold(run_dir) as lease:
+        return run_dag(config, selected, forced, lease.holder.owner)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = build_arg_parser(__doc__.strip().splitlines()[0])
-    parser.add_argument("--stages", metavar="A,B", help=f"run only these stages (default: all: {','.join(ORDER)})")
+    parser.add_argument("--stages", metavar="A,B", help=f"run only these stages (default: all: {','.join(STAGES)})")
     parser.add_argument("--force", metavar="STAGE", help="rerun this stage and every selected stage after it")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the DAG with each stage's inputs, outputs and whether it is up to date")
     return parser
 
 
+def preflight(argv: Sequence[str] | None) -> tuple[RunConfig, argparse.Namespace, list[str], set[str]]:
+    """Everything checked before anything starts (no Ray, no writes): the config, the stage
+    selection, the run_dir and the input paths. Raises UserError."""
+    config, args = parse_cli(argv, build_parser())
+    selected, forced = select_stages(args.stages, args.force)
+    check_run_dir(config.run_dir)
+    check_input_paths(config, selected)
+    return config, args, selected, forced
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    parser = build_parser()
-    config = parse_cli(argv, parser.description, parser)
-    args = parser.parsed  # type: ignore[attr-defined]
-    try:
-        selected, forced = select_stages(args.stages, args.force)
-    except ValueError as e:
-        parser.error(str(e))
-    print(format_plan(config, plan_dag(config, selected, forced)), flush=True)
-    if args.dry_run:
-        return 0
+    setup_logging()
     started = time.time()
     try:
-        run_dag(config, selected, forced)
+        config, args, selected, forced = preflight(argv)
+        print(format_plan(config, plan_dag(config, selected, forced)), flush=True)
+        if args.dry_run:
+            return 0
+        run_all(config, selected, forced)
     except StageFailed as e:
+        user_error = find_user_error(e.error)
+        error = user_error or e.error
         print(f"full_run: FAILED at stage {e.stage} after {time.time() - started:.0f} s: "
-              f"{type(e.error).__name__}: {e.error}\nfull_run: the outputs of the stages before {e.stage} "
+              f"{type(error).__name__}: {one_line(error)}\nfull_run: the outputs of the stages before {e.stage} "
               f"are complete and will be reused by the next submission", flush=True)
-        return 1
+        return 2 if user_error else 1
+    except UserError as e:
+        return report_user_error("full_run", e)
     print(f"full_run: all stages done in {time.time() - started:.0f} s", flush=True)
-    for label, path in [("report.md", join(config.run_dir, "report.md")),
+    for label, path in [("report.md", join(stage_dir(config, "report"), "report.md")),
                         ("pretrained model (transformers format)", join(stage_dir(config, "pretrain"), "hf")),
                         ("fine-tuned model (transformers format)", join(stage_dir(config, "finetune"), "best"))]:
         if exists(path):  # a sub-path (--stages) may not have made it

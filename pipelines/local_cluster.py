@@ -25,6 +25,12 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pipelines.cli import report_user_error
+from pipelines.config import load_config
+from pipelines.errors import LeaseHeld, UserError
+from pipelines.full_run import preflight
+from pipelines.lease import read_holder
+
 REPO = Path(__file__).resolve().parents[1]
 STATE_DIR = REPO / ".ray-local"
 RAY = str(Path(sys.executable).parent / "ray")
@@ -210,8 +216,6 @@ def submit(head: LocalHead, entrypoint: list[str], working_dir: Path = REPO, att
 def absolute_run_dir(argv: list[str]) -> tuple[list[str], str]:
     """full_run's arguments with a relative run_dir made absolute (the job runs in a copy of the
     working directory, so a relative run_dir would vanish with it), and that run_dir."""
-    from pipelines.config import load_config
-
     args = argparse.ArgumentParser(add_help=False)
     args.add_argument("--config")
     known, rest = args.parse_known_args(argv)
@@ -221,6 +225,14 @@ def absolute_run_dir(argv: list[str]) -> tuple[list[str], str]:
         return argv, run_dir
     run_dir = str((REPO / run_dir).resolve())
     return [*argv, f"run_dir={run_dir}"], run_dir
+
+
+def check_before_submitting(full_run_args: list[str], run_dir: str) -> None:
+    """full_run's own checks (config, stages, run_dir, input paths), and no other run on the run_dir."""
+    preflight(full_run_args)
+    holder = read_holder(run_dir)
+    if holder is not None and not holder[0].stale():
+        raise LeaseHeld(f"run_dir {run_dir} is in use by {holder[0].describe()}: wait for it to end or stop it")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,17 +252,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         print(f"running: dashboard {head.dashboard_url}, pid {head.pid}" if head else "not running")
         return 0 if head else 1
+    if args.command == "run":
+        try:  # a bad config, a refused run_dir or a held lease stops here, before a head starts
+            full_run_args, run_dir = absolute_run_dir(rest)
+            check_before_submitting(full_run_args, run_dir)
+        except UserError as e:
+            return report_user_error("local_cluster", e)
     if head is None:
         print("starting this checkout's local Ray head ...", flush=True)
         head = start_head(num_cpus=args.num_cpus)
     print(f"Ray dashboard: {head.dashboard_url} (token in {STATE_DIR / 'token'})", flush=True)
     if args.command == "start":
         return 0
-    full_run_args, run_dir = absolute_run_dir(rest)
     started = time.time()
     rc, _ = submit(head, ["python", "pipelines/full_run.py", *full_run_args])
     print(f"\n{'job SUCCEEDED' if rc == 0 else 'job FAILED'} after {(time.time() - started) / 60:.1f} min\n"
-          f"report:            {run_dir}/report.md\n"
+          f"report:            {run_dir}/report/report.md\n"
           f"pretrained model:  {run_dir}/pretrain/hf (transformers format)\n"
           f"fine-tuned model:  {run_dir}/finetune/best (transformers format)\n"
           f"Ray dashboard:     {head.dashboard_url} (token in {STATE_DIR / 'token'}); the head keeps running, "

@@ -3,14 +3,17 @@
 
 The driver checks every input before any worker starts, then runs a thin worker function: Ray
 Data batches in, the pure PyTorch step (pipelines/train/) in the middle, metrics and sharded
-checkpoints out through `ray.train.report`. A failed worker restarts from the latest checkpoint
-(FailureConfig); a re-run of an unfinished run resumes from it; a finished run is not redone.
+checkpoints out through `ray.train.report`. It writes into the folder being built
+(pipelines/lifecycle.py): a failed worker restarts from the latest checkpoint (FailureConfig), a
+re-run of an unfinished run resumes from it (on any number of workers: DCP reshards), and a raised
+`train.max_steps` continues the complete output from its last checkpoint instead of starting over.
 
 Output layout (documented in the README):
 - `train/checkpoint_*/`: DCP checkpoints (pipelines/train/checkpoint.py), the newest few kept
-- `metrics.jsonl`: one line per log step, and one per validation pass ("split": "validation")
+- `metrics.jsonl`: one line per log step, one per validation pass ("split": "validation") and one
+  per start, resume or continuation ("event")
 - `eval.json`: the final validation metrics; `hf/`: the transformers-format export
-- `config.yaml`, `run.json` (the fingerprint of the run in progress), `manifest.json` (last)
+- `config.yaml`, `manifest.json` (last)
 """
 from __future__ import annotations
 
@@ -36,13 +39,15 @@ from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.hf import save_hf_pretrained
 
 from .cli import stage_main
-from .config import RunConfig, TrainConfig, config_to_dict, dump_yaml
+from .config import RunConfig, TrainConfig, config_to_dict
+from .errors import BadInput, MissingInput
+from .lifecycle import StageRun, path_inside, stage_runner
 from .prep.masking import MaskingSpec
 from .prep.process import example_schema
-from .prep.storage import (arrow_filesystem, exists, filesystem, join, read_bytes, read_json, read_jsonl, remove,
-                           write_bytes, write_text)
 from .ray_runtime import init_ray
-from .stages import read_manifest, skip_if_up_to_date, stage_dir, stage_fingerprint
+from .stages import read_manifest, stage_dir
+from .storage import (arrow_filesystem, exists, filesystem, join, read_bytes, read_json, read_jsonl, write_bytes,
+                      write_text)
 from .train.build import build_model, build_optimizer
 from .train.checkpoint import load_checkpoint, save_checkpoint
 from .train.loader import mean_width, position_of_step, rank_micro_batches
@@ -56,6 +61,7 @@ log = logging.getLogger(__name__)
 # Test-only fault injection: once per run, the last worker exits hard after this optimizer step.
 FAULT_ENV = "ALBERT_TEST_FAIL_AT_STEP"
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
+METRICS = "metrics.jsonl"
 
 
 def _albert_config(config: RunConfig, vocab_size: int) -> AlbertConfig:
@@ -64,27 +70,27 @@ def _albert_config(config: RunConfig, vocab_size: int) -> AlbertConfig:
         return config.model.albert_config(vocab_size)
     path = join(config.train.init_from, "config.json")
     if not exists(path):
-        raise FileNotFoundError(f"train.init_from={config.train.init_from}: no config.json there "
+        raise MissingInput(f"train.init_from={config.train.init_from}: no config.json there "
                                 "(expected a transformers ALBERT directory)")
     return AlbertConfig.from_hf_dict(read_json(path))
 
 
-def plan_pretraining(config: RunConfig) -> dict:
+def plan_pretraining(config: RunConfig, out_dir: str) -> dict:
     """Every up-front check, before any worker starts; returns what the workers need."""
     data = read_manifest(config, "data")
     data_dir = stage_dir(config, "data")
     if data is None:
-        raise FileNotFoundError(f"no examples in {data_dir} (no manifest.json): run `python -m pipelines.data` "
+        raise MissingInput(f"no examples in {data_dir} (no manifest.json): run `python -m pipelines.data` "
                                 "with the same run_dir first")
     n_train, n_validation = data["examples"]["train"], data["examples"]["validation"]
     if n_train == 0:
-        raise ValueError(f"{data_dir}: the train split is empty (0 examples); check the data stage's manifest "
+        raise BadInput(f"{data_dir}: the train split is empty (0 examples); check the data stage's manifest "
                          "for rejected documents")
     vocab = read_manifest(config, "vocab")
     if vocab is None:
-        raise FileNotFoundError(f"no vocabulary in {stage_dir(config, 'vocab')}: run `python -m pipelines.vocab`")
+        raise MissingInput(f"no vocabulary in {stage_dir(config, 'vocab')}: run `python -m pipelines.vocab`")
     if data.get("vocab_sha256") != vocab["sha256"]:
-        raise ValueError(f"{data_dir} was made with another vocabulary (sha256 {data.get('vocab_sha256')}) than "
+        raise BadInput(f"{data_dir} was made with another vocabulary (sha256 {data.get('vocab_sha256')}) than "
                          f"{stage_dir(config, 'vocab')}/spiece.model ({vocab['sha256']}): rerun the data stage")
     dynamic = data["masking"]["mode"] == "dynamic"
     _check_schema(join(data_dir, "train"), dynamic)
@@ -92,24 +98,24 @@ def plan_pretraining(config: RunConfig) -> dict:
         _check_schema(join(data_dir, "validation"), dynamic)
     albert = _albert_config(config, vocab["vocab_size"])
     if albert.vocab_size != vocab["vocab_size"]:
-        raise ValueError(f"train.init_from={config.train.init_from}: vocab_size {albert.vocab_size} differs from "
+        raise BadInput(f"train.init_from={config.train.init_from}: vocab_size {albert.vocab_size} differs from "
                          f"the vocabulary's {vocab['vocab_size']} pieces")
     data_config = data["config"]["data"]
     if data_config["max_seq_length"] > albert.max_position_embeddings:
-        raise ValueError(f"data.max_seq_length={data_config['max_seq_length']} of {data_dir} exceeds "
+        raise BadInput(f"data.max_seq_length={data_config['max_seq_length']} of {data_dir} exceeds "
                          f"model.max_position_embeddings={albert.max_position_embeddings}")
     train = config.train
     if train.global_batch_size > n_train:
-        raise ValueError(f"train.global_batch_size={train.global_batch_size} exceeds the {n_train} training "
+        raise BadInput(f"train.global_batch_size={train.global_batch_size} exceeds the {n_train} training "
                          f"examples in {data_dir}: not one full batch")
     if n_validation < train.micro_batch * train.num_workers:
-        raise ValueError(f"{data_dir}: {n_validation} validation examples, fewer than one evaluation batch "
+        raise BadInput(f"{data_dir}: {n_validation} validation examples, fewer than one evaluation batch "
                          f"(train.num_workers x micro batch = {train.micro_batch * train.num_workers}); "
                          "raise data.validation_fraction")
     gpus = int(ray.cluster_resources().get("GPU", 0))
     use_gpu = train.use_gpu if isinstance(train.use_gpu, bool) else gpus >= train.num_workers
     if use_gpu and gpus < train.num_workers:
-        raise ValueError(f"train.use_gpu=true with train.num_workers={train.num_workers}, but the cluster has "
+        raise BadInput(f"train.use_gpu=true with train.num_workers={train.num_workers}, but the cluster has "
                          f"{gpus} GPUs")
     precision = train.precision if train.precision != "auto" else ("bf16" if use_gpu else "fp32")
     masking = dataclasses.asdict(MaskingSpec(data_config["masked_lm_prob"], data_config["max_predictions_per_seq"],
@@ -119,8 +125,8 @@ def plan_pretraining(config: RunConfig) -> dict:
         "precision": precision, "masking": masking, "max_predictions": data_config["max_predictions_per_seq"],
         "n_train": n_train, "n_validation": n_validation,
         "batches_per_epoch": n_train // train.global_batch_size,
-        "out_dir": stage_dir(config, "pretrain"), "spiece_model": join(stage_dir(config, "vocab"), "spiece.model"),
-        "fault_step": int(os.environ.get(FAULT_ENV, 0)),
+        "out_dir": out_dir, "spiece_model": join(stage_dir(config, "vocab"), "spiece.model"),
+        "fault_step": int(os.environ.get(FAULT_ENV, 0)), "initial_checkpoint": None,
     }
 
 
@@ -128,15 +134,15 @@ def _check_schema(split_dir: str, dynamic: bool) -> None:
     fs, path = filesystem(split_dir)
     files = sorted(f for f in fs.find(path) if f.endswith(".parquet"))
     if not files:
-        raise FileNotFoundError(f"{split_dir}: no parquet files")
+        raise MissingInput(f"{split_dir}: no parquet files")
     with fs.open(files[0], "rb") as f:
         schema = pq.read_schema(f)
     for expected in example_schema(dynamic):
         if expected.name not in schema.names:
-            raise ValueError(f"{files[0]}: column {expected.name!r} missing (found {schema.names}); "
+            raise BadInput(f"{files[0]}: column {expected.name!r} missing (found {schema.names}); "
                              "the data was written by another version: rerun the data stage")
         if schema.field(expected.name).type != expected.type:
-            raise ValueError(f"{files[0]}: column {expected.name!r} has type {schema.field(expected.name).type}, "
+            raise BadInput(f"{files[0]}: column {expected.name!r} has type {schema.field(expected.name).type}, "
                              f"expected {expected.type}")
 
 
@@ -202,18 +208,23 @@ def train_worker(plan: dict) -> None:
     optimizer = build_optimizer(model, train.optimizer, train.lr, train.weight_decay)
     scheduler = build_scheduler(optimizer, train.warmup_steps, train.max_steps)
 
-    step = 0
-    checkpoint = ray.train.get_checkpoint()
+    step, event = 0, "started"
+    checkpoint = ray.train.get_checkpoint()  # this run's own latest (a restart or a resume)
+    if checkpoint is None and plan["initial_checkpoint"]:  # the complete output this run continues
+        fs, path = arrow_filesystem(plan["initial_checkpoint"])
+        checkpoint, event = Checkpoint(path, filesystem=fs), "continued"
+    elif checkpoint is not None:
+        event = "resumed"
     if checkpoint:
         with checkpoint.as_directory() as directory:
             step = load_checkpoint(directory, model, optimizer, scheduler)["step"]
         if rank == 0:
-            print(f"pretrain: resumed from {checkpoint.path} at step {step}", flush=True)
+            print(f"pretrain: {event} from {checkpoint.path} at step {step} of {train.max_steps}", flush=True)
 
-    metrics_path = join(plan["out_dir"], "metrics.jsonl")
+    metrics_path = join(plan["out_dir"], METRICS)
     records = _read_metrics(metrics_path, step) if rank == 0 else []
-    if checkpoint:
-        records.append({"step": step, "event": "resumed", "checkpoint": checkpoint.path})
+    records.append({"step": step, "event": event, "max_steps": train.max_steps, "num_workers": world,
+                    **({"checkpoint": checkpoint.path} if checkpoint else {})})
     window = MetricsWindow(albert, world, peak_flops(device, plan["precision"], train.peak_tflops))
     validation = ray.train.get_dataset_shard("validation")
     started = time.perf_counter()
@@ -300,7 +311,6 @@ def _export(plan: dict, albert: AlbertConfig, state: dict, final: dict) -> None:
             f.write(read_bytes(plan["spiece_model"]))
         export = save_hf_pretrained(model, os.path.join(tmp, "hf"), spiece_model=spiece)
         hf_dir = join(plan["out_dir"], "hf")
-        remove(hf_dir)
         for name in sorted(os.listdir(export)):
             with open(export / name, "rb") as f:
                 write_bytes(join(hf_dir, name), f.read())
@@ -308,35 +318,48 @@ def _export(plan: dict, albert: AlbertConfig, state: dict, final: dict) -> None:
 
 # ---- the driver -----------------------------------------------------------------------------------
 
-def _start_or_resume(config: RunConfig, out_dir: str, fingerprint: str, force: bool) -> None:
-    """Resume only a run of the same config and inputs; anything else starts over."""
-    run_file = join(out_dir, "run.json")
-    previous = read_json(run_file)
-    if force or previous is None or previous.get("fingerprint") != fingerprint:
-        if exists(out_dir):
-            log.info("%s: %s; starting over", out_dir, "forced" if force else "made with another config or inputs")
-        remove(out_dir)
-    else:
-        print(f"pretrain: resuming the unfinished run in {out_dir}", flush=True)
-    write_text(run_file, json.dumps({"fingerprint": fingerprint}) + "\n")
-    write_text(join(out_dir, "config.yaml"), dump_yaml(config))
-
-
 def _read_split(config: RunConfig, split: str) -> ray.data.Dataset:
     fs, path = arrow_filesystem(join(stage_dir(config, "data"), split))
     return ray.data.read_parquet(path, filesystem=fs, file_extensions=["parquet"])
 
 
-def run_pretrain(config: RunConfig, force: bool = False) -> str:
-    """Pretrain on {run_dir}/data and write {run_dir}/pretrain/; returns the folder."""
-    started = time.time()
-    out_dir = stage_dir(config, "pretrain")
-    if skip_if_up_to_date(config, "pretrain", force):
-        return out_dir
+def _continuation(run: StageRun) -> str | None:
+    """The checkpoint a raised train.max_steps continues from: the last one of the complete output
+    of the same lineage (everything but max_steps equal), when it stopped short of the new total."""
+    previous, max_steps = run.extends, run.config.train.max_steps
+    if previous is None:
+        return None
+    if previous["steps"] >= max_steps or not previous.get("checkpoint"):
+        why = (f"has {previous['steps']} steps, not fewer than train.max_steps={max_steps}"
+               if previous.get("checkpoint") else "records no checkpoint")
+        print(f"pretrain: the complete output in {run.current} {why}: training anew", flush=True)
+        return None
+    checkpoint = join(run.current, previous["checkpoint"])
+    print(f"pretrain: continuing the complete run in {run.current} from step {previous['steps']} to {max_steps} "
+          f"(the learning-rate schedule is recomputed for {max_steps} steps)", flush=True)
+    if not exists(join(run.out, METRICS)):  # its history, so the curves and segments span both
+        write_text(join(run.out, METRICS), "".join(json.dumps(r) + "\n" for r in
+                                                    _read_metrics(join(run.current, METRICS), previous["steps"])))
+    return checkpoint
+
+
+def segments(records: list[dict], final_step: int) -> list[dict]:
+    """The runs the model went through, from the metrics' start/resume/continue events: each with
+    its first step, last step, total (max_steps) and workers."""
+    events = [r for r in records if r.get("event")]
+    return [{"event": e["event"], "start_step": e["step"],
+             "end_step": events[i + 1]["step"] if i + 1 < len(events) else final_step,
+             "max_steps": e.get("max_steps"), "num_workers": e.get("num_workers")} for i, e in enumerate(events)]
+
+
+def build_pretrain(run: StageRun) -> dict:
+    """Pretrain on {run_dir}/data into the stage's folder; returns the manifest's fields."""
+    config, out_dir = run.config, run.out
     init_ray()
-    plan = plan_pretraining(config)
-    fingerprint = stage_fingerprint(config, "pretrain")
-    _start_or_resume(config, out_dir, fingerprint, force)
+    plan = plan_pretraining(config, out_dir)
+    plan["initial_checkpoint"] = _continuation(run)
+    if run.resumed:
+        print(f"pretrain: resuming the unfinished run in {out_dir}", flush=True)
     train = config.train
     storage_fs, storage_path = arrow_filesystem(out_dir)
     if isinstance(storage_fs, pafs.LocalFileSystem):
@@ -365,18 +388,22 @@ def run_pretrain(config: RunConfig, force: bool = False) -> str:
     eval_path = join(out_dir, "eval.json")
     if not exists(eval_path):
         raise RuntimeError(f"pretraining ended without writing {eval_path}")
-    manifest = {
+    evaluation = read_json(eval_path)
+    scheme = out_dir.partition("://")[0] + "://" if "://" in out_dir else ""  # Ray Train's paths carry none
+    checkpoint = path_inside(out_dir, scheme + result.checkpoint.path) if result.checkpoint else None
+    print(f"pretrain: validation mlm_accuracy {evaluation['mlm_accuracy']:.3f}, sop_accuracy "
+          f"{evaluation['sop_accuracy']:.3f}; model in {join(run.current, 'hf')}", flush=True)
+    return {
         "steps": train.max_steps, "sequences_seen": train.max_steps * train.global_batch_size,
         "epochs": train.max_steps / plan["batches_per_epoch"], "num_workers": train.num_workers,
-        "use_gpu": plan["use_gpu"], "precision": plan["precision"], "model": plan["albert"],
-        "eval": read_json(eval_path), "checkpoint": result.checkpoint.path if result.checkpoint else None,
-        "config": config_to_dict(config), "seconds": time.time() - started, "fingerprint": fingerprint,
+        "use_gpu": plan["use_gpu"], "precision": plan["precision"], "model": plan["albert"], "eval": evaluation,
+        "checkpoint": checkpoint, "segments": segments(read_jsonl(join(out_dir, METRICS)), train.max_steps),
+        "config": config_to_dict(config),
     }
-    write_text(join(out_dir, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    print(f"pretrain: validation mlm_accuracy {manifest['eval']['mlm_accuracy']:.3f}, sop_accuracy "
-          f"{manifest['eval']['sop_accuracy']:.3f}; model in {join(out_dir, 'hf')}", flush=True)
-    return out_dir
+
+
+run_pretrain = stage_runner("pretrain")
 
 
 if __name__ == "__main__":
-    stage_main(run_pretrain, "Pretrain ALBERT on the examples with Ray Train.", sys.argv[1:])
+    sys.exit(stage_main("pretrain", "Pretrain ALBERT on the examples with Ray Train."))

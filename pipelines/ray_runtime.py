@@ -9,6 +9,7 @@ from typing import Any
 import ray
 from ray.data import ActorPoolStrategy
 
+from .errors import find_user_error
 from .prep.corpus import InputFile, pack_units
 
 log = logging.getLogger(__name__)
@@ -35,9 +36,15 @@ def map_units(files: list[InputFile], num_workers: int, fn_cls: type, fn_kwargs:
     ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
         fn_cls, fn_constructor_kwargs=fn_kwargs, batch_size=1,
         compute=ActorPoolStrategy(size=num_workers), num_cpus=1)
-    for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-        for record in batch["record"]:
-            yield json.loads(record)
+    try:
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            for record in batch["record"]:
+                yield json.loads(record)
+    except Exception as e:  # a bad input found by a UDF: its one-line error, not Ray's wrapped traceback
+        user_error = find_user_error(e)
+        if user_error is None:
+            raise
+        raise user_error from None
 
 
 def unit_files(batch: dict[str, Any]) -> tuple[int, list[InputFile]]:

@@ -1,55 +1,114 @@
-"""The stages, what each one reads, and the fingerprints that say whether a stage's output is up to date.
+"""The stages, declared once each, and the fingerprints that say whether an output is up to date.
 
-A stage's fingerprint hashes the config keys it depends on and its input stages' fingerprints (read
-from their manifests), so changing `train.lr` changes pretrain's fingerprint and, through it,
-finetune's, while vocab and data stay up to date. `run_dir` is not part of any fingerprint: the
-same run written locally or to s3:// has the same fingerprints.
+A declaration says everything the shared lifecycle (pipelines/lifecycle.py) and the DAG
+(pipelines/full_run.py) need: the run function, the config keys that change the result, the
+stages and config paths it reads, what its folder holds. Adding a stage is one entry here and
+its run function.
+
+A stage's fingerprint hashes the values of its result keys (SETTINGS left out: they never change
+a result) and its inputs' fingerprints (read from their manifests), so changing `train.lr`
+changes pretrain's fingerprint and, through it, finetune's, while changing `train.log_every` or
+`train.num_workers` changes nothing. `run_dir` is in no fingerprint: the same run written locally
+or to s3:// has the same fingerprints.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import os
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from .config import RunConfig, config_to_dict
-from .prep.storage import filesystem, join, read_json
+from .config import SETTINGS, RunConfig, config_to_dict
+from .errors import BadInput, MissingInput
+from .storage import filesystem, is_remote, join, read_bytes
 
 log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str
-    config_keys: tuple[str, ...]
-    """Sections (`data`) or single keys (`data.seed`) whose values the output depends on."""
-    inputs: tuple[str, ...]
-    """Stages whose outputs this one reads."""
+    run: str
+    """`module:function` doing the stage's work into a folder (lifecycle.StageRun); returns the manifest's fields."""
+    summary: str
+    """One line: what the stage makes."""
+    config_keys: tuple[str, ...] = ()
+    """Sections (`data`) or keys (`data.seed`) whose values change the output; SETTINGS are left out."""
+    inputs: tuple[str, ...] = ()
+    """Stages whose outputs it reads."""
+    outputs: tuple[str, ...] = ()
+    """What its folder holds besides config.yaml and manifest.json (shown by --dry-run)."""
+    input_paths: tuple[str, ...] = ()
+    """Config keys naming paths it reads; none may lie inside an output that a run replaces."""
+    content_keys: tuple[str, ...] = ()
+    """Of input_paths, those whose content (not only their name) is in the fingerprint."""
+    input_override: tuple[str, str] | None = None
+    """(stage, key): when the config key is set, its path is read instead of that stage's output."""
+    partial_inputs: bool = False
+    """Runs with whichever inputs exist (the report); otherwise every input must be complete."""
+    builds_inputs: tuple[str, ...] = ()
+    """Inputs that the standalone command builds first when they are missing or stale."""
+    resumable: bool = False
+    """An unfinished build of the same lineage is resumed (from its checkpoints), not restarted."""
+    extends: tuple[str, ...] = ()
+    """Keys whose change continues a complete output instead of redoing it (the lineage leaves them out)."""
 
 
 STAGES: dict[str, Stage] = {s.name: s for s in [
-    Stage("vocab", ("corpus", "vocab", "data.seed"), ()),
-    Stage("data", ("corpus", "vocab", "data"), ("vocab",)),
-    Stage("pretrain", ("model", "train"), ("data",)),
-    Stage("finetune", ("finetune", "tune"), ("pretrain",)),
-    Stage("report", (), ("data", "pretrain", "finetune")),
+    Stage("vocab", "pipelines.vocab:build_vocab", "the SentencePiece vocabulary",
+          config_keys=("corpus", "vocab", "data.seed"), outputs=("spiece.model", "spiece.vocab"),
+          input_paths=("corpus.paths", "vocab.model"), content_keys=("vocab.model",)),
+    Stage("data", "pipelines.data:build_data", "MLM + SOP examples as parquet shards",
+          config_keys=("corpus", "vocab", "data"), inputs=("vocab",),
+          outputs=("train/*.parquet", "validation/*.parquet"), input_paths=("corpus.paths",), builds_inputs=("vocab",)),
+    Stage("pretrain", "pipelines.pretrain:build_pretrain", "the pretrained model, its curves and checkpoints",
+          config_keys=("model", "train"), inputs=("data",),
+          outputs=("metrics.jsonl", "eval.json", "hf/", "train/checkpoint_*/"), input_paths=("train.init_from",),
+          content_keys=("train.init_from",), resumable=True, extends=("train.max_steps",)),
+    Stage("finetune", "pipelines.finetune:build_finetune", "the fine-tuning search and its best model",
+          config_keys=("finetune", "tune"), inputs=("pretrain",), outputs=("trials.csv", "best.json", "best/"),
+          input_paths=("finetune.pretrained", "finetune.train_path", "finetune.eval_path"),
+          content_keys=("finetune.pretrained",), input_override=("pretrain", "finetune.pretrained")),
+    Stage("report", "pipelines.report.stage:build_report", "report.md with its figures",
+          inputs=("data", "pretrain", "finetune"), outputs=("report.md", "*.png", "layer_transitions.json"),
+          partial_inputs=True),
 ]}
+
 
 
 def stage_dir(config: RunConfig, name: str) -> str:
     return join(config.run_dir, name)
 
 
+def read_manifest_at(folder: str) -> dict[str, Any] | None:
+    """A folder's manifest; None while it is incomplete. A manifest that cannot be read (truncated,
+    not JSON) counts as incomplete, with a warning: the stage is redone."""
+    path = join(folder, MANIFEST)
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        return None
+    try:
+        manifest = json.loads(data)
+        if not isinstance(manifest, dict):
+            raise ValueError(f"a {type(manifest).__name__}, not an object")
+        return manifest
+    except ValueError as e:
+        log.warning("%s is unreadable (%s): the output counts as incomplete and will be redone", path,
+                    " ".join(str(e).split()))
+        print(f"warning: {path} is unreadable ({type(e).__name__}): the output counts as incomplete and will be "
+              "redone", flush=True)
+        return None
+
+
 def read_manifest(config: RunConfig, name: str) -> dict[str, Any] | None:
-    """The stage's committed manifest, or None while the stage has not completed."""
-    return read_json(join(stage_dir(config, name), "manifest.json"))
-
-
-def _config_value(config: RunConfig, key: str) -> Any:
-    section, _, name = key.partition(".")
-    value = config_to_dict(getattr(config, section))
-    return value[name] if name else value
+    """The stage's committed manifest, or None while the stage has no complete output."""
+    return read_manifest_at(stage_dir(config, name))
 
 
 def pretrained_dir(config: RunConfig) -> str:
@@ -57,55 +116,119 @@ def pretrained_dir(config: RunConfig) -> str:
     return config.finetune.pretrained or join(stage_dir(config, "pretrain"), "hf")
 
 
-def directory_fingerprint(path: str) -> str:
-    """A model directory made outside this run (no manifest): its config.json and each file's name and size."""
-    fs, root = filesystem(path)
-    if not fs.exists(f"{root}/config.json"):
-        raise FileNotFoundError(f"finetune.pretrained: {path} has no config.json (not a transformers ALBERT directory)")
-    digest = hashlib.sha256(fs.cat_file(f"{root}/config.json"))
-    for info in sorted(fs.ls(root, detail=True), key=lambda i: i["name"]):
-        digest.update(f"{info['name'].rsplit('/', 1)[-1]}:{info.get('size')}\n".encode())
+def config_value(config: RunConfig, key: str) -> Any:
+    section, _, name = key.partition(".")
+    value = getattr(config, section)
+    return config_to_dict(value)[name] if name else value
+
+
+def result_values(config: RunConfig, keys: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The values of `keys` (sections without their SETTINGS and `exclude` keys)."""
+    values: dict[str, Any] = {}
+    for key in keys:
+        if "." in key:
+            values[key] = config_value(config, key)
+            continue
+        section = config_to_dict(getattr(config, key))
+        values[key] = {k: v for k, v in section.items()
+                       if f"{key}.{k}" not in SETTINGS and f"{key}.{k}" not in exclude}
+    return values
+
+
+def inside_stage(config: RunConfig, path: str) -> tuple[str, str] | None:
+    """(stage, path inside its folder) when `path` lies inside a stage's current output in run_dir."""
+    from .lifecycle import path_inside
+
+    rel = path_inside(config.run_dir, path)
+    if not rel:
+        return None
+    first, _, rest = rel.partition("/")
+    return (first, rest) if first in STAGES else None
+
+
+def path_fingerprint(config: RunConfig, key: str, path: str) -> str:
+    """What identifies an input's content: inside one of this run's stage outputs, that stage's
+    fingerprint; a file, its sha256; a folder (a transformers model), its config.json and each
+    file's name, size and version (S3 ETag, local mtime)."""
+    inside = inside_stage(config, path)
+    if inside is not None:
+        manifest = read_manifest(config, inside[0])
+        if manifest is None:
+            raise MissingInput(f"{key}={path}: the {inside[0]} stage has no complete output in "
+                               f"{stage_dir(config, inside[0])}")
+        return f"{inside[0]}:{manifest.get('fingerprint')}:{inside[1]}"
+    fs, p = filesystem(path)
+    if is_remote(path):
+        fs.invalidate_cache(p)
+    if not fs.exists(p):
+        raise MissingInput(f"{key}: {path} does not exist")
+    if not fs.isdir(p):
+        return hashlib.sha256(read_bytes(path)).hexdigest()
+    if not fs.exists(posixpath.join(p, "config.json")):
+        raise MissingInput(f"{key}: {path} has no config.json (not a transformers ALBERT directory)")
+    digest = hashlib.sha256(fs.cat_file(posixpath.join(p, "config.json")))
+    for info in sorted(fs.ls(p, detail=True), key=lambda i: i["name"]):
+        version = info.get("ETag") or info.get("mtime") or ""
+        digest.update(f"{os.path.basename(info['name'].rstrip('/'))}:{info.get('size')}:{version}\n".encode())
     return digest.hexdigest()
 
 
-def stage_fingerprint(config: RunConfig, name: str, input_fingerprints: dict[str, str] | None = None) -> str:
-    """sha256 of the stage's config keys and its inputs' fingerprints (from their manifests unless given)."""
+def stage_inputs(config: RunConfig, name: str) -> tuple[str, ...]:
+    """The stages this one reads under this config (an input_override key set replaces one)."""
     stage = STAGES[name]
-    if input_fingerprints is None:
-        input_fingerprints = {}
-        for dep in stage.inputs:
-            if name == "finetune" and dep == "pretrain" and config.finetune.pretrained:
-                input_fingerprints[dep] = directory_fingerprint(config.finetune.pretrained)
-                continue
-            manifest = read_manifest(config, dep)
-            if manifest is None:
-                raise FileNotFoundError(f"{name} needs the {dep} stage's output, and {stage_dir(config, dep)} "
-                                        f"has none (no manifest.json): run the {dep} stage first")
-            input_fingerprints[dep] = manifest.get("fingerprint", "")
-    payload = {"stage": name, "config": {k: _config_value(config, k) for k in stage.config_keys},
-               "inputs": {dep: input_fingerprints[dep] for dep in stage.inputs}}
+    override = stage.input_override
+    return tuple(d for d in stage.inputs if not (override and override[0] == d and config_value(config, override[1])))
+
+
+def input_fingerprints(config: RunConfig, name: str, allow_missing: bool | None = None) -> dict[str, str]:
+    """The fingerprints of the stage's input stages, from their manifests; a missing input raises
+    MissingInput, or counts as "" where allowed (by default: a stage that takes partial inputs)."""
+    stage = STAGES[name]
+    allow_missing = stage.partial_inputs if allow_missing is None else allow_missing
+    found = {}
+    for dep in stage_inputs(config, name):
+        manifest = read_manifest(config, dep)
+        if manifest is None and not allow_missing:
+            raise MissingInput(f"{name} needs the {dep} stage's output, and {stage_dir(config, dep)} has none "
+                               f"(no manifest.json): run the {dep} stage first")
+        found[dep] = (manifest or {}).get("fingerprint", "")
+    return found
+
+
+def stage_fingerprint(config: RunConfig, name: str, inputs: dict[str, str] | None = None,
+                      exclude: tuple[str, ...] = ()) -> str:
+    """sha256 of the stage's result values, its content-fingerprinted input paths and its inputs'
+    fingerprints (from their manifests unless given); `exclude` leaves keys out (the lineage)."""
+    stage = STAGES[name]
+    inputs = input_fingerprints(config, name) if inputs is None else inputs
+    paths = {}
+    for key in stage.content_keys:
+        value = config_value(config, key)
+        if value:
+            paths[key] = path_fingerprint(config, key, value)
+    payload = {"stage": name, "config": result_values(config, stage.config_keys, exclude),
+               "inputs": {dep: inputs.get(dep, "") for dep in stage_inputs(config, name)}, "paths": paths}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def lineage_fingerprint(config: RunConfig, name: str, inputs: dict[str, str] | None = None) -> str:
+    """The fingerprint without the stage's `extends` keys: equal for runs that continue one another."""
+    return stage_fingerprint(config, name, inputs, exclude=STAGES[name].extends)
+
+
 def is_up_to_date(config: RunConfig, name: str) -> bool:
-    """Whether the stage's committed output was made from this config and these inputs."""
+    """Whether the stage's complete output was made from this config and these inputs, all of them
+    complete (a report made without some of its inputs is never up to date)."""
     manifest = read_manifest(config, name)
     if manifest is None:
         return False
     try:
-        return manifest.get("fingerprint") == stage_fingerprint(config, name)
-    except FileNotFoundError:
+        inputs = input_fingerprints(config, name, allow_missing=False)
+        return manifest.get("fingerprint") == stage_fingerprint(config, name, inputs)
+    except (MissingInput, BadInput):
         return False
 
 
-def skip_if_up_to_date(config: RunConfig, name: str, force: bool) -> bool:
-    """True (and says so) when the stage has nothing to do."""
-    if not force and is_up_to_date(config, name):
-        log.info("%s: up to date in %s (same config and inputs); nothing to do", name, stage_dir(config, name))
-        print(f"{name}: up to date in {stage_dir(config, name)}; skipped (force it to run again)", flush=True)
-        return True
-    return False
-
-
-__all__ = ["STAGES", "Stage", "directory_fingerprint", "is_up_to_date", "pretrained_dir", "read_manifest", "skip_if_up_to_date", "stage_dir",
-           "stage_fingerprint"]
+__all__ = ["MANIFEST", "SETTINGS", "STAGES", "Stage", "config_value", "input_fingerprints", "inside_stage",
+           "is_up_to_date", "lineage_fingerprint", "path_fingerprint", "pretrained_dir", "read_manifest",
+           "read_manifest_at", "result_values", "stage_dir", "stage_fingerprint", "stage_inputs"]

@@ -13,19 +13,19 @@ import io
 import json
 import logging
 import sys
-import time
 
 import numpy as np
 import sentencepiece as spm
 
 from .cli import stage_main
-from .config import RunConfig, config_to_dict, dump_yaml
+from .config import config_to_dict
+from .errors import ConfigError
+from .lifecycle import StageRun, stage_runner
 from .prep.corpus import Document, list_inputs, read_documents
 from .prep.examples import stable_hash
-from .prep.storage import StagedOutput, exists, join, read_bytes, write_bytes, write_text
 from .prep.text import normalize_text, split_sentences
-from .stages import skip_if_up_to_date, stage_dir, stage_fingerprint
 from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
+from .storage import read_bytes, write_bytes, write_text
 
 log = logging.getLogger(__name__)
 
@@ -76,20 +76,14 @@ def train_sentencepiece(sentences: list[str], vocab_size: int, user_defined_symb
             input_sentence_size=len(sentences), shuffle_input_sentence=True,
             character_coverage=0.99995, num_threads=2, minloglevel=2, **extra)
     except RuntimeError as e:
-        raise ValueError(f"vocab.size={vocab_size}: SentencePiece could not train on "
+        raise ConfigError(f"vocab.size={vocab_size}: SentencePiece could not train on "
                          f"{len(sentences)} sentences: {e}") from e
     return model.getvalue()
 
 
-def run_vocab(config: RunConfig, force: bool = False) -> str:
-    """Write {run_dir}/vocab/spiece.model, spiece.vocab and manifest.json; returns the folder."""
-    started = time.time()
-    if skip_if_up_to_date(config, "vocab", force):
-        return stage_dir(config, "vocab")
-    if config.vocab.model and not exists(config.vocab.model):
-        raise FileNotFoundError(f"vocab.model: {config.vocab.model} does not exist")
-    out = StagedOutput(join(config.run_dir, "vocab"))
-    out.begin()
+def build_vocab(run: StageRun) -> dict:
+    """spiece.model and spiece.vocab in the stage's folder; returns the manifest's fields."""
+    config = run.config
     if config.vocab.model:
         model = read_bytes(config.vocab.model)
         sample_info = {"reused": config.vocab.model}
@@ -117,17 +111,16 @@ def run_vocab(config: RunConfig, force: bool = False) -> str:
                        "input_files": len(files)}
     sp = spm.SentencePieceProcessor(model_proto=model)
     pieces = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size()))
-    write_bytes(out.staged("spiece.model"), model)
-    write_text(out.staged("spiece.vocab"), pieces)
-    write_text(out.staged("config.yaml"), dump_yaml(config))
-    manifest = {"vocab_size": sp.get_piece_size(), "sha256": hashlib.sha256(model).hexdigest(),
-                "special_ids": {p: sp.piece_to_id(p) for p in ["<pad>", "<unk>", *CONTROL_SYMBOLS]},
-                "sample": sample_info, "config": config_to_dict(config.vocab), "seconds": time.time() - started,
-                "fingerprint": stage_fingerprint(config, "vocab")}
-    out.commit(["spiece.model", "spiece.vocab", "config.yaml"], manifest)
-    log.info("vocabulary of %d pieces in %s", sp.get_piece_size(), out.out_dir)
-    return out.out_dir
+    write_bytes(run.path("spiece.model"), model)
+    write_text(run.path("spiece.vocab"), pieces)
+    log.info("vocabulary of %d pieces", sp.get_piece_size())
+    return {"vocab_size": sp.get_piece_size(), "sha256": hashlib.sha256(model).hexdigest(),
+            "special_ids": {p: sp.piece_to_id(p) for p in ["<pad>", "<unk>", *CONTROL_SYMBOLS]},
+            "sample": sample_info, "config": config_to_dict(config.vocab)}
+
+
+run_vocab = stage_runner("vocab")
 
 
 if __name__ == "__main__":
-    stage_main(run_vocab, "Train the SentencePiece vocabulary on the corpus.", sys.argv[1:])
+    sys.exit(stage_main("vocab", "Train the SentencePiece vocabulary on the corpus."))

@@ -21,6 +21,7 @@ from albert_model.config import AlbertConfig
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification, AlbertModel
 
+from ..errors import MissingInput
 from .tokenizer import pad_batch
 
 Encoded = Sequence[tuple[list[int], list[int]]]
@@ -32,7 +33,7 @@ def build_classifier(directory: str, num_labels: int, dropout: float, init: str,
     re-initialises the encoder too (the no-pretraining baseline under the same budget)."""
     config_file = os.path.join(directory, "config.json")
     if not os.path.exists(config_file):
-        raise FileNotFoundError(f"{config_file}: not found (finetune.pretrained must be a transformers ALBERT directory)")
+        raise MissingInput(f"{config_file}: not found (finetune.pretrained must be a transformers ALBERT directory)")
     config = AlbertConfig.from_hf_dict(json.loads(open(config_file).read()))
     config = config.replace(num_labels=num_labels, classifier_dropout_prob=dropout)
     torch.manual_seed(seed)

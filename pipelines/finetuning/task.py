@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import FinetuneConfig
+from ..errors import BadInput
 from .labels import encode_labels, label_names
 from .tables import BBC_NEWS, Examples, bbc_news_examples, sample_indices, split_indices, table_examples
 
@@ -28,7 +29,7 @@ class Task:
 
 def _require_rows(examples: Examples, cfg: FinetuneConfig) -> None:
     if not len(examples):
-        raise ValueError(f"{examples.source}: no usable rows in column {cfg.text_column!r} / {cfg.label_column!r} "
+        raise BadInput(f"{examples.source}: no usable rows in column {cfg.text_column!r} / {cfg.label_column!r} "
                          f"(of {examples.read} rows, rejected: {dict(examples.rejected)})")
 
 
@@ -43,7 +44,7 @@ def load_task(cfg: FinetuneConfig) -> Task:
     classification = cfg.task == "classification"
     if cfg.train_path is None:
         if cfg.text_pair_column or not classification:
-            raise ValueError(f"the embedded BBC News task ({BBC_NEWS}) is single-text classification: set "
+            raise BadInput(f"the embedded BBC News task ({BBC_NEWS}) is single-text classification: set "
                              f"finetune.train_path for finetune.task={cfg.task} or finetune.text_pair_column")
         source = bbc_news_examples()
     else:
@@ -57,7 +58,7 @@ def load_task(cfg: FinetuneConfig) -> Task:
         eval_from = f"{cfg.eval_fraction:g} of {source.source} (seed {cfg.seed}" + (", stratified)" if classification
                                                                                    else ")")
         if not len(train) or not len(evaluation):
-            raise ValueError(f"{source.source}: {len(source)} usable rows are too few to hold out "
+            raise BadInput(f"{source.source}: {len(source)} usable rows are too few to hold out "
                              f"finetune.eval_fraction={cfg.eval_fraction:g}")
     else:
         train = source
@@ -72,7 +73,7 @@ def load_task(cfg: FinetuneConfig) -> Task:
     if classification:
         names = label_names(train)
         if len(names) < 2:
-            raise ValueError(f"{train.source}: column {cfg.label_column!r} has a single class ({names[0]!r}) "
+            raise BadInput(f"{train.source}: column {cfg.label_column!r} has a single class ({names[0]!r}) "
                              f"in the training examples; classification needs two or more")
         train_targets = encode_labels(train, names, cfg.label_column)
         eval_targets = encode_labels(evaluation, names, cfg.label_column)

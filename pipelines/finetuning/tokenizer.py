@@ -9,6 +9,7 @@ import unicodedata
 import numpy as np
 import sentencepiece as spm
 
+from ..errors import BadInput, MissingInput
 from ..prep.text import normalize_text
 
 
@@ -18,7 +19,7 @@ class PairTokenizer:
     def __init__(self, directory: str):
         model_file = os.path.join(directory, "spiece.model")
         if not os.path.exists(model_file):
-            raise FileNotFoundError(f"{model_file}: not found (the pretrained directory needs its SentencePiece model)")
+            raise MissingInput(f"{model_file}: not found (the pretrained directory needs its SentencePiece model)")
         config_file = os.path.join(directory, "tokenizer_config.json")
         config = json.loads(open(config_file).read()) if os.path.exists(config_file) else {}
         self.lowercase = bool(config.get("do_lower_case", True))
@@ -26,7 +27,7 @@ class PairTokenizer:
         self.sp = spm.SentencePieceProcessor(model_file=model_file)
         self.cls_id, self.sep_id, self.pad_id = (self.sp.piece_to_id(p) for p in ("[CLS]", "[SEP]", "<pad>"))
         if self.sp.id_to_piece(self.cls_id) != "[CLS]" or self.sp.id_to_piece(self.sep_id) != "[SEP]":
-            raise ValueError(f"{model_file}: has no [CLS] and [SEP] pieces; not an ALBERT vocabulary")
+            raise BadInput(f"{model_file}: has no [CLS] and [SEP] pieces; not an ALBERT vocabulary")
 
     def normalize(self, text: str) -> str:
         if not self.keep_accents:

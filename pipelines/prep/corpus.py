@@ -14,7 +14,8 @@ import posixpath
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-from .storage import filesystem, resolve_pkg
+from ..errors import BadInput, MissingInput
+from ..storage import filesystem, resolve_pkg
 
 FORMATS = ("text", "text_blank_line_docs", "jsonl", "parquet")
 _BY_EXTENSION = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
@@ -57,7 +58,7 @@ def _detect_format(url: str, configured: str) -> str:
     name = url[:-3] if url.endswith(".gz") else url
     ext = posixpath.splitext(name)[1].lower()
     if ext not in _BY_EXTENSION:
-        raise ValueError(f"{url}: cannot tell the format from extension {ext or '(none)'!r}; "
+        raise BadInput(f"{url}: cannot tell the format from extension {ext or '(none)'!r}; "
                          f"set corpus.format to one of {FORMATS}")
     return _BY_EXTENSION[ext]
 
@@ -83,7 +84,7 @@ def list_inputs(paths: list[str], configured_format: str) -> list[InputFile]:
                 base = posixpath.dirname(posixpath.dirname(p))
                 matches = [p]
             else:
-                raise FileNotFoundError(f"corpus.paths: {root} ({resolve_pkg(root)}) does not exist")
+                raise MissingInput(f"corpus.paths: {root} ({resolve_pkg(root)}) does not exist")
             details = {m: fs.info(m) for m in matches}
         except FileNotFoundError:
             raise
@@ -91,11 +92,11 @@ def list_inputs(paths: list[str], configured_format: str) -> list[InputFile]:
             raise OSError(f"corpus.paths: cannot read {root}: {type(e).__name__}: {e}") from e
         kept = [m for m in sorted(matches) if not posixpath.basename(m).startswith((".", "_"))]
         if not kept:
-            raise FileNotFoundError(f"corpus.paths: {root} matches no files")
+            raise MissingInput(f"corpus.paths: {root} matches no files")
         for m in kept:
             source = posixpath.relpath(m, base or ".")
             if source in files:
-                raise ValueError(f"corpus.paths: two inputs share the name {source!r}: "
+                raise BadInput(f"corpus.paths: two inputs share the name {source!r}: "
                                  f"{files[source].url} and {protocol}{m}")
             url = protocol + m
             files[source] = InputFile(url, source, int(details[m].get("size") or 0),
@@ -195,7 +196,7 @@ def _read_parquet(file: InputFile, field: str) -> Iterator[Document | Rejected]:
     with _open_binary(file) as f:
         pf = pq.ParquetFile(f)
         if field not in pf.schema_arrow.names:
-            raise ValueError(f"{file.url}: no column {field!r} (corpus.text_field); it has {pf.schema_arrow.names}")
+            raise BadInput(f"{file.url}: no column {field!r} (corpus.text_field); it has {pf.schema_arrow.names}")
         row = 0
         for batch in pf.iter_batches(columns=[field]):
             for text in batch.column(0).to_pylist():

@@ -2,6 +2,5 @@
 import sys
 
 from ..cli import stage_main
-from .stage import run_report
 
-stage_main(run_report, "Write {run_dir}/report.md from the stages' outputs.", sys.argv[1:])
+sys.exit(stage_main("report", "Write {run_dir}/report/report.md from the stages' outputs."))

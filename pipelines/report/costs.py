@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..prep.storage import join, read_json, write_text
+from ..lifecycle import ensure_folder
+from ..storage import join, read_json, write_text
 
 
 class ReservationMeter:
@@ -59,6 +60,7 @@ def cost_path(run_dir: str, stage: str) -> str:
 def write_cost(run_dir: str, stage: str, record: dict[str, Any]) -> None:
     """`record`: fingerprint, started (unix s), wall_s, cpu_hours, gpu_hours, peak_cpus, peak_gpus,
     cluster_cpus, cluster_gpus."""
+    ensure_folder(join(run_dir, "costs"))
     write_text(cost_path(run_dir, stage), json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 

@@ -1,4 +1,4 @@
-"""`python -m pipelines.report`: {run_dir}/report.md and its figures from the other stages' outputs."""
+"""`python -m pipelines.report`: {run_dir}/report/report.md and its figures from the other stages' outputs."""
 from __future__ import annotations
 
 import csv
@@ -6,7 +6,6 @@ import io
 import json
 import logging
 import tempfile
-import time
 from dataclasses import asdict
 from datetime import datetime, timezone
 
@@ -15,8 +14,9 @@ import pyarrow.parquet as pq
 from albert_model.hf import load_hf_pretrained
 
 from ..config import RunConfig, dump_yaml
-from ..prep.storage import StagedOutput, exists, filesystem, join, read_bytes, read_json, read_jsonl, write_bytes, write_text
-from ..stages import STAGES, read_manifest, skip_if_up_to_date, stage_dir, stage_fingerprint
+from ..lifecycle import StageRun, stage_runner
+from ..stages import STAGES, read_manifest, stage_dir
+from ..storage import exists, filesystem, join, read_bytes, read_json, read_jsonl, write_bytes, write_text
 from . import markdown
 from .costs import read_cost
 from .layers import LayerTransition, layer_transitions, pad_batch, unmask
@@ -28,12 +28,13 @@ FIGURE1_EXAMPLES = 32
 CURVES_PNG = "pretraining_curves.png"
 FIGURE1_PNG = "layer_transitions.png"
 FIGURE1_JSON = "layer_transitions.json"
+REPORT = "report.md"
 
 
 def read_metrics(path: str) -> tuple[list[dict], list[dict]]:
     """metrics.jsonl as (training lines, validation lines)."""
     records = read_jsonl(path)
-    return ([r for r in records if r.get("split", "train") == "train"],
+    return ([r for r in records if r.get("split", "train") == "train" and "event" not in r],
             [r for r in records if r.get("split") == "validation"])
 
 
@@ -88,30 +89,21 @@ def cost_rows(config: RunConfig, manifests: dict[str, dict | None]) -> list[dict
     return rows
 
 
-def run_report(config: RunConfig, force: bool = False) -> str:
-    """Write {run_dir}/report.md and {run_dir}/report/ (figures, layer_transitions.json, manifest.json)."""
-    started = time.time()
-    if skip_if_up_to_date(config, "report", force):
-        return stage_dir(config, "report")
+def build_report(run: StageRun) -> dict:
+    """report.md, its figures and layer_transitions.json in the stage's folder; returns the manifest's fields."""
+    config = run.config
     manifests = {name: read_manifest(config, name) for name in STAGES if name != "report"}
-    out = StagedOutput(stage_dir(config, "report"))
-    out.begin()
-    parts = []
-
     pretrain_dir = stage_dir(config, "pretrain")
     train, validation = read_metrics(join(pretrain_dir, "metrics.jsonl"))
-    curves = None
+    figures = []
     if train:
-        write_bytes(out.staged(CURVES_PNG), pretraining_curves(train, validation))
-        parts.append(CURVES_PNG)
-        curves = f"report/{CURVES_PNG}"
+        write_bytes(run.path(CURVES_PNG), pretraining_curves(train, validation))
+        figures.append(CURVES_PNG)
     transitions, examples = compute_figure1(config) if manifests["pretrain"] else ([], 0)
-    figure1 = None
     if transitions:
-        write_bytes(out.staged(FIGURE1_PNG), layer_transitions_figure(transitions, f"ALBERT-{config.model.preset}"))
-        write_text(out.staged(FIGURE1_JSON), json.dumps([asdict(t) for t in transitions], indent=2) + "\n")
-        parts += [FIGURE1_PNG, FIGURE1_JSON]
-        figure1 = f"report/{FIGURE1_PNG}"
+        write_bytes(run.path(FIGURE1_PNG), layer_transitions_figure(transitions, f"ALBERT-{config.model.preset}"))
+        write_text(run.path(FIGURE1_JSON), json.dumps([asdict(t) for t in transitions], indent=2) + "\n")
+        figures.append(FIGURE1_PNG)
 
     finetune_dir = stage_dir(config, "finetune")
     sections = [
@@ -119,19 +111,18 @@ def run_report(config: RunConfig, force: bool = False) -> str:
         f"Models (transformers format): pretrained `{join(pretrain_dir, 'hf')}`, "
         f"fine-tuned `{join(finetune_dir, 'best')}`.",
         markdown.data_section(manifests["vocab"], manifests["data"]),
-        markdown.pretrain_section(manifests["pretrain"], train, read_json(join(pretrain_dir, "eval.json")), curves),
-        markdown.figure1_section(transitions, figure1, examples),
+        markdown.pretrain_section(manifests["pretrain"], train, read_json(join(pretrain_dir, "eval.json")),
+                                  CURVES_PNG if CURVES_PNG in figures else None),
+        markdown.figure1_section(transitions, FIGURE1_PNG if transitions else None, examples),
         markdown.finetune_section(manifests["finetune"], read_csv(join(finetune_dir, "trials.csv")),
                                   read_json(join(finetune_dir, "best.json"))),
         markdown.cost_section(cost_rows(config, manifests)),
         f"## Configuration\n\n```yaml\n{dump_yaml(config)}```",
     ]
-    report_path = join(config.run_dir, "report.md")
-    write_text(report_path, "\n\n".join(sections) + "\n")
-    inputs = {dep: (manifests[dep] or {}).get("fingerprint", "") for dep in STAGES["report"].inputs}
-    manifest = {"report": report_path, "figures": [p for p in parts if p.endswith(".png")],
-                "inputs": inputs, "seconds": time.time() - started,
-                "fingerprint": stage_fingerprint(config, "report", inputs)}
-    out.commit(parts, manifest)
-    log.info("report in %s", report_path)
-    return out.out_dir
+    write_text(run.path(REPORT), "\n\n".join(sections) + "\n")
+    log.info("report in %s", join(run.current, REPORT))
+    return {"report": join(run.current, REPORT), "figures": figures,
+            "inputs": {dep: (manifests[dep] or {}).get("fingerprint", "") for dep in STAGES["report"].inputs}}
+
+
+run_report = stage_runner("report")

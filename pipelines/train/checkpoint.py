@@ -5,7 +5,11 @@ Layout of one checkpoint folder (each rank writes its own files into its own loc
 Train uploads all ranks' folders into one checkpoint):
 - `.metadata`, `__<rank>_0.distcp`: the DCP shards of {"model": ..., "optimizer": ...}
 - `train_state.json` (rank 0): step, scheduler state, world size
-- `rng_rank<r>.pt`: that rank's torch, numpy and python RNG states
+- `rng_rank<r>.json`: that rank's python and numpy RNG states; `rng_rank<r>.pt`: its torch (and
+  CUDA) generator states as uint8 tensors, read with `torch.load(weights_only=True)`
+
+Nothing here is unpickled. DCP's `.metadata` is (torch.distributed.checkpoint writes it with
+pickle), so a run_dir must be writable only by principals you trust.
 """
 from __future__ import annotations
 
@@ -25,15 +29,37 @@ def _rank() -> int:
     return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
 
 
+def _rng_state() -> tuple[dict, dict]:
+    """(JSON-ready python and numpy states, tensors of the torch and CUDA generators)."""
+    version, mt, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    plain = {"python": [version, list(mt), gauss],
+             "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+    tensors = {"torch": torch.get_rng_state(),
+               "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    return plain, tensors
+
+
+def _set_rng_state(plain: dict, tensors: dict) -> None:
+    version, mt, gauss = plain["python"]
+    random.setstate((version, tuple(mt), gauss))
+    kind, keys, pos, has_gauss, cached = plain["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["torch"])
+    if tensors["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(tensors["cuda"])
+
+
 def save_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                     step: int, extra: dict | None = None) -> None:
     os.makedirs(directory, exist_ok=True)
     model_state, optimizer_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
     rank = _rank()
-    torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-               os.path.join(directory, f"rng_rank{rank}.pt"))
+    plain, tensors = _rng_state()
+    with open(os.path.join(directory, f"rng_rank{rank}.json"), "w") as f:
+        json.dump(plain, f)
+    torch.save(tensors, os.path.join(directory, f"rng_rank{rank}.pt"))
     if rank == 0:
         world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
         state = {"step": step, "scheduler": scheduler.state_dict(), "world_size": world, **(extra or {})}
@@ -43,8 +69,10 @@ def save_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.opt
 
 def load_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     scheduler) -> dict:
-    """Restore everything `save_checkpoint` wrote; returns train_state.json (its "step" is the
-    number of optimizer steps already taken)."""
+    """Restore everything `save_checkpoint` wrote, on any number of ranks (DCP reshards); returns
+    train_state.json (its "step" is the number of optimizer steps already taken). The learning
+    rate is recomputed from `scheduler`'s schedule at that step, so a run continued with a larger
+    total follows the new schedule (a resume with the same total gets the same value)."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
     dcp.load(state, checkpoint_id=directory)
@@ -52,12 +80,11 @@ def load_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.opt
     with open(os.path.join(directory, TRAIN_STATE)) as f:
         train_state = json.load(f)
     scheduler.load_state_dict(train_state["scheduler"])
-    rng_file = os.path.join(directory, f"rng_rank{_rank()}.pt")
-    if os.path.exists(rng_file):  # absent when resuming on more ranks than saved
-        rng = torch.load(rng_file, weights_only=False)
-        torch.set_rng_state(rng["torch"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+    for group, factor, base_lr in zip(optimizer.param_groups, scheduler.lr_lambdas, scheduler.base_lrs):
+        group["lr"] = base_lr * factor(scheduler.last_epoch)
+    prefix = os.path.join(directory, f"rng_rank{_rank()}")
+    if os.path.exists(prefix + ".json"):  # absent when resuming on more ranks than saved
+        with open(prefix + ".json") as f:
+            plain = json.load(f)
+        _set_rng_state(plain, torch.load(prefix + ".pt", weights_only=True))
     return train_state

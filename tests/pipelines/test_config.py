@@ -7,6 +7,7 @@ import pytest
 from pipelines.config import (CorpusConfig, DataConfig, ModelConfig, RunConfig, TrainConfig, VocabConfig, build_arg_parser,
                               config_fingerprint, config_to_dict, dump_yaml, field_docs, load_config,
                               parse_cli)
+from pipelines.errors import ConfigError
 
 
 @pytest.fixture
@@ -200,16 +201,28 @@ def test_help_lists_keys_with_defaults_and_docstrings():
 
 def test_parse_cli_reads_config_and_overrides(write_yaml):
     path = write_yaml("data:\n  ngram: 2\n")
-    config = parse_cli(["data.seed=5", "--config", path, "vocab.size=100"], "test")
-    assert (config.data.ngram, config.data.seed, config.vocab.size) == (2, 5, 100)
+    parser = build_arg_parser("test")
+    parser.add_argument("--force", action="store_true")
+    config, args = parse_cli(["data.seed=5", "--config", path, "--force", "vocab.size=100"], parser)
+    assert (config.data.ngram, config.data.seed, config.vocab.size, args.force) == (2, 5, 100, True)
 
 
-def test_parse_cli_bad_key_exits_with_code_2(capsys):
-    with pytest.raises(SystemExit) as e:
-        parse_cli(["data.max_seq_len=128"], "test")
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "unknown config key 'data.max_seq_len'" in err and "Traceback" not in err
+def test_parse_cli_bad_key_raises_a_config_error_naming_it():
+    with pytest.raises(ConfigError, match="unknown config key 'data.max_seq_len'"):
+        parse_cli(["data.max_seq_len=128"], build_arg_parser("test"))
+
+
+def test_a_tilde_on_the_command_line_is_the_home_folder_not_null():
+    assert load_config(overrides=["run_dir=~"]).run_dir == "~"
+    assert load_config(overrides=["run_dir=~/runs/x"]).run_dir == "~/runs/x"
+    assert load_config(overrides=["vocab.model=null"]).vocab.model is None
+
+
+def test_help_marks_the_keys_that_never_change_a_result():
+    text = build_arg_parser("x").format_help()
+    assert "  train.log_every (default: 100) [setting]: " in text
+    assert "  train.num_workers (default: 1) [setting]: " in text
+    assert "  train.lr (default: 0.00176): " in text
 
 
 def test_model_section_is_a_preset_plus_any_albert_field():

@@ -19,7 +19,7 @@ from pipelines.config import load_config
 from pipelines.data import run_data
 from pipelines.prep.corpus import Document, list_inputs, read_documents
 from pipelines.prep.masking import FIRST_ORDINARY_ID, MASK_ID, MaskingSpec
-from pipelines.prep.storage import filesystem
+from pipelines.storage import filesystem
 from pipelines.prep.text import normalize_text, split_sentences
 from pipelines.vocab import run_vocab
 
@@ -203,7 +203,7 @@ def test_s3_in_and_out_gives_the_local_examples(ray_session, s3_endpoint, busine
     import s3fs
 
     s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint}).mkdir("corpus-bucket")
-    from pipelines.prep.storage import resolve_pkg
+    from pipelines.storage import resolve_pkg
 
     upload(Path(resolve_pkg(BUSINESS)), "s3://corpus-bucket/raw/business")
     local = str(tmp_path / "local")
@@ -212,7 +212,7 @@ def test_s3_in_and_out_gives_the_local_examples(ray_session, s3_endpoint, busine
     run_data(configure(remote, "corpus.paths=[s3://corpus-bucket/raw/business]", f"vocab.model={business_vocab}"))
     fs, _ = filesystem(remote)
     assert fs.exists("corpus-bucket/runs/r1/data/manifest.json")
-    assert not fs.exists("corpus-bucket/runs/r1/data/_staging")
+    assert not fs.exists("corpus-bucket/runs/r1/_building/data")
     assert read_split(remote, "train").equals(read_split(local, "train"))
     assert read_split(remote, "validation").equals(read_split(local, "validation"))
 
@@ -225,7 +225,7 @@ def test_killed_run_restarts_to_complete_duplicate_free_output(ray_session, busi
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.data", *args], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    staging = tmp_path / "run" / "data" / "_staging"
+    staging = tmp_path / "run" / "_building" / "data"  # where the output is built before it is swapped in
     deadline = time.time() + 120
     while time.time() < deadline and not list(staging.glob("*/*.parquet")):
         time.sleep(0.05)
@@ -235,7 +235,7 @@ def test_killed_run_restarts_to_complete_duplicate_free_output(ray_session, busi
     assert not (tmp_path / "run" / "data" / "manifest.json").exists()
     assert not (tmp_path / "run" / "data" / "train").exists()
 
-    run_data(load_config(None, args))
+    run_data(load_config(None, args))  # takes over the lease of the killed run (its process is gone)
     resumed = read_split(str(tmp_path / "run"), "train")
     run_data(load_config(None, [a.replace(str(tmp_path / "run"), str(tmp_path / "clean")) for a in args]))
     assert resumed.equals(read_split(str(tmp_path / "clean"), "train"))

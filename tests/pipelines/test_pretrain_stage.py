@@ -1,5 +1,7 @@
 """The pretraining stage on Ray Train: exactness across workers, fault tolerance, resume, the
 transformers export, up-front errors and s3:// storage (one shared Ray session)."""
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
@@ -11,8 +13,8 @@ from safetensors.torch import load_file
 
 from pipelines.config import load_config
 from pipelines.data import run_data
-from pipelines.prep.storage import filesystem
 from pipelines.pretrain import FAULT_ENV, run_pretrain
+from pipelines.storage import filesystem
 from pipelines.train.build import build_model
 
 pytestmark = pytest.mark.ray
@@ -74,7 +76,8 @@ def test_outputs_and_metrics(one_worker):
                                                        "tokenizer_config.json"}
     assert (out / "hf" / "spiece.model").read_bytes() == Path(one_worker, "vocab", "spiece.model").read_bytes()
     lines = metrics(one_worker)
-    train_lines = [r for r in lines if "split" not in r]
+    assert lines[0] == {"step": 0, "event": "started", "max_steps": 4, "num_workers": 1}
+    train_lines = [r for r in lines if "split" not in r and "event" not in r]
     assert [r["step"] for r in train_lines] == [1, 2, 3, 4]
     for r in train_lines:
         assert {"lr", "mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy", "grad_norm", "tokens_per_s",
@@ -89,6 +92,13 @@ def test_outputs_and_metrics(one_worker):
     checkpoints = sorted(p for p in (out / "train").glob("checkpoint_*") if p.is_dir())
     assert len(checkpoints) == 2  # steps 2 and 4
     assert json.loads((checkpoints[-1] / "train_state.json").read_text())["step"] == 4
+    assert manifest["checkpoint"] == f"train/{checkpoints[-1].name}"  # relative: the folder is moved into place
+    assert manifest["segments"] == [{"event": "started", "start_step": 0, "end_step": 4, "max_steps": 4,
+                                     "num_workers": 1}]
+    # the RNG state is saved without pickle: JSON, and tensors that load with weights_only=True
+    rng = json.loads((checkpoints[-1] / "rng_rank0.json").read_text())
+    assert set(rng) == {"python", "numpy"}
+    assert set(torch.load(checkpoints[-1] / "rng_rank0.pt", weights_only=True)) == {"torch", "cuda"}
 
 
 def test_two_fsdp_workers_match_one(prepared, one_worker, tmp_path):
@@ -114,24 +124,84 @@ def test_killed_worker_restarts_from_checkpoint(prepared, one_worker, tmp_path, 
     assert_same_weights(final_weights(run_dir), final_weights(one_worker))
 
 
-def test_rerun_resumes_an_unfinished_run_and_skips_a_finished_one(prepared, one_worker, tmp_path, monkeypatch,
-                                                                   capsys):
+def test_a_run_killed_on_two_workers_resumes_on_one(prepared, one_worker, tmp_path, monkeypatch, capsys):
+    """Checkpointed by 2 FSDP workers at step 2, killed after step 3, resumed with 1 worker (DCP
+    reshards; the worker count is a setting, so the unfinished build is resumed, not discarded): the
+    result equals the uninterrupted 1-worker run. A finished run is then not redone."""
     run_dir = fresh_run(prepared, tmp_path)
     monkeypatch.setenv(FAULT_ENV, "3")
     with pytest.raises(RuntimeError, match="pretraining failed"):
-        run_pretrain(configure(run_dir, "train.num_workers=1"))  # max_failures=0: the run stops
-    assert not Path(run_dir, "pretrain", "manifest.json").exists()
+        run_pretrain(configure(run_dir, "train.num_workers=2"))  # max_failures=0: the run stops
+    assert not Path(run_dir, "pretrain").exists() and Path(run_dir, "_building", "pretrain").exists()
     monkeypatch.delenv(FAULT_ENV)
     run_pretrain(configure(run_dir, "train.num_workers=1"))
-    assert [e["step"] for e in metrics(run_dir) if e.get("event") == "resumed"] == [2]
+    assert "pretrain: resuming the unfinished run in" in capsys.readouterr().out
+    events = [(e["event"], e["step"], e["num_workers"]) for e in metrics(run_dir) if e.get("event")]
+    assert events == [("started", 0, 2), ("resumed", 2, 1)]
     assert_same_weights(final_weights(run_dir), final_weights(one_worker))
 
     manifest = Path(run_dir, "pretrain", "manifest.json")
     before = manifest.stat().st_mtime_ns
-    capsys.readouterr()
     run_pretrain(configure(run_dir, "train.num_workers=1"))
     assert "pretrain: up to date" in capsys.readouterr().out
     assert manifest.stat().st_mtime_ns == before
+
+
+def dry_run_status(run_dir, *overrides) -> str:
+    from pipelines import full_run
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert full_run.main([f"run_dir={run_dir}", *DATA, *TRAIN, *overrides, "--dry-run"]) == 0
+    return buffer.getvalue()
+
+
+def test_settings_rerun_nothing_and_a_killed_rerun_keeps_the_complete_output(one_worker, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    shutil.copytree(one_worker, run_dir)
+    for setting in ("train.log_every=2", "train.eval_every=3", "train.checkpoint_every=1", "train.max_failures=2",
+                    "train.num_workers=2"):
+        assert "  pretrain: up to date: skipped\n" in dry_run_status(run_dir, setting), setting
+    manifest = (run_dir / "pretrain" / "manifest.json").read_text()
+
+    monkeypatch.setenv(FAULT_ENV, "3")  # the rerun's worker dies after step 3
+    with pytest.raises(RuntimeError, match="pretraining failed"):
+        run_pretrain(configure(run_dir, "train.lr=0.005"))
+    assert (run_dir / "pretrain" / "manifest.json").read_text() == manifest
+    assert_same_weights(final_weights(run_dir), final_weights(one_worker), atol=0)
+    from albert_model.hf import load_hf_pretrained
+
+    load_hf_pretrained(run_dir / "pretrain" / "hf")
+    text = dry_run_status(run_dir, "train.lr=0.005")
+    assert "  pretrain: runs: config or inputs changed\n" in text
+    assert f"      current:  {run_dir}/pretrain (complete, 4 steps, committed " in text
+    assert f"      unfinished: {run_dir}/_building/pretrain (resumed by the next run)\n" in text
+    assert "  pretrain: up to date: skipped\n" in dry_run_status(run_dir)
+
+
+def test_raising_max_steps_continues_the_complete_run(one_worker, tmp_path, capsys):
+    """4 -> 8 steps: the 4 new steps start from the 4-step checkpoint with the schedule recomputed for
+    8 (linear decay from step 4's lr), the curves and the manifest span both segments, and the
+    4-step output is kept as the previous generation."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(one_worker, run_dir)
+    run_pretrain(configure(run_dir, "train.max_steps=8"))
+    assert f"pretrain: continuing the complete run in {run_dir}/pretrain from step 4 to 8" in capsys.readouterr().out
+    lines = metrics(run_dir)
+    train_lines = [r for r in lines if "split" not in r and "event" not in r]
+    assert [r["step"] for r in train_lines] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert train_lines[:4] == [r for r in metrics(one_worker) if "split" not in r and "event" not in r]
+    assert [round(r["lr"], 6) for r in train_lines[4:]] == [0.005, 0.00375, 0.0025, 0.00125]
+    manifest = json.loads((run_dir / "pretrain" / "manifest.json").read_text())
+    assert manifest["steps"] == 8
+    assert [(s["event"], s["start_step"], s["end_step"], s["max_steps"]) for s in manifest["segments"]] == [
+        ("started", 0, 4, 4), ("continued", 4, 8, 8)]
+    previous = json.loads((run_dir / "_previous" / "pretrain" / "manifest.json").read_text())
+    assert previous["steps"] == 4
+    assert_same_weights(load_file(str(run_dir / "_previous" / "pretrain" / "hf" / "model.safetensors")),
+                        final_weights(one_worker), atol=0)
+    with pytest.raises(AssertionError):  # it trained on
+        assert_same_weights(final_weights(run_dir), final_weights(one_worker))
 
 
 def test_export_loads_in_transformers_and_gives_our_logits(one_worker):
@@ -165,7 +235,7 @@ def test_export_loads_in_transformers_and_gives_our_logits(one_worker):
 
 def test_clear_errors_before_any_worker_starts(prepared, tmp_path):
     empty = tmp_path / "empty"
-    with pytest.raises(FileNotFoundError, match=r"no examples in .*empty/data .*run `python -m pipelines.data`"):
+    with pytest.raises(FileNotFoundError, match=r"pretrain needs the data stage's output, and .*empty/data has none"):
         run_pretrain(configure(empty))
 
     too_big = fresh_run(prepared, tmp_path, "too_big")
@@ -192,8 +262,8 @@ def test_clear_errors_before_any_worker_starts(prepared, tmp_path):
     with pytest.raises(ValueError, match=rf"{first.name}: column 'sentence_order_label' missing"):
         run_pretrain(configure(schema))
 
-    for run_dir in (too_big, few, gpu, vocab, schema):  # nothing was trained
-        assert not (run_dir / "pretrain" / "train").exists()
+    for run_dir in (too_big, few, gpu, vocab, schema):  # nothing was trained, nothing left behind
+        assert not (run_dir / "pretrain").exists() and not (run_dir / "_building" / "pretrain").exists()
 
 
 def test_checkpoints_and_export_on_s3(prepared, s3_endpoint, tmp_path):

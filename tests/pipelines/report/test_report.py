@@ -11,12 +11,13 @@ import torch
 from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.hf import save_hf_pretrained
 from pipelines.config import load_config
-from pipelines.prep.storage import exists, filesystem, join, read_bytes, write_bytes, write_text
+from pipelines.lifecycle import write_marker
 from pipelines.report import markdown
 from pipelines.report.costs import ReservationMeter, cost_record, write_cost
 from pipelines.report.layers import layer_transitions, pad_batch, unmask
 from pipelines.report.stage import run_report
 from pipelines.stages import is_up_to_date, stage_fingerprint
+from pipelines.storage import exists, filesystem, join, read_bytes, write_bytes, write_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -129,6 +130,9 @@ def synthetic_run(run_dir: str, with_finetune: bool = True):
         write_json(join(run_dir, "finetune", "best.json"), {"trial": "t1", "metrics": {"accuracy": 0.9}})
         write_json(join(run_dir, "finetune", "manifest.json"), {"seconds": 8.0,
                                                                 "fingerprint": stage_fingerprint(config, "finetune")})
+    write_marker(run_dir, "run")  # what the stages leave: folders marked as albert-ray's
+    for stage in ("vocab", "data", "pretrain", "finetune")[:4 if with_finetune else 3]:
+        write_marker(join(run_dir, stage), "stage", stage=stage)
     return config
 
 
@@ -136,12 +140,12 @@ def check_report(config):
     run_dir = config.run_dir
     out = run_report(config)
     assert out == join(run_dir, "report")
-    text = read_bytes(join(run_dir, "report.md")).decode()
+    text = read_bytes(join(out, "report.md")).decode()
     for heading in ("## Data", "## Pretraining", "## Layer transitions (the ALBERT paper's Figure 1)",
                     "## Fine-tuning search", "## Cost per stage", "## Configuration"):
         assert heading in text
-    assert "![Pretraining curves](report/pretraining_curves.png)" in text
-    assert "![L2 distance and cosine similarity per layer](report/layer_transitions.png)" in text
+    assert "![Pretraining curves](pretraining_curves.png)" in text
+    assert "![L2 distance and cosine similarity per layer](layer_transitions.png)" in text
     assert "| train | 30 | 180 | 6 |" in text
     assert "| t1 | 0.0003 | 0.9 |" in text and "| metrics.accuracy | 0.9 |" in text
     assert "| pretrain | 12 | – | – | ran outside the DAG |" in text
@@ -170,7 +174,7 @@ def test_report_from_a_synthetic_run(tmp_path, capsys):
 def test_report_without_finetune_is_partial_and_never_up_to_date(tmp_path):
     config = synthetic_run(str(tmp_path / "run"), with_finetune=False)
     run_report(config)
-    text = (tmp_path / "run" / "report.md").read_text()
+    text = (tmp_path / "run" / "report" / "report.md").read_text()
     assert "_The finetune stage has no output in this run yet._" in text
     assert not is_up_to_date(config, "report")
 

@@ -1,0 +1,215 @@
+"""One writer per run_dir: a lease with an owner and a heartbeat, in `{run_dir}/_lease.json`.
+
+A run (a stage command, or the full-run DAG's driver) takes the lease before it changes anything
+in its run_dir and renews it every TTL/6 seconds from a background thread; a second run on the
+same run_dir stops at once with a message naming the holder. A lease whose holder stopped
+renewing it for TTL seconds (or whose process is gone, on this host) is taken over with a warning.
+The writes are conditional (create-if-absent, compare-and-swap; pipelines/storage.py), so two
+runs that start together cannot both win. The DAG's stage tasks run under their driver's lease:
+they check that it still names their run before they commit an output.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+
+from .errors import LeaseHeld
+from .storage import create_exclusive, delete_if, join, read_versioned, replace_if
+
+log = logging.getLogger(__name__)
+
+LEASE_FILE = "_lease.json"
+TTL_ENV = "ALBERT_LEASE_TTL_S"
+
+
+def lease_ttl_s() -> float:
+    return float(os.environ.get(TTL_ENV, 120))
+
+
+def _job_id() -> str | None:
+    """The Ray job submission id when this process is a job's entrypoint."""
+    try:
+        metadata = json.loads(os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")).get("metadata") or {}
+    except ValueError:
+        return None
+    return metadata.get("job_submission_id")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class Holder:
+    """What a lease says about the run holding it."""
+
+    owner: str
+    host: str
+    pid: int
+    command: str
+    job: str | None
+    started: float
+    heartbeat: float
+    ttl_s: float
+
+    @classmethod
+    def this_process(cls) -> "Holder":
+        now = time.time()
+        command = " ".join([os.path.basename(sys.executable), *sys.argv])[:300]
+        return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid(), command, _job_id(), now, now, lease_ttl_s())
+
+    def describe(self, now: float | None = None) -> str:
+        now = time.time() if now is None else now
+        started = datetime.fromtimestamp(self.started, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        job = f", Ray job {self.job}" if self.job else ""
+        return (f"`{self.command}` (pid {self.pid} on {self.host}{job}; started {started}, last heartbeat "
+                f"{max(0.0, now - self.heartbeat):.0f} s ago)")
+
+    def stale(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        if now - self.heartbeat > self.ttl_s:
+            return True
+        return self.host == socket.gethostname() and not _pid_alive(self.pid)
+
+    def encode(self) -> bytes:
+        return (json.dumps(asdict(self), indent=2) + "\n").encode()
+
+
+def read_holder(run_dir: str) -> tuple[Holder, str] | None:
+    """The lease's holder and version token; None when nobody holds the run_dir. A lease file that
+    cannot be parsed counts as a stale holder, so it is taken over rather than blocking forever."""
+    found = read_versioned(join(run_dir, LEASE_FILE))
+    if found is None:
+        return None
+    data, token = found
+    try:
+        return Holder(**json.loads(data)), token
+    except (ValueError, TypeError):
+        return Holder("unreadable", "?", -1, "an unreadable lease file", None, 0.0, 0.0, 0.0), token
+
+
+class Lease:
+    """A held lease, renewed by a background thread until `release`."""
+
+    def __init__(self, run_dir: str, holder: Holder, token: str):
+        self.run_dir, self.holder, self._token = run_dir, holder, token
+        self.path = join(run_dir, LEASE_FILE)
+        self.lost_to: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, daemon=True, name="run-dir-lease")
+        self._thread.start()
+
+    @classmethod
+    def acquire(cls, run_dir: str) -> "Lease":
+        holder = Holder.this_process()
+        path = join(run_dir, LEASE_FILE)
+        token = create_exclusive(path, holder.encode())
+        if token is not None:
+            return cls(run_dir, holder, token)
+        found = read_holder(run_dir)
+        if found is not None:
+            other, other_token = found
+            if not other.stale():
+                raise LeaseHeld(f"run_dir {run_dir} is in use by {other.describe()}: wait for it to end or stop it "
+                                f"(a holder that stops renewing its lease for {other.ttl_s:.0f} s is taken over)")
+            log.warning("taking over the lease on %s from %s: it is no longer renewed", run_dir, other.describe())
+            token = replace_if(path, holder.encode(), other_token)
+        else:  # released between our two reads
+            token = create_exclusive(path, holder.encode())
+        if token is None:
+            now_held = read_holder(run_dir)
+            who = now_held[0].describe() if now_held else "another run"
+            raise LeaseHeld(f"run_dir {run_dir} was just taken by {who}")
+        return cls(run_dir, holder, token)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.holder.ttl_s / 6):
+            self.holder = replace(self.holder, heartbeat=time.time())
+            try:
+                token = replace_if(self.path, self.holder.encode(), self._token)
+            except OSError as e:  # storage hiccup: try again at the next beat
+                log.warning("could not renew the lease on %s: %s", self.run_dir, e)
+                continue
+            if token is None:
+                found = read_holder(self.run_dir)
+                self.lost_to = found[0].describe() if found else "nobody (the lease file was removed)"
+                log.error("lost the lease on %s to %s", self.run_dir, self.lost_to)
+                return
+            self._token = token
+
+    def check(self) -> None:
+        """Raise when another run took the lease over (this run must not commit anything then)."""
+        if self.lost_to is not None:
+            raise LeaseHeld(f"run_dir {self.run_dir}: this run's lease was taken over by {self.lost_to}; "
+                            "nothing was committed")
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.lost_to is None:
+            delete_if(self.path, self._token)
+
+
+_held: dict[str, tuple[Lease, int]] = {}
+_held_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def hold(run_dir: str, owner: str | None = None) -> Iterator[Lease | None]:
+    """Hold the run_dir's lease for the block. Nested holds in one process share one lease. With
+    `owner` (a DAG stage task) nothing is acquired: the lease must be held by that owner."""
+    if owner is not None:
+        check_owner(run_dir, owner)
+        yield None
+        return
+    with _held_lock:
+        lease, count = _held.get(run_dir, (None, 0))
+        if lease is None:
+            lease = Lease.acquire(run_dir)
+        _held[run_dir] = (lease, count + 1)
+    try:
+        yield lease
+    finally:
+        with _held_lock:
+            lease, count = _held[run_dir]
+            if count == 1:
+                del _held[run_dir]
+                lease.release()
+            else:
+                _held[run_dir] = (lease, count - 1)
+
+
+def held_here(run_dir: str) -> Lease | None:
+    """The lease this process holds on run_dir, if any."""
+    with _held_lock:
+        return _held.get(run_dir, (None, 0))[0]
+
+
+def check_owner(run_dir: str, owner: str) -> None:
+    """Raise unless the run_dir's lease is held, and renewed, by `owner`."""
+    found = read_holder(run_dir)
+    if found is None or found[0].owner != owner:
+        who = found[0].describe() if found else "nobody"
+        raise LeaseHeld(f"run_dir {run_dir}: this run no longer holds its lease (held by {who}); nothing was committed")
+    lease = held_here(run_dir)
+    if lease is not None:
+        lease.check()
+
+
+__all__ = ["LEASE_FILE", "Holder", "Lease", "check_owner", "held_here", "hold", "lease_ttl_s", "read_holder"]

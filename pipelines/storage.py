@@ -1,0 +1,333 @@
+"""Local and s3:// paths through one fsspec interface: files, whole folders, and conditional writes.
+
+Every stage reads and writes through these functions, so a run_dir may be a local folder or
+s3://bucket/prefix. Deleting is not here: only the run lifecycle (pipelines/lifecycle.py) deletes,
+and only folders that carry its marker.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import posixpath
+import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import fsspec
+
+PKG_SCHEME = "pkg://"
+
+
+def resolve_pkg(path: str) -> str:
+    """`pkg://<package>/<sub/path>`: a folder inside an installed package (the embedded corpus)."""
+    if not path.startswith(PKG_SCHEME):
+        return path
+    package, _, sub = path[len(PKG_SCHEME):].partition("/")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        from .errors import MissingInput
+
+        raise MissingInput(f"{path}: package {package!r} is not installed (pip install {package})")
+    return os.path.join(spec.submodule_search_locations[0], sub)
+
+
+def is_remote(path: str) -> bool:
+    return "://" in resolve_pkg(path)
+
+
+def _s3_endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3")
+
+
+def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(filesystem, path inside it). s3:// honours AWS_ENDPOINT_URL (a local S3 API server)."""
+    path = resolve_pkg(path)
+    if path.startswith("s3://"):
+        import s3fs
+
+        endpoint = _s3_endpoint()
+        fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint} if endpoint else {})
+        return fs, path[len("s3://"):]
+    return fsspec.filesystem("file"), os.path.abspath(os.path.expanduser(path))
+
+
+def arrow_filesystem(path: str):
+    """(pyarrow filesystem, path inside it) for Ray Data and Ray Train storage; s3:// honours
+    AWS_ENDPOINT_URL, which pyarrow's S3FileSystem ignores by itself."""
+    import pyarrow.fs as pafs
+
+    path = resolve_pkg(path)
+    if path.startswith("s3://"):
+        endpoint = _s3_endpoint()
+        kwargs = {}
+        if endpoint:
+            scheme, _, host = endpoint.partition("://")
+            kwargs = {"endpoint_override": host or scheme, "scheme": scheme if host else "https"}
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        return pafs.S3FileSystem(**kwargs, **({"region": region} if region else {})), path[len("s3://"):]
+    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
+
+
+def join(base: str, *parts: str) -> str:
+    return posixpath.join(base.rstrip("/"), *parts) if "://" in base else os.path.join(base, *parts)
+
+
+def exists(path: str) -> bool:
+    fs, p = filesystem(path)
+    if is_remote(path):
+        fs.invalidate_cache(p)  # other processes (Ray workers, another run) write here too
+    return fs.exists(p)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write through a temporary name and rename, so a reader never sees half a file."""
+    fs, p = filesystem(path)
+    fs.makedirs(posixpath.dirname(p), exist_ok=True)
+    tmp = f"{p}.{uuid.uuid4().hex[:8]}.tmp"
+    with fs.open(tmp, "w") as f:
+        f.write(text)
+    fs.mv(tmp, p)
+
+
+def write_json(path: str, value: Any) -> None:
+    write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    fs, p = filesystem(path)
+    fs.makedirs(posixpath.dirname(p), exist_ok=True)
+    with fs.open(p, "wb") as f:
+        f.write(data)
+
+
+def read_bytes(path: str) -> bytes:
+    fs, p = filesystem(path)
+    with fs.open(p, "rb") as f:
+        return f.read()
+
+
+def read_json(path: str) -> Any:
+    """A JSON file's content, or None when there is no such file."""
+    return json.loads(read_bytes(path)) if exists(path) else None
+
+
+def read_jsonl(path: str) -> list[dict]:
+    """A JSON-lines file's records (blank lines skipped); [] when there is no such file."""
+    if not exists(path):
+        return []
+    return [json.loads(line) for line in read_bytes(path).decode().splitlines() if line.strip()]
+
+
+def list_names(path: str) -> list[str]:
+    """The names directly inside a folder (files and sub-folders), sorted; [] when it does not exist."""
+    fs, p = filesystem(path)
+    if is_remote(path):
+        fs.invalidate_cache(p)
+    if not fs.exists(p) or not fs.isdir(p):
+        return []
+    return sorted({posixpath.basename(entry.rstrip("/")) for entry in fs.ls(p, detail=False)} - {""})
+
+
+def _files(path: str) -> list[str]:
+    """Every file under a folder (locally) or every object under a prefix, as `bucket/key`: S3 keys
+    are listed raw, so the empty `dir/` objects that pyarrow (Ray Train, Ray Tune) leaves as
+    directory markers are included, and moved or deleted with the rest."""
+    fs, p = filesystem(path)
+    if not is_remote(path):
+        return sorted(fs.find(p)) if fs.exists(p) else []
+    from fsspec.asyn import sync
+
+    bucket, _, prefix = p.partition("/")
+
+    async def keys() -> list[str]:
+        found, token = [], None
+        while True:
+            page = await fs._call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix.rstrip("/") + "/",
+                                     **({"ContinuationToken": token} if token else {}))
+            found += [f"{bucket}/{o['Key']}" for o in page.get("Contents", [])]
+            token = page.get("NextContinuationToken")
+            if not token:
+                return sorted(found)
+
+    return sync(fs.loop, keys)
+
+
+def _delete_objects(path: str, objects: list[str]) -> None:
+    """Delete S3 objects given as `bucket/key` (directory markers `bucket/dir/` included)."""
+    from fsspec.asyn import sync
+
+    fs, _ = filesystem(path)
+    for start in range(0, len(objects), 1000):
+        batch = objects[start:start + 1000]
+        bucket = batch[0].partition("/")[0]
+        sync(fs.loop, fs._call_s3, "delete_objects", Bucket=bucket,
+             Delete={"Objects": [{"Key": o.partition("/")[2]} for o in batch], "Quiet": True})
+    fs.invalidate_cache()
+
+
+def _ordered(files: list[str], root: str, first: Sequence[str], last: Sequence[str]) -> list[str]:
+    """`files` (under `root`) with those named `first` (relative paths) at the front and `last` at the end."""
+    rel = {f: posixpath.relpath(f, root) for f in files}
+    head = [f for f in files if rel[f] in first]
+    tail = [f for f in files if rel[f] in last]
+    return head + [f for f in files if rel[f] not in first and rel[f] not in last] + tail
+
+
+def move_tree(src: str, dst: str, first: Sequence[str] = (), last: Sequence[str] = ()) -> None:
+    """Move a folder to `dst`, which must not exist yet. Locally one rename (atomic). On an object
+    store, object by object in this order: `first`, the rest, `last`; an interrupted move is
+    finished by calling it again (what is already at `dst` stays there)."""
+    fs, s = filesystem(src)
+    _, d = filesystem(dst)
+    if not is_remote(src):
+        if not os.path.exists(s):
+            return
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        os.rename(s, d)
+        return
+    objects = _files(src)
+    markers = [o for o in objects if o.endswith("/")]  # folders are implied by their objects' keys
+    for f in _ordered([o for o in objects if not o.endswith("/")], s, first, last):
+        fs.copy(f, posixpath.join(d, posixpath.relpath(f, s)))
+        _delete_objects(src, [f])
+    if markers:
+        _delete_objects(src, markers)
+    fs.invalidate_cache()
+
+
+def delete_tree(path: str, last: Sequence[str] = ()) -> None:
+    """Delete a folder, the entries named `last` (relative paths) after everything else, so an
+    interrupted delete leaves them in place."""
+    fs, p = filesystem(path)
+    if not is_remote(path):
+        if not os.path.isdir(p):
+            return
+        for name in sorted(os.listdir(p)):
+            if name not in last:
+                target = os.path.join(p, name)
+                shutil.rmtree(target) if os.path.isdir(target) and not os.path.islink(target) else os.unlink(target)
+        shutil.rmtree(p)
+        return
+    files = _ordered(_files(path), p, (), last)
+    tail = [f for f in files if posixpath.relpath(f, p) in last]
+    for group in ([f for f in files if f not in tail], tail):
+        if group:
+            _delete_objects(path, group)
+
+
+# ---- conditional writes: create-if-absent and compare-and-swap ------------------------------------
+# Locally under an exclusive flock on `<path>.lock`; on S3 with conditional requests (PutObject with
+# If-None-Match / If-Match, DeleteObject with If-Match), which AWS S3 has had since 2024. A token
+# names the version a caller last saw (S3: the ETag; locally: the content's sha256).
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _s3_call(path: str, method: str, **kwargs: Any) -> dict[str, Any] | None:
+    """One S3 request on `path`'s object; None when a precondition failed."""
+    from fsspec.asyn import sync
+
+    fs, p = filesystem(path)
+    bucket, _, key = p.partition("/")
+
+    async def call() -> dict[str, Any]:
+        response = await fs._call_s3(method, Bucket=bucket, Key=key, **kwargs)
+        if "Body" in response:
+            async with response["Body"] as body:
+                response["Data"] = await body.read()
+        return response
+
+    try:
+        return sync(fs.loop, call)
+    except (FileNotFoundError, OSError) as e:
+        if isinstance(e, FileNotFoundError) and method == "get_object":
+            return {}
+        code = getattr(e.__cause__, "response", {}).get("Error", {}).get("Code")
+        if isinstance(e, FileExistsError) or code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+            return None
+        raise
+
+
+def read_versioned(path: str) -> tuple[bytes, str] | None:
+    """(content, token), or None when there is no such file."""
+    if is_remote(path):
+        response = _s3_call(path, "get_object")
+        return (response["Data"], response["ETag"]) if response else None
+    _, p = filesystem(path)
+    try:
+        with open(p, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    return data, _digest(data)
+
+
+def create_exclusive(path: str, data: bytes) -> str | None:
+    """Write `data` only if `path` does not exist; its token, or None when it existed."""
+    if is_remote(path):
+        response = _s3_call(path, "put_object", Body=data, IfNoneMatch="*")
+        return response["ETag"] if response else None
+    _, p = filesystem(path)
+    with _locked(p):
+        if os.path.exists(p):
+            return None
+        _replace_local(p, data)
+    return _digest(data)
+
+
+def replace_if(path: str, data: bytes, token: str) -> str | None:
+    """Write `data` only if `path` is still at version `token`; the new token, or None."""
+    if is_remote(path):
+        response = _s3_call(path, "put_object", Body=data, IfMatch=token)
+        return response["ETag"] if response else None
+    _, p = filesystem(path)
+    with _locked(p):
+        current = read_versioned(p)
+        if current is None or current[1] != token:
+            return None
+        _replace_local(p, data)
+    return _digest(data)
+
+
+def delete_if(path: str, token: str) -> bool:
+    """Delete `path` only if it is still at version `token`."""
+    if is_remote(path):
+        return _s3_call(path, "delete_object", IfMatch=token) is not None
+    _, p = filesystem(path)
+    with _locked(p):
+        current = read_versioned(p)
+        if current is None or current[1] != token:
+            return False
+        os.unlink(p)
+    return True
+
+
+def _replace_local(path: str, data: bytes) -> None:
+    tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+__all__ = ["PKG_SCHEME", "arrow_filesystem", "create_exclusive", "delete_if", "delete_tree", "exists", "filesystem",
+           "is_remote", "join", "list_names", "move_tree", "read_bytes", "read_json", "read_jsonl", "read_versioned",
+           "replace_if", "resolve_pkg", "write_bytes", "write_json", "write_text"]

