@@ -23,13 +23,27 @@ from pipelines.pretrain import run_pretrain
 REPO = Path(__file__).resolve().parents[1]
 
 
-def timed_pretrain(run_dir: Path, overrides: list[str], config_file: str) -> tuple[float, list[dict]]:
-    """Seconds of run_pretrain and the manifest's segments."""
+def training_seconds(run_dir: Path, start: int, batch: int) -> float:
+    """Seconds spent in the steps after `start`, from the metrics lines' throughput (each line covers
+    the steps since the line before it; the data skipped on a continuation counts in its first)."""
+    lines = [json.loads(x) for x in (run_dir / "pretrain" / "metrics.jsonl").read_text().splitlines()]
+    steps = sorted((r["step"], r["sequences_per_s"]) for r in lines if "sequences_per_s" in r and r["step"] > start)
+    seconds, previous = 0.0, start
+    for step, rate in steps:
+        seconds += (step - previous) * batch / rate
+        previous = step
+    return seconds
+
+
+def timed_pretrain(run_dir: Path, overrides: list[str], config_file: str) -> dict:
+    """Wall seconds of run_pretrain, the steps it trained and their training seconds."""
     config = load_config(config_file, [f"run_dir={run_dir}", *overrides])
     started = time.perf_counter()
     run_pretrain(config)
     seconds = time.perf_counter() - started
-    return seconds, json.loads((run_dir / "pretrain" / "manifest.json").read_text())["segments"]
+    last = json.loads((run_dir / "pretrain" / "manifest.json").read_text())["segments"][-1]
+    return {"wall": seconds, "steps": last["end_step"] - last["start_step"],
+            "train": training_seconds(run_dir, last["start_step"], config.train.global_batch_size)}
 
 
 def main() -> None:
@@ -51,16 +65,15 @@ def main() -> None:
         runs[name] = root / name
         for stage in ("vocab", "data"):
             shutil.copytree(prepared / stage, runs[name] / stage)
-    first, _ = timed_pretrain(runs["continued"], [*common, f"train.max_steps={n}"], args.config)
-    continued, segments = timed_pretrain(runs["continued"], [*common, f"train.max_steps={2 * n}"], args.config)
-    fresh, fresh_segments = timed_pretrain(runs["fresh"], [*common, f"train.max_steps={2 * n}"], args.config)
-    trained = {"continued": segments[-1]["end_step"] - segments[-1]["start_step"],
-               "fresh": fresh_segments[-1]["end_step"] - fresh_segments[-1]["start_step"]}
-    print(f"\nfirst run of {n} steps: {first:.1f} s")
-    print("| to 2N steps | steps trained | wall s | vs fresh |")
-    print("|---|---:|---:|---:|")
-    print(f"| continued from N | {trained['continued']} | {continued:.1f} | {continued / fresh:.2f} |")
-    print(f"| fresh | {trained['fresh']} | {fresh:.1f} | 1.00 |")
+    first = timed_pretrain(runs["continued"], [*common, f"train.max_steps={n}"], args.config)
+    continued = timed_pretrain(runs["continued"], [*common, f"train.max_steps={2 * n}"], args.config)
+    fresh = timed_pretrain(runs["fresh"], [*common, f"train.max_steps={2 * n}"], args.config)
+    print(f"\nfirst run of {n} steps: {first['wall']:.1f} s wall, {first['train']:.1f} s training")
+    print("| to 2N steps | steps trained | wall s | vs fresh | training s | vs fresh |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in (("continued from N", continued), ("fresh", fresh)):
+        print(f"| {name} | {r['steps']} | {r['wall']:.1f} | {r['wall'] / fresh['wall']:.2f} | {r['train']:.1f} | "
+              f"{r['train'] / fresh['train']:.2f} |")
     shutil.rmtree(root)
 
 

@@ -136,7 +136,7 @@ def _model_post_init(self) -> None:
     try:
         self.albert_config(vocab_size=AlbertConfig.vocab_size)
     except ValueError as e:  # AlbertConfig.<name>=... names the field; say it as the config key
-        raise ValueError(str(e).replace("AlbertConfig.", "model.")) from None
+        raise ConfigError(str(e).replace("AlbertConfig.", "model.")) from None
 
 
 def _albert_config(self, vocab_size: int) -> AlbertConfig:
@@ -274,9 +274,9 @@ class RunConfig:
         _require(self, "run_dir", bool(self.run_dir), "must not be empty")
 
 
-def _unknown(key: str, cls: type, where: str = "") -> ValueError:
+def _unknown(key: str, cls: type, where: str = "") -> ConfigError:
     names = ", ".join(sorted(f.name for f in dataclasses.fields(cls)))
-    return ValueError(f"{where}unknown config key {key!r}; {_section_name(cls) or 'the top level'} has: {names}")
+    return ConfigError(f"{where}unknown config key {key!r}; {_section_name(cls) or 'the top level'} has: {names}")
 
 
 def _check_keys(raw: dict[Any, Any], where: str = "") -> None:
@@ -286,7 +286,7 @@ def _check_keys(raw: dict[Any, Any], where: str = "") -> None:
             raise _unknown(str(name), RunConfig, where)
         if name in sections and value is not None:
             if not isinstance(value, dict):
-                raise ValueError(f"{where}config section {name!r} must be a mapping of its keys, got {value!r}")
+                raise ConfigError(f"{where}config section {name!r} must be a mapping of its keys, got {value!r}")
             known = {f.name for f in dataclasses.fields(sections[name])}
             for key in value:
                 if key not in known:
@@ -297,11 +297,11 @@ def _read_yaml(path: str) -> dict[Any, Any]:
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except OSError as e:
-        raise ValueError(f"cannot read config file {path!r}: {e.strerror}") from e
+        raise ConfigError(f"cannot read config file {path!r}: {e.strerror}") from e
     except yaml.YAMLError as e:
-        raise ValueError(f"config file {path!r} is not valid YAML: {' '.join(str(e).split())}") from e
+        raise ConfigError(f"config file {path!r} is not valid YAML: {' '.join(str(e).split())}") from e
     if raw is not None and not isinstance(raw, dict):
-        raise ValueError(f"config file {path!r} must be a mapping of sections, got {type(raw).__name__}")
+        raise ConfigError(f"config file {path!r} must be a mapping of sections, got {type(raw).__name__}")
     return raw or {}
 
 
@@ -309,31 +309,22 @@ def _parse_override(text: str) -> dict[str, Any]:
     """`section.key=value` (or `run_dir=value`) as the nested mapping a YAML file would hold."""
     key, sep, value_text = text.partition("=")
     if not sep:
-        raise ValueError(f"malformed override {text!r}: expected section.key=value")
+        raise ConfigError(f"malformed override {text!r}: expected section.key=value")
     try:  # `~` is YAML's null, but on a command line it means the home folder
         value = value_text if value_text == "~" or value_text.startswith("~/") else yaml.safe_load(value_text)
     except yaml.YAMLError as e:
-        raise ValueError(f"override {text!r}: value is not valid YAML: {' '.join(str(e).split())}") from e
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {' '.join(str(e).split())}") from e
     section, dot, name = key.partition(".")
     if dot and section not in _sections():
         raise _unknown(key, RunConfig)
     if not dot and section in _sections():
-        raise ValueError(f"override {text!r}: {section} is a section; set its keys as {section}.KEY=VALUE")
+        raise ConfigError(f"override {text!r}: {section} is a section; set its keys as {section}.KEY=VALUE")
     return {section: {name: value}} if dot else {section: value}
 
 
 def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -> RunConfig:
     """The config from an optional YAML file, then `section.key=value` overrides in order, validated;
     a bad file, key or value raises ConfigError naming it."""
-    try:
-        return _load_config(config_file, overrides)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as e:
-        raise ConfigError(str(e)) from None
-
-
-def _load_config(config_file: str | None, overrides: Sequence[str]) -> RunConfig:
     raw = _read_yaml(config_file) if config_file is not None else {}
     _check_keys(raw, where=f"{config_file}: ")
     updates = [_parse_override(text) for text in overrides]

@@ -14,6 +14,8 @@ import types
 import typing
 from typing import Any
 
+from .errors import ConfigError
+
 
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
@@ -46,7 +48,7 @@ def _key(cls: type, name: str) -> str:
 
 def _require(obj: Any, name: str, ok: bool, why: str) -> None:
     if not ok:
-        raise ValueError(f"{_key(type(obj), name)}={getattr(obj, name)!r}: {why}")
+        raise ConfigError(f"{_key(type(obj), name)}={getattr(obj, name)!r}: {why}")
 
 
 def _conform(value: Any, tp: Any) -> tuple[bool, Any]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config_fields import _check_types, _require
+from .errors import ConfigError
 
 FINETUNE_TASKS = ("classification", "regression")
 FINETUNE_INITS = ("pretrained", "random")
@@ -146,7 +147,7 @@ class TuneConfig:
 
     def _check_dimension(self, key: Any, spec: Any) -> None:
         def fail(why: str) -> None:
-            raise ValueError(f"tune.space[{key!r}]={spec!r}: {why}")
+            raise ConfigError(f"tune.space[{key!r}]={spec!r}: {why}")
 
         name = key[len("finetune."):] if isinstance(key, str) and key.startswith("finetune.") else None
         if name not in TUNABLE_KEYS:

@@ -44,6 +44,9 @@ def find_user_error(error: BaseException | None) -> UserError | None:
             continue
         if isinstance(error, UserError):
             return error
+        if type(error).__name__ in ("NoCredentialsError", "PartialCredentialsError"):  # botocore's
+            return UserError(f"no usable AWS credentials for s3:// paths ({error}): set AWS_ACCESS_KEY_ID and "
+                             "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or give the machine a role")
         error = error.__cause__ or error.__context__
     return None
 

@@ -29,8 +29,9 @@ from pipelines.cli import report_user_error, setup_logging  # noqa: E402
 from pipelines.config import RunConfig, build_arg_parser, parse_cli  # noqa: E402
 from pipelines.errors import ConfigError, UserError, find_user_error, one_line  # noqa: E402
 from pipelines.lease import hold, read_holder  # noqa: E402
-from pipelines.lifecycle import (building_dir, check_input_paths, check_run_dir,  # noqa: E402
-                                 ensure_run_dir, previous_dir, read_marker, run_stage)
+from pipelines.generations import building_dir, previous_dir  # noqa: E402
+from pipelines.lifecycle import can_resume, extends_values, run_stage  # noqa: E402
+from pipelines.ownership import check_input_paths, check_run_dir, ensure_run_dir, read_marker  # noqa: E402
 from pipelines.report.costs import ReservationMeter, cost_record, write_cost  # noqa: E402
 from pipelines.stages import (STAGES, config_value, read_manifest, read_manifest_at, stage_dir,  # noqa: E402
                               stage_fingerprint, stage_inputs)
@@ -86,7 +87,7 @@ def _held(config: RunConfig, name: str, lineage: str | None) -> list[str]:
         lines.append(f"current:  {current} (incomplete: no readable manifest.json)")
     marker = read_marker(building)
     if marker is not None:
-        resumes = STAGES[name].resumable and marker.get("lineage") == lineage
+        resumes = lineage is not None and can_resume(marker, name, lineage, extends_values(config, name))
         lines.append(f"unfinished: {building} ({'resumed' if resumes else 'discarded'} by the next run)")
     if read_manifest_at(previous) is not None:
         lines.append(f"previous: {previous} (restore: python -m pipelines.restore {name})")
@@ -114,7 +115,8 @@ def plan_dag(config: RunConfig, selected: Sequence[str], forced: set[str]) -> li
             continue
         missing = [dep for dep in deps if predicted[dep] is None]
         inputs_now = {dep: predicted[dep] or "" for dep in deps}
-        fingerprint = stage_fingerprint(config, name, inputs_now)
+        known = {k: v for k, v in predicted.items() if v}
+        fingerprint = stage_fingerprint(config, name, inputs_now, known=known)
         if name in forced:
             status = "runs: forced"
         elif missing:
@@ -124,13 +126,13 @@ def plan_dag(config: RunConfig, selected: Sequence[str], forced: set[str]) -> li
             status = "runs: no output yet"
         elif current != fingerprint:
             continues = stage.extends and manifest.get("lineage") == stage_fingerprint(
-                config, name, inputs_now, exclude=stage.extends)
+                config, name, inputs_now, exclude=stage.extends, known=known)
             status = "runs: continues the current output" if continues else "runs: config or inputs changed"
         else:
             status = "up to date: skipped"
         runs = status.startswith("runs")
         predicted[name] = fingerprint if not missing or stage.partial_inputs else None
-        lineage = stage_fingerprint(config, name, inputs_now, exclude=stage.extends) if not missing else None
+        lineage = None if missing else stage_fingerprint(config, name, inputs_now, exclude=stage.extends, known=known)
         plans.append(StagePlan(name, True, runs, status, inputs, outputs, _held(config, name, lineage)))
     return plans
 
@@ -148,10 +150,11 @@ def format_plan(config: RunConfig, plans: list[StagePlan]) -> str:
     return "\n".join(lines)
 
 
-def run_stage_task(name: str, config: RunConfig, force: bool, owner: str, *after: Any) -> dict[str, Any]:
+def run_stage_task(name: str, config: RunConfig, force: bool | str, owner: str, *after: Any) -> dict[str, Any]:
     """Run one stage through the lifecycle, under the driver's lease (`owner`), and record what it
-    cost. `after`: the previous stage's result; as a task argument it makes Ray start this stage
-    only once that exists."""
+    cost. `force`: this submission's token when the stage is forced (a retry of the task resumes
+    what the first attempt began instead of starting over). `after`: the previous stage's result;
+    as a task argument it makes Ray start this stage only once that exists."""
     import ray
 
     setup_logging()
@@ -181,7 +184,8 @@ def run_dag(config: RunConfig, selected: Sequence[str], forced: set[str], owner:
     refs, previous = [], None
     for name in selected:
         after = [] if previous is None else [previous]
-        previous = task.options(name=f"stage:{name}").remote(name, config, name in forced, owner, *after)
+        force = owner if name in forced else False
+        previous = task.options(name=f"stage:{name}").remote(name, config, force, owner, *after)
         refs.append((name, previous))
     results = []
     for name, ref in refs:

@@ -111,6 +111,8 @@ class Lease:
         self.run_dir, self.holder, self._token = run_dir, holder, token
         self.path = join(run_dir, LEASE_FILE)
         self.lost_to: str | None = None
+        self.renewed = time.monotonic()
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, daemon=True, name="run-dir-lease")
         self._thread.start()
@@ -138,32 +140,53 @@ class Lease:
             raise LeaseHeld(f"run_dir {run_dir} was just taken by {who}")
         return cls(run_dir, holder, token)
 
+    def _try_renew(self) -> bool | None:
+        """Renew now: True when renewed, False when another run holds the lease, None when the
+        storage could not be reached."""
+        with self._lock:
+            if self.lost_to is not None:
+                return False
+            holder = replace(self.holder, heartbeat=time.time())
+            try:
+                token = replace_if(self.path, holder.encode(), self._token)
+                if token is None:  # not the version we wrote last: whose is it?
+                    found = read_holder(self.run_dir)
+                    if found is not None and found[0].owner == self.holder.owner:  # ours (a retried write)
+                        token = found[1]
+                    else:
+                        self.lost_to = found[0].describe() if found else "nobody (the lease file was removed)"
+                        log.error("lost the lease on %s to %s", self.run_dir, self.lost_to)
+                        return False
+            except Exception as e:  # noqa: BLE001 - any storage failure: tried again at the next beat
+                log.warning("could not renew the lease on %s: %s", self.run_dir, e)
+                return None
+            self.holder, self._token, self.renewed = holder, token, time.monotonic()
+            return True
+
     def _renew(self) -> None:
         while not self._stop.wait(self.holder.ttl_s / 6):
-            self.holder = replace(self.holder, heartbeat=time.time())
-            try:
-                token = replace_if(self.path, self.holder.encode(), self._token)
-            except OSError as e:  # storage hiccup: try again at the next beat
-                log.warning("could not renew the lease on %s: %s", self.run_dir, e)
-                continue
-            if token is None:
-                found = read_holder(self.run_dir)
-                self.lost_to = found[0].describe() if found else "nobody (the lease file was removed)"
-                log.error("lost the lease on %s to %s", self.run_dir, self.lost_to)
+            if self._try_renew() is False:
                 return
-            self._token = token
 
-    def check(self) -> None:
-        """Raise when another run took the lease over (this run must not commit anything then)."""
-        if self.lost_to is not None:
-            raise LeaseHeld(f"run_dir {self.run_dir}: this run's lease was taken over by {self.lost_to}; "
-                            "nothing was committed")
+    def confirm(self) -> None:
+        """Renew the lease now, and raise unless this run still holds it: called right before a
+        commit, so a run that lost its lease (or could not renew it for a TTL) commits nothing."""
+        renewed = self._try_renew()
+        if renewed is False:
+            raise LeaseHeld(f"run_dir {self.run_dir}: this run's lease was taken over by {self.lost_to}; nothing "
+                            "was committed")
+        if renewed is None and time.monotonic() - self.renewed > self.holder.ttl_s:
+            raise LeaseHeld(f"run_dir {self.run_dir}: this run could not renew its lease for "
+                            f"{self.holder.ttl_s:.0f} s, so another run may have taken it; nothing was committed")
 
     def release(self) -> None:
         self._stop.set()
         self._thread.join()
         if self.lost_to is None:
-            delete_if(self.path, self._token)
+            try:
+                delete_if(self.path, self._token)
+            except Exception as e:  # noqa: BLE001 - an unreleased lease expires after its TTL
+                log.warning("could not release the lease on %s: %s", self.run_dir, e)
 
 
 _held: dict[str, tuple[Lease, int]] = {}
@@ -195,21 +218,15 @@ def hold(run_dir: str, owner: str | None = None) -> Iterator[Lease | None]:
                 _held[run_dir] = (lease, count - 1)
 
 
-def held_here(run_dir: str) -> Lease | None:
-    """The lease this process holds on run_dir, if any."""
-    with _held_lock:
-        return _held.get(run_dir, (None, 0))[0]
-
-
 def check_owner(run_dir: str, owner: str) -> None:
-    """Raise unless the run_dir's lease is held, and renewed, by `owner`."""
+    """Raise unless the run_dir's lease is held, and renewed, by `owner` (a DAG's driver)."""
     found = read_holder(run_dir)
     if found is None or found[0].owner != owner:
         who = found[0].describe() if found else "nobody"
         raise LeaseHeld(f"run_dir {run_dir}: this run no longer holds its lease (held by {who}); nothing was committed")
-    lease = held_here(run_dir)
-    if lease is not None:
-        lease.check()
+    if found[0].stale():
+        raise LeaseHeld(f"run_dir {run_dir}: this run's lease is no longer renewed by its driver "
+                        f"({found[0].describe()}); nothing was committed")
 
 
-__all__ = ["LEASE_FILE", "Holder", "Lease", "check_owner", "held_here", "hold", "lease_ttl_s", "read_holder"]
+__all__ = ["LEASE_FILE", "Holder", "Lease", "check_owner", "hold", "lease_ttl_s", "read_holder"]

@@ -221,10 +221,10 @@ def absolute_run_dir(argv: list[str]) -> tuple[list[str], str]:
     known, rest = args.parse_known_args(argv)
     overrides = [a for a in rest if "=" in a and not a.startswith("-")]
     run_dir = load_config(known.config, overrides).run_dir
-    if "://" in run_dir or os.path.isabs(run_dir):
+    if "://" in run_dir:
         return argv, run_dir
-    run_dir = str((REPO / run_dir).resolve())
-    return [*argv, f"run_dir={run_dir}"], run_dir
+    absolute = str((REPO / os.path.expanduser(run_dir)).resolve())  # an absolute path stays itself
+    return ([*argv, f"run_dir={absolute}"] if absolute != run_dir else argv), absolute
 
 
 def check_before_submitting(full_run_args: list[str], run_dir: str) -> None:

@@ -41,12 +41,12 @@ from albert_model.hf import save_hf_pretrained
 from .cli import stage_main
 from .config import RunConfig, TrainConfig, config_to_dict
 from .errors import BadInput, MissingInput
-from .lifecycle import StageRun, path_inside, stage_runner
+from .lifecycle import StageRun, stage_runner
 from .prep.masking import MaskingSpec
 from .prep.process import example_schema
 from .ray_runtime import init_ray
 from .stages import read_manifest, stage_dir
-from .storage import (arrow_filesystem, exists, filesystem, join, read_bytes, read_json, read_jsonl, write_bytes,
+from .storage import (arrow_filesystem, exists, filesystem, join, path_inside, read_bytes, read_json, read_jsonl, write_bytes,
                       write_text)
 from .train.build import build_model, build_optimizer
 from .train.checkpoint import load_checkpoint, save_checkpoint
@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 FAULT_ENV = "ALBERT_TEST_FAIL_AT_STEP"
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
 METRICS = "metrics.jsonl"
+RESOLVED = "resolved.json"  # the arithmetic a run trains with: {use_gpu, precision}
 
 
 def _albert_config(config: RunConfig, vocab_size: int) -> AlbertConfig:
@@ -113,10 +114,13 @@ def plan_pretraining(config: RunConfig, out_dir: str) -> dict:
                          f"(train.num_workers x micro batch = {train.micro_batch * train.num_workers}); "
                          "raise data.validation_fraction")
     gpus = int(ray.cluster_resources().get("GPU", 0))
-    use_gpu = train.use_gpu if isinstance(train.use_gpu, bool) else gpus >= train.num_workers
+    # auto: GPUs when the cluster has any (not "when it has enough": that would make the worker
+    # count, a setting, decide the precision of a run)
+    use_gpu = train.use_gpu if isinstance(train.use_gpu, bool) else gpus > 0
     if use_gpu and gpus < train.num_workers:
-        raise BadInput(f"train.use_gpu=true with train.num_workers={train.num_workers}, but the cluster has "
-                         f"{gpus} GPUs")
+        raise BadInput(f"train.use_gpu={str(train.use_gpu).lower()} with train.num_workers={train.num_workers}, but "
+                       f"the cluster has {gpus} GPUs" + ("; set train.use_gpu=false to train on CPUs"
+                                                        if train.use_gpu == "auto" else ""))
     precision = train.precision if train.precision != "auto" else ("bf16" if use_gpu else "fp32")
     masking = dataclasses.asdict(MaskingSpec(data_config["masked_lm_prob"], data_config["max_predictions_per_seq"],
                                              data_config["ngram"], vocab["vocab_size"])) if dynamic else None
@@ -218,6 +222,8 @@ def train_worker(plan: dict) -> None:
     if checkpoint:
         with checkpoint.as_directory() as directory:
             step = load_checkpoint(directory, model, optimizer, scheduler)["step"]
+        if step > train.max_steps:  # the lifecycle resumes only runs that have not passed max_steps
+            raise RuntimeError(f"{checkpoint.path} is at step {step}, past train.max_steps={train.max_steps}")
         if rank == 0:
             print(f"pretrain: {event} from {checkpoint.path} at step {step} of {train.max_steps}", flush=True)
 
@@ -343,6 +349,17 @@ def _continuation(run: StageRun) -> str | None:
     return checkpoint
 
 
+def _check_resolved(run: StageRun, plan: dict) -> None:
+    """What `auto` resolved to on this cluster (GPU or CPU, bf16 or fp32) must be what the resumed
+    run trained with: a resume equals an uninterrupted run only on the same arithmetic."""
+    path, resolved = join(run.out, RESOLVED), {"use_gpu": plan["use_gpu"], "precision": plan["precision"]}
+    before = read_json(path) if run.resumed else None
+    if before is not None and before != resolved:
+        raise BadInput(f"{run.out}: the unfinished run trained with {before}, this cluster gives {resolved}: set "
+                       "train.use_gpu and train.precision to match, or --force to start over")
+    write_text(path, json.dumps(resolved) + "\n")
+
+
 def segments(records: list[dict], final_step: int) -> list[dict]:
     """The runs the model went through, from the metrics' start/resume/continue events: each with
     its first step, last step, total (max_steps) and workers."""
@@ -358,6 +375,7 @@ def build_pretrain(run: StageRun) -> dict:
     init_ray()
     plan = plan_pretraining(config, out_dir)
     plan["initial_checkpoint"] = _continuation(run)
+    _check_resolved(run, plan)
     if run.resumed:
         print(f"pretrain: resuming the unfinished run in {out_dir}", flush=True)
     train = config.train

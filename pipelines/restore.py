@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from .cli import guarded, setup_logging
 from .config import parse_cli
-from .lifecycle import restore
+from .generations import restore
 from .stages import STAGES
 
 

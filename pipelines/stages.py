@@ -13,6 +13,7 @@ or to s3:// has the same fingerprints.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -23,7 +24,7 @@ from typing import Any
 
 from .config import SETTINGS, RunConfig, config_to_dict
 from .errors import BadInput, MissingInput
-from .storage import filesystem, is_remote, join, read_bytes
+from .storage import filesystem, is_remote, join, path_inside, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
     Stage("finetune", "pipelines.finetune:build_finetune", "the fine-tuning search and its best model",
           config_keys=("finetune", "tune"), inputs=("pretrain",), outputs=("trials.csv", "best.json", "best/"),
           input_paths=("finetune.pretrained", "finetune.train_path", "finetune.eval_path"),
-          content_keys=("finetune.pretrained",), input_override=("pretrain", "finetune.pretrained")),
+          content_keys=("finetune.pretrained", "finetune.train_path", "finetune.eval_path"),
+          input_override=("pretrain", "finetune.pretrained")),
     Stage("report", "pipelines.report.stage:build_report", "report.md with its figures",
           inputs=("data", "pretrain", "finetune"), outputs=("report.md", "*.png", "layer_transitions.json"),
           partial_inputs=True),
@@ -137,8 +139,6 @@ def result_values(config: RunConfig, keys: tuple[str, ...], exclude: tuple[str, 
 
 def inside_stage(config: RunConfig, path: str) -> tuple[str, str] | None:
     """(stage, path inside its folder) when `path` lies inside a stage's current output in run_dir."""
-    from .lifecycle import path_inside
-
     rel = path_inside(config.run_dir, path)
     if not rel:
         return None
@@ -146,30 +146,51 @@ def inside_stage(config: RunConfig, path: str) -> tuple[str, str] | None:
     return (first, rest) if first in STAGES else None
 
 
-def path_fingerprint(config: RunConfig, key: str, path: str) -> str:
+@functools.lru_cache(maxsize=256)
+def _local_digest(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of a local file's content (cached while its size and mtime stay the same)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _file_identity(path: str) -> str:
+    """What identifies a file's content: its sha256 locally, its size and ETag on S3."""
+    fs, p = filesystem(path)
+    if is_remote(path):
+        info = fs.info(p)
+        return f"{info.get('size')}:{info.get('ETag')}"
+    stat = os.stat(p)
+    return _local_digest(p, stat.st_size, stat.st_mtime_ns)
+
+
+def path_fingerprint(config: RunConfig, key: str, path: str, known: dict[str, str] | None = None) -> str:
     """What identifies an input's content: inside one of this run's stage outputs, that stage's
-    fingerprint; a file, its sha256; a folder (a transformers model), its config.json and each
-    file's name, size and version (S3 ETag, local mtime)."""
+    fingerprint (from `known`, else its manifest); a file, its content; a folder (a transformers
+    model), each file's name and content."""
     inside = inside_stage(config, path)
     if inside is not None:
-        manifest = read_manifest(config, inside[0])
-        if manifest is None:
-            raise MissingInput(f"{key}={path}: the {inside[0]} stage has no complete output in "
-                               f"{stage_dir(config, inside[0])}")
-        return f"{inside[0]}:{manifest.get('fingerprint')}:{inside[1]}"
+        stage, rel = inside
+        fingerprint = (known or {}).get(stage) or (read_manifest(config, stage) or {}).get("fingerprint")
+        if not fingerprint:
+            raise MissingInput(f"{key}={path}: the {stage} stage has no complete output in "
+                               f"{stage_dir(config, stage)}")
+        return f"{stage}:{fingerprint}:{rel}"
     fs, p = filesystem(path)
     if is_remote(path):
         fs.invalidate_cache(p)
     if not fs.exists(p):
         raise MissingInput(f"{key}: {path} does not exist")
     if not fs.isdir(p):
-        return hashlib.sha256(read_bytes(path)).hexdigest()
+        return _file_identity(path)
     if not fs.exists(posixpath.join(p, "config.json")):
         raise MissingInput(f"{key}: {path} has no config.json (not a transformers ALBERT directory)")
-    digest = hashlib.sha256(fs.cat_file(posixpath.join(p, "config.json")))
-    for info in sorted(fs.ls(p, detail=True), key=lambda i: i["name"]):
-        version = info.get("ETag") or info.get("mtime") or ""
-        digest.update(f"{os.path.basename(info['name'].rstrip('/'))}:{info.get('size')}:{version}\n".encode())
+    digest = hashlib.sha256()
+    for name in sorted(os.path.basename(f.rstrip("/")) for f in fs.ls(p, detail=False)):
+        if not fs.isdir(posixpath.join(p, name)):
+            digest.update(f"{name}:{_file_identity(join(path, name))}\n".encode())
     return digest.hexdigest()
 
 
@@ -196,16 +217,18 @@ def input_fingerprints(config: RunConfig, name: str, allow_missing: bool | None 
 
 
 def stage_fingerprint(config: RunConfig, name: str, inputs: dict[str, str] | None = None,
-                      exclude: tuple[str, ...] = ()) -> str:
+                      exclude: tuple[str, ...] = (), known: dict[str, str] | None = None) -> str:
     """sha256 of the stage's result values, its content-fingerprinted input paths and its inputs'
-    fingerprints (from their manifests unless given); `exclude` leaves keys out (the lineage)."""
+    fingerprints (from their manifests unless given); `exclude` leaves keys out (the lineage);
+    `known`: stage fingerprints to use for input paths inside this run's outputs (a prediction)."""
     stage = STAGES[name]
+    known = known if known is not None else inputs
     inputs = input_fingerprints(config, name) if inputs is None else inputs
     paths = {}
     for key in stage.content_keys:
         value = config_value(config, key)
         if value:
-            paths[key] = path_fingerprint(config, key, value)
+            paths[key] = path_fingerprint(config, key, value, known)
     payload = {"stage": name, "config": result_values(config, stage.config_keys, exclude),
                "inputs": {dep: inputs.get(dep, "") for dep in stage_inputs(config, name)}, "paths": paths}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

@@ -73,6 +73,24 @@ def arrow_filesystem(path: str):
     return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
 
 
+def canonical(path: str) -> str:
+    """An absolute local path with links resolved, or s3://bucket/prefix without a trailing slash."""
+    path = resolve_pkg(path)
+    if is_remote(path):
+        scheme, _, rest = path.partition("://")
+        return f"{scheme}://{rest.strip('/')}"
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def path_inside(root: str, path: str) -> str | None:
+    """`path` relative to `root` ("." for root itself), or None when it lies outside."""
+    root, path = canonical(root), canonical(path)
+    if is_remote(root) != is_remote(path):
+        return None
+    rel = posixpath.relpath(path, root) if is_remote(root) else os.path.relpath(path, root)
+    return None if rel == ".." or rel.startswith("../") else rel.replace(os.sep, "/")
+
+
 def join(base: str, *parts: str) -> str:
     return posixpath.join(base.rstrip("/"), *parts) if "://" in base else os.path.join(base, *parts)
 
@@ -85,13 +103,14 @@ def exists(path: str) -> bool:
 
 
 def write_text(path: str, text: str) -> None:
-    """Write through a temporary name and rename, so a reader never sees half a file."""
-    fs, p = filesystem(path)
-    fs.makedirs(posixpath.dirname(p), exist_ok=True)
-    tmp = f"{p}.{uuid.uuid4().hex[:8]}.tmp"
-    with fs.open(tmp, "w") as f:
-        f.write(text)
-    fs.mv(tmp, p)
+    """Write so that a reader never sees half a file: one PUT on S3, a synced temporary file
+    renamed into place locally."""
+    if is_remote(path):
+        write_bytes(path, text.encode())
+        return
+    _, p = filesystem(path)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    _replace_local(p, text.encode())
 
 
 def write_json(path: str, value: Any) -> None:
@@ -100,7 +119,8 @@ def write_json(path: str, value: Any) -> None:
 
 def write_bytes(path: str, data: bytes) -> None:
     fs, p = filesystem(path)
-    fs.makedirs(posixpath.dirname(p), exist_ok=True)
+    if not is_remote(path):  # on S3 a folder needs no creating (and s3fs would create a missing bucket)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
     with fs.open(p, "wb") as f:
         f.write(data)
 
@@ -178,25 +198,40 @@ def _ordered(files: list[str], root: str, first: Sequence[str], last: Sequence[s
     return head + [f for f in files if rel[f] not in first and rel[f] not in last] + tail
 
 
-def move_tree(src: str, dst: str, first: Sequence[str] = (), last: Sequence[str] = ()) -> None:
+def move_tree(src: str, dst: str, complete_last: Sequence[str] = (), owner_first: Sequence[str] = ()) -> None:
     """Move a folder to `dst`, which must not exist yet. Locally one rename (atomic). On an object
-    store, object by object in this order: `first`, the rest, `last`; an interrupted move is
-    finished by calling it again (what is already at `dst` stays there)."""
+    store object by object, so that neither side ever looks complete or unowned in between: the
+    files named `complete_last` (a manifest) leave the source first and arrive at `dst` last, those
+    named `owner_first` (a marker) arrive at `dst` first and leave the source last. An interrupted
+    move is finished by calling it again."""
     fs, s = filesystem(src)
     _, d = filesystem(dst)
     if not is_remote(src):
-        if not os.path.exists(s):
+        if not os.path.lexists(s):
             return
         os.makedirs(os.path.dirname(d), exist_ok=True)
         os.rename(s, d)
         return
+    fs.invalidate_cache()
+    for name in complete_last:  # parked at the destination under another name until the end
+        if fs.exists(f"{s}/{name}"):
+            fs.copy(f"{s}/{name}", f"{d}/{name}.moving")
+            _delete_objects(src, [f"{s}/{name}"])
+    for name in owner_first:
+        if fs.exists(f"{s}/{name}"):
+            fs.copy(f"{s}/{name}", f"{d}/{name}")
     objects = _files(src)
-    markers = [o for o in objects if o.endswith("/")]  # folders are implied by their objects' keys
-    for f in _ordered([o for o in objects if not o.endswith("/")], s, first, last):
+    held = {f"{s}/{name}" for name in owner_first}
+    for f in (o for o in objects if not o.endswith("/") and o not in held):
         fs.copy(f, posixpath.join(d, posixpath.relpath(f, s)))
         _delete_objects(src, [f])
-    if markers:
-        _delete_objects(src, markers)
+    rest = [o for o in _files(src)]  # the owner files and the empty `dir/` markers pyarrow leaves
+    if rest:
+        _delete_objects(src, rest)
+    for name in complete_last:
+        if fs.exists(f"{d}/{name}.moving"):
+            fs.copy(f"{d}/{name}.moving", f"{d}/{name}")
+            _delete_objects(dst, [f"{d}/{name}.moving"])
     fs.invalidate_cache()
 
 
@@ -205,6 +240,9 @@ def delete_tree(path: str, last: Sequence[str] = ()) -> None:
     interrupted delete leaves them in place."""
     fs, p = filesystem(path)
     if not is_remote(path):
+        if os.path.islink(p):  # a link is removed, never what it points to
+            os.unlink(p)
+            return
         if not os.path.isdir(p):
             return
         for name in sorted(os.listdir(p)):
@@ -261,6 +299,8 @@ def _s3_call(path: str, method: str, **kwargs: Any) -> dict[str, Any] | None:
             return {}
         code = getattr(e.__cause__, "response", {}).get("Error", {}).get("Code")
         if isinstance(e, FileExistsError) or code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+            return None
+        if method != "get_object" and code in ("NoSuchKey", "404"):  # If-Match on a deleted object
             return None
         raise
 
@@ -328,6 +368,6 @@ def _replace_local(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["PKG_SCHEME", "arrow_filesystem", "create_exclusive", "delete_if", "delete_tree", "exists", "filesystem",
-           "is_remote", "join", "list_names", "move_tree", "read_bytes", "read_json", "read_jsonl", "read_versioned",
+__all__ = ["PKG_SCHEME", "arrow_filesystem", "canonical", "create_exclusive", "delete_if", "delete_tree", "exists", "filesystem",
+           "is_remote", "join", "list_names", "move_tree", "path_inside", "read_bytes", "read_json", "read_jsonl", "read_versioned",
            "replace_if", "resolve_pkg", "write_bytes", "write_json", "write_text"]

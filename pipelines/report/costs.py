@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..lifecycle import ensure_folder
+from ..ownership import ensure_folder
 from ..storage import join, read_json, write_text
 
 

@@ -5,8 +5,8 @@ Layout of one checkpoint folder (each rank writes its own files into its own loc
 Train uploads all ranks' folders into one checkpoint):
 - `.metadata`, `__<rank>_0.distcp`: the DCP shards of {"model": ..., "optimizer": ...}
 - `train_state.json` (rank 0): step, scheduler state, world size
-- `rng_rank<r>.json`: that rank's python and numpy RNG states; `rng_rank<r>.pt`: its torch (and
-  CUDA) generator states as uint8 tensors, read with `torch.load(weights_only=True)`
+- `rng_rank<r>.json`: that rank's python and numpy RNG states; `rng_rank<r>.pt`: its torch and
+  (its own device's) CUDA generator states as uint8 tensors, read with `torch.load(weights_only=True)`
 
 Nothing here is unpickled. DCP's `.metadata` is (torch.distributed.checkpoint writes it with
 pickle), so a run_dir must be writable only by principals you trust.
@@ -35,8 +35,10 @@ def _rng_state() -> tuple[dict, dict]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     plain = {"python": [version, list(mt), gauss],
              "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+    # this rank's device only: ranks on one node may see all its GPUs, and a resume on fewer ranks
+    # would find fewer devices than states
     tensors = {"torch": torch.get_rng_state(),
-               "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+               "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
     return plain, tensors
 
 
@@ -47,7 +49,7 @@ def _set_rng_state(plain: dict, tensors: dict) -> None:
     np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(tensors["torch"])
     if tensors["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(tensors["cuda"])
+        torch.cuda.set_rng_state(tensors["cuda"][0])
 
 
 def save_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,

