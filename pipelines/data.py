@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .cli import stage_main
-from .config import RunConfig, config_to_dict
+from .config import Config, config_to_dict
 from .lifecycle import StageRun, stage_runner
 from .prep.corpus import Rejected, list_inputs, read_documents
 from .prep.process import SPLITS, DocumentProcessor, ExampleConfig, PrepStats, ShardBuffer
@@ -65,7 +65,7 @@ class CreateExamplesFn:
         return {"record": np.array([json.dumps(stats.to_dict())], dtype=object)}
 
 
-def example_config(config: RunConfig) -> ExampleConfig:
+def example_config(config: Config) -> ExampleConfig:
     d = config.data
     return ExampleConfig(d.max_seq_length, d.max_predictions_per_seq, d.masked_lm_prob, d.ngram, d.short_seq_prob,
                          d.dupe_factor, d.seed, d.validation_fraction, d.masking, config.vocab.lowercase)

@@ -28,8 +28,8 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
 from .cli import stage_main
-from .config import TUNE_METRICS, FinetuneConfig, RunConfig, TuneConfig, config_to_dict
-from .errors import ConfigError, MissingInput
+from .config import Config, FinetuneSection, TuneSection, config_to_dict, searched_overrides, tune_metric
+from .errors import MissingInput
 from .finetuning.task import load_task
 from .finetuning.tokenizer import PairTokenizer
 from .finetuning.trial import TrialData, fit_trial, materialize, trial_finetune
@@ -59,15 +59,7 @@ def read_pretrained_files(directory: str) -> dict[str, bytes]:
     return {n: fs.cat_file(f"{root}/{n}") for n in sorted(wanted)}
 
 
-def tune_metric(config: RunConfig) -> str:
-    allowed = TUNE_METRICS[config.finetune.task]
-    metric = config.tune.metric or allowed[0]
-    if metric not in allowed:
-        raise ConfigError(f"tune.metric={metric}: not a {config.finetune.task} metric; use one of {', '.join(allowed)}")
-    return metric
-
-
-def build_search_space(tune_cfg: TuneConfig) -> dict[str, Any]:
+def build_search_space(tune_cfg: TuneSection) -> dict[str, Any]:
     """tune.space as Ray Tune domains, keyed by the finetune keys they override."""
     space: dict[str, Any] = {}
     for key, spec in tune_cfg.space.items():
@@ -82,14 +74,14 @@ def build_search_space(tune_cfg: TuneConfig) -> dict[str, Any]:
     return space
 
 
-def max_epochs(config: RunConfig) -> int:
+def max_epochs(config: Config) -> int:
     spec = config.tune.space.get("finetune.epochs", config.finetune.epochs)
     if isinstance(spec, dict):
         return int(next(iter(spec.values()))[1])
     return int(max(spec) if isinstance(spec, list) else spec)
 
 
-def trial_resources(tune_cfg: TuneConfig) -> dict[str, float]:
+def trial_resources(tune_cfg: TuneSection) -> dict[str, float]:
     if tune_cfg.resources_per_trial is not None:
         return {k: float(v) for k, v in tune_cfg.resources_per_trial.items()}
     gpus = ray.cluster_resources().get("GPU", 0)
@@ -100,7 +92,7 @@ def _tune_resources(resources: dict[str, float]) -> dict[str, float]:
     return {{"CPU": "cpu", "GPU": "gpu"}.get(k, k): v for k, v in resources.items()}
 
 
-def _single_process_trial(trial_config: dict[str, Any], base: FinetuneConfig, data: TrialData, cpus: float) -> None:
+def _single_process_trial(trial_config: dict[str, Any], base: FinetuneSection, data: TrialData, cpus: float) -> None:
     """One trial in this process: report each epoch's metrics and checkpoint to Tune."""
     torch.set_num_threads(max(1, int(cpus)))
     cfg = trial_finetune(base, trial_config)
@@ -132,7 +124,7 @@ def _train_worker(loop_config: dict[str, Any]) -> None:
                   device=device, wrap=ray.train.torch.prepare_model)
 
 
-def _multi_worker_trial(trial_config: dict[str, Any], base: FinetuneConfig, data: TrialData,
+def _multi_worker_trial(trial_config: dict[str, Any], base: FinetuneSection, data: TrialData,
                         workers: int, resources: dict[str, float], storage: str, metric: str) -> None:
     """The trial's driver: a TorchTrainer whose worker reports TuneReportCallback forwards to Tune."""
     trainer = ray.train.torch.TorchTrainer(
@@ -149,7 +141,7 @@ def _multi_worker_trial(trial_config: dict[str, Any], base: FinetuneConfig, data
     trainer.fit()
 
 
-def build_trainable(config: RunConfig, data_ref: ray.ObjectRef, storage: str, metric: str):
+def build_trainable(config: Config, data_ref: ray.ObjectRef, storage: str, metric: str):
     # with_parameters hands each trial the object behind data_ref (put once by the driver).
     """The function trainable with its resources: one process, or a Ray Train driver."""
     resources = trial_resources(config.tune)
@@ -165,7 +157,7 @@ def build_trainable(config: RunConfig, data_ref: ray.ObjectRef, storage: str, me
     return ray.tune.with_resources(trainable, {"cpu": 0.01})
 
 
-def concurrent_trials(tune_cfg: TuneConfig) -> int | None:
+def concurrent_trials(tune_cfg: TuneSection) -> int | None:
     """tune.max_concurrent_trials, or as many trials as the cluster's CPUs and GPUs fit where Tune
     would not find that itself: multi-worker trials (drivers hold almost nothing, so Tune alone
     would start them all and leave them waiting) and the optuna search (a searcher without a
@@ -177,9 +169,9 @@ def concurrent_trials(tune_cfg: TuneConfig) -> int | None:
     return max(1, min(int(cluster.get(k, 0) // v) for k, v in per_trial.items())) if per_trial else None
 
 
-def search_algorithm(tune_cfg: TuneConfig, max_concurrent: int | None):
+def search_algorithm(tune_cfg: TuneSection, max_concurrent: int | None):
     """The searcher, limited to `max_concurrent` running trials (None: as many as resources allow).
-    The limit lives here: Tune ignores TuneConfig.max_concurrent_trials, with only a warning, when
+    The limit lives here: Tune ignores TuneSection.max_concurrent_trials, with only a warning, when
     the search algorithm it is given is a BasicVariantGenerator."""
     if tune_cfg.search == "optuna":
         from ray.tune.search import ConcurrencyLimiter
@@ -217,7 +209,7 @@ def best_kept_epoch(result, metric: str, filesystem: pyarrow.fs.FileSystem | Non
     return max(kept, key=lambda mc: (mc[0][metric], -mc[0].get("eval_loss", 0.0)))
 
 
-def summarize_trials(results, config: RunConfig, metric: str, filesystem: pyarrow.fs.FileSystem | None = None,
+def summarize_trials(results, config: Config, metric: str, filesystem: pyarrow.fs.FileSystem | None = None,
                      ) -> list[dict[str, Any]]:
     """One row per trial: its hyperparameters, how it ended, and its best epoch's metrics."""
     rows = []
@@ -265,20 +257,13 @@ def _summary(rows: list[dict[str, Any]], best: dict[str, Any], metric: str, out_
     return "\n".join(lines)
 
 
-def _warn_overridden(config: RunConfig) -> None:
-    defaults = config_to_dict(FinetuneConfig())
-    for key in config.tune.space:
-        name = key.partition(".")[2]
-        if getattr(config.finetune, name) != defaults[name]:
-            log.warning("%s=%s is searched by tune.space; the trials use the space's values", key,
-                        getattr(config.finetune, name))
-
-
 def build_finetune(run: StageRun) -> dict:
     """trials.csv, best.json and best/ in the stage's folder; returns the manifest's fields."""
     config = run.config
     metric = tune_metric(config)
-    _warn_overridden(config)
+    for key in searched_overrides(config):
+        log.warning("%s=%s is searched by tune.space; the trials use the space's values", key,
+                    getattr(config.finetune, key.partition(".")[2]))
     pretrained = pretrained_dir(config)
     files = read_pretrained_files(pretrained)
     task = load_task(config.finetune)

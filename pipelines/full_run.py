@@ -26,7 +26,7 @@ from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 
 from pipelines.cli import report_user_error, setup_logging  # noqa: E402
-from pipelines.config import RunConfig, build_arg_parser, parse_cli  # noqa: E402
+from pipelines.config import Config, build_arg_parser, parse_cli  # noqa: E402
 from pipelines.errors import ConfigError, UserError, find_user_error, one_line  # noqa: E402
 from pipelines.lease import hold, read_holder  # noqa: E402
 from pipelines.generations import building_dir, previous_dir  # noqa: E402
@@ -74,7 +74,7 @@ class StagePlan:
     """What the run_dir holds for it: the current, unfinished and previous outputs."""
 
 
-def _held(config: RunConfig, name: str, lineage: str | None) -> list[str]:
+def _held(config: Config, name: str, lineage: str | None) -> list[str]:
     current, building, previous = stage_dir(config, name), building_dir(config.run_dir, name), \
         previous_dir(config.run_dir, name)
     lines = []
@@ -94,7 +94,7 @@ def _held(config: RunConfig, name: str, lineage: str | None) -> list[str]:
     return lines
 
 
-def plan_dag(config: RunConfig, selected: Sequence[str], forced: set[str]) -> list[StagePlan]:
+def plan_dag(config: Config, selected: Sequence[str], forced: set[str]) -> list[StagePlan]:
     """What a submission would do. A stage's fingerprint is predicted from the fingerprints its
     inputs will have (they are config hashes, so they are known before anything runs)."""
     predicted: dict[str, str | None] = {}
@@ -137,7 +137,7 @@ def plan_dag(config: RunConfig, selected: Sequence[str], forced: set[str]) -> li
     return plans
 
 
-def format_plan(config: RunConfig, plans: list[StagePlan]) -> str:
+def format_plan(config: Config, plans: list[StagePlan]) -> str:
     lines = [f"DAG for run_dir={config.run_dir} ({' -> '.join(STAGES)}):"]
     holder = read_holder(config.run_dir) if exists(config.run_dir) else None
     if holder is not None:
@@ -150,7 +150,7 @@ def format_plan(config: RunConfig, plans: list[StagePlan]) -> str:
     return "\n".join(lines)
 
 
-def run_stage_task(name: str, config: RunConfig, force: bool | str, owner: str, *after: Any) -> dict[str, Any]:
+def run_stage_task(name: str, config: Config, force: bool | str, owner: str, *after: Any) -> dict[str, Any]:
     """Run one stage through the lifecycle, under the driver's lease (`owner`), and record what it
     cost. `force`: this submission's token when the stage is forced (a retry of the task resumes
     what the first attempt began instead of starting over). `after`: the previous stage's result;
@@ -173,7 +173,7 @@ def run_stage_task(name: str, config: RunConfig, force: bool | str, owner: str, 
     return {"stage": name, "output": outcome.path, "skipped": outcome.skipped, "wall_s": wall_s}
 
 
-def run_dag(config: RunConfig, selected: Sequence[str], forced: set[str], owner: str) -> list[dict[str, Any]]:
+def run_dag(config: Config, selected: Sequence[str], forced: set[str], owner: str) -> list[dict[str, Any]]:
     """Submit the chain of stage tasks and wait for each in turn; raises StageFailed at the first failure."""
     import ray
 
@@ -202,7 +202,7 @@ def run_dag(config: RunConfig, selected: Sequence[str], forced: set[str], owner:
     return results
 
 
-def run_all(config: RunConfig, selected: Sequence[str], forced: set[str]) -> list[dict[str, Any]]:
+def run_all(config: Config, selected: Sequence[str], forced: set[str]) -> list[dict[str, Any]]:
     """The DAG under the run_dir's lease, held by this process for the whole run."""
     run_dir = check_run_dir(config.run_dir)
     ensure_run_dir(run_dir)
@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def preflight(argv: Sequence[str] | None) -> tuple[RunConfig, argparse.Namespace, list[str], set[str]]:
+def preflight(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace, list[str], set[str]]:
     """Everything checked before anything starts (no Ray, no writes): the config, the stage
     selection, the run_dir and the input paths. Raises UserError."""
     config, args = parse_cli(argv, build_parser())

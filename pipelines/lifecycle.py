@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from .config import RunConfig, dump_yaml
+from .config import Config, dump_yaml
 from .generations import building_dir, commit, finish_interrupted_swap, set_aside
 from .lease import check_owner, hold, read_holder
 from .ownership import (BUILDING, MARKER, check_input_paths, check_run_dir, ensure_folder, ensure_run_dir, read_marker,
@@ -42,7 +42,7 @@ SCRATCH = "_scratch"
 class StageRun:
     """What a stage's run function gets: where to write and what it may build on."""
 
-    config: RunConfig
+    config: Config
     name: str
     out: str
     """The folder being built (`_building/<stage>`): write every output here."""
@@ -78,7 +78,7 @@ def run_function(name: str) -> Callable[[StageRun], dict[str, Any]]:
     return getattr(importlib.import_module(module), function)
 
 
-def _up_to_date(config: RunConfig, name: str, force_token: str | None) -> bool:
+def _up_to_date(config: Config, name: str, force_token: str | None) -> bool:
     """Up to date and not forced; or forced by this very submission, which already made it (a
     retried DAG task must not redo a forced stage it finished)."""
     if not is_up_to_date(config, name):
@@ -86,14 +86,14 @@ def _up_to_date(config: RunConfig, name: str, force_token: str | None) -> bool:
     return force_token is None or (read_manifest_at(stage_dir(config, name)) or {}).get("forced_by") == force_token
 
 
-def _say_up_to_date(config: RunConfig, name: str) -> StageOutcome:
+def _say_up_to_date(config: Config, name: str) -> StageOutcome:
     folder = stage_dir(config, name)
     log.info("%s: up to date in %s (same config and inputs); nothing to do", name, folder)
     print(f"{name}: up to date in {folder}; skipped (force it to run again)", flush=True)
     return StageOutcome(name, folder, True, (read_manifest_at(folder) or {}).get("fingerprint", ""))
 
 
-def extends_values(config: RunConfig, name: str) -> dict[str, Any]:
+def extends_values(config: Config, name: str) -> dict[str, Any]:
     return {key: config_value(config, key) for key in STAGES[name].extends}
 
 
@@ -105,7 +105,7 @@ def can_resume(marker: dict[str, Any], name: str, lineage: str, extends: dict[st
             and all(before.get(k) is None or v >= before[k] for k, v in extends.items()))
 
 
-def _prepare_building(config: RunConfig, run_dir: str, name: str, fingerprint: str, lineage: str,
+def _prepare_building(config: Config, run_dir: str, name: str, fingerprint: str, lineage: str,
                       force_token: str | None) -> str:
     """`_building/<name>` ready to build into: "complete" (built but not swapped in), "resume" (an
     unfinished attempt it continues) or "new". An unfinished resumable build that is not resumed is
@@ -136,7 +136,7 @@ def _prepare_building(config: RunConfig, run_dir: str, name: str, fingerprint: s
     return "new"
 
 
-def _build(config: RunConfig, name: str, out: str, state: str, fingerprint: str, lineage: str,
+def _build(config: Config, name: str, out: str, state: str, fingerprint: str, lineage: str,
            force_token: str | None) -> None:
     """The stage's run function into `out`, then config.yaml and the manifest (last)."""
     current = stage_dir(config, name)
@@ -159,7 +159,7 @@ def _build(config: RunConfig, name: str, out: str, state: str, fingerprint: str,
                                      "committed": datetime.now(timezone.utc).isoformat(timespec="seconds")})
 
 
-def run_stage(config: RunConfig, name: str, force: bool | str = False, owner: str | None = None) -> StageOutcome:
+def run_stage(config: Config, name: str, force: bool | str = False, owner: str | None = None) -> StageOutcome:
     """Run one stage through the lifecycle. `force`: rebuild even when up to date (a string is the
     submission's token: a retry of the same submission resumes what it began); `owner`: the lease
     holder, when a DAG driver holds the lease for this stage task."""
@@ -194,7 +194,7 @@ def run_stage(config: RunConfig, name: str, force: bool | str = False, owner: st
 
 def stage_runner(name: str) -> Callable[..., str]:
     """`run_<stage>(config, force=False) -> folder`: the stage through the lifecycle, as a function."""
-    def run(config: RunConfig, force: bool = False) -> str:
+    def run(config: Config, force: bool = False) -> str:
         return run_stage(config, name, force).path
 
     run.__name__ = run.__qualname__ = f"run_{name}"

@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from .config import RunConfig
+from .config import Config
 from .errors import MissingInput, RefusedPath
 from .stages import STAGES, config_value
 from .storage import canonical, exists, filesystem, is_remote, join, list_names, path_inside, read_json, write_json
@@ -139,7 +139,7 @@ def _glob_root(path: str) -> str:
     return path if cut == len(path) else path[:cut].rsplit("/", 1)[0] or "/"
 
 
-def check_input_paths(config: RunConfig, names: list[str]) -> None:
+def check_input_paths(config: Config, names: list[str]) -> None:
     """Input paths that do not exist (MissingInput), and those that lie where a run replaces or
     deletes things (RefusedPath): in the reading stage's own output or a later stage's (a cycle),
     in _building/ or _previous/, or the run_dir itself; and a corpus path holding the run_dir (the

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import ray
 import ray.train
 import torch
-from ray.train import Checkpoint, CheckpointConfig, DataConfig, FailureConfig, ScalingConfig
+from ray.train import Checkpoint, CheckpointConfig, FailureConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
@@ -39,7 +39,7 @@ from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.hf import save_hf_pretrained
 
 from .cli import stage_main
-from .config import RunConfig, TrainConfig, config_to_dict
+from .config import Config, TrainSection, config_to_dict
 from .errors import BadInput, MissingInput
 from .lifecycle import StageRun, stage_runner
 from .prep.masking import MaskingSpec
@@ -65,7 +65,7 @@ METRICS = "metrics.jsonl"
 RESOLVED = "resolved.json"  # the arithmetic a run trains with: {use_gpu, precision}
 
 
-def _albert_config(config: RunConfig, vocab_size: int) -> AlbertConfig:
+def _albert_config(config: Config, vocab_size: int) -> AlbertConfig:
     """The model to train: train.init_from's architecture when set, else the model section's."""
     if config.train.init_from is None:
         return config.model.albert_config(vocab_size)
@@ -76,7 +76,7 @@ def _albert_config(config: RunConfig, vocab_size: int) -> AlbertConfig:
     return AlbertConfig.from_hf_dict(read_json(path))
 
 
-def plan_pretraining(config: RunConfig, out_dir: str) -> dict:
+def plan_pretraining(config: Config, out_dir: str) -> dict:
     """Every up-front check, before any worker starts; returns what the workers need."""
     data = read_manifest(config, "data")
     data_dir = stage_dir(config, "data")
@@ -194,7 +194,7 @@ def _read_metrics(path: str, up_to_step: int) -> list[dict]:
 def train_worker(plan: dict) -> None:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    train = TrainConfig(**plan["train"])
+    train = TrainSection(**plan["train"])
     # Ray sets OMP_NUM_THREADS to the worker's whole reserved CPUs (1 for a 1-CPU worker, even on
     # a machine where nothing else computes while it trains): torch_threads says otherwise.
     torch.set_num_threads(train.torch_threads or max(1, int(train.cpus_per_worker)))
@@ -324,7 +324,7 @@ def _export(plan: dict, albert: AlbertConfig, state: dict, final: dict) -> None:
 
 # ---- the driver -----------------------------------------------------------------------------------
 
-def _read_split(config: RunConfig, split: str) -> ray.data.Dataset:
+def _read_split(config: Config, split: str) -> ray.data.Dataset:
     fs, path = arrow_filesystem(join(stage_dir(config, "data"), split))
     return ray.data.read_parquet(path, filesystem=fs, file_extensions=["parquet"])
 
@@ -382,7 +382,7 @@ def build_pretrain(run: StageRun) -> dict:
     storage_fs, storage_path = arrow_filesystem(out_dir)
     if isinstance(storage_fs, pafs.LocalFileSystem):
         os.makedirs(storage_path, exist_ok=True)
-    ingest = DataConfig.default_ingest_options()
+    ingest = ray.train.DataConfig.default_ingest_options()
     ingest.preserve_order = True  # the same batches in the same order on every worker and every attempt
     trainer = TorchTrainer(
         train_worker, train_loop_config=plan,
@@ -394,7 +394,7 @@ def build_pretrain(run: StageRun) -> dict:
             failure_config=FailureConfig(max_failures=train.max_failures, controller_failure_limit=train.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=train.checkpoints_to_keep)),
         datasets={"train": _read_split(config, "train"), "validation": _read_split(config, "validation")},
-        dataset_config=DataConfig(datasets_to_split=[], execution_options=ingest))
+        dataset_config=ray.train.DataConfig(datasets_to_split=[], execution_options=ingest))
     log.info("pretraining %s (hidden %d) on %d %s workers: %d steps of %d sequences (%d x %d per worker)",
              config.model.preset, plan["albert"]["hidden_size"], train.num_workers, "GPU" if plan["use_gpu"] else "CPU",
              train.max_steps, train.global_batch_size, train.accumulation_steps, train.micro_batch)

@@ -22,7 +22,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from .config import SETTINGS, RunConfig, config_to_dict
+from .config import SETTINGS, Config, config_to_dict
 from .errors import BadInput, MissingInput
 from .storage import filesystem, is_remote, join, path_inside, read_bytes
 
@@ -83,7 +83,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in [
 
 
 
-def stage_dir(config: RunConfig, name: str) -> str:
+def stage_dir(config: Config, name: str) -> str:
     return join(config.run_dir, name)
 
 
@@ -108,23 +108,23 @@ def read_manifest_at(folder: str) -> dict[str, Any] | None:
         return None
 
 
-def read_manifest(config: RunConfig, name: str) -> dict[str, Any] | None:
+def read_manifest(config: Config, name: str) -> dict[str, Any] | None:
     """The stage's committed manifest, or None while the stage has no complete output."""
     return read_manifest_at(stage_dir(config, name))
 
 
-def pretrained_dir(config: RunConfig) -> str:
+def pretrained_dir(config: Config) -> str:
     """The model fine-tuning starts from: finetune.pretrained, or the pretrain stage's export."""
     return config.finetune.pretrained or join(stage_dir(config, "pretrain"), "hf")
 
 
-def config_value(config: RunConfig, key: str) -> Any:
+def config_value(config: Config, key: str) -> Any:
     section, _, name = key.partition(".")
     value = getattr(config, section)
     return config_to_dict(value)[name] if name else value
 
 
-def result_values(config: RunConfig, keys: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+def result_values(config: Config, keys: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """The values of `keys` (sections without their SETTINGS and `exclude` keys)."""
     values: dict[str, Any] = {}
     for key in keys:
@@ -137,7 +137,7 @@ def result_values(config: RunConfig, keys: tuple[str, ...], exclude: tuple[str, 
     return values
 
 
-def inside_stage(config: RunConfig, path: str) -> tuple[str, str] | None:
+def inside_stage(config: Config, path: str) -> tuple[str, str] | None:
     """(stage, path inside its folder) when `path` lies inside a stage's current output in run_dir."""
     rel = path_inside(config.run_dir, path)
     if not rel:
@@ -166,7 +166,7 @@ def _file_identity(path: str) -> str:
     return _local_digest(p, stat.st_size, stat.st_mtime_ns)
 
 
-def path_fingerprint(config: RunConfig, key: str, path: str, known: dict[str, str] | None = None) -> str:
+def path_fingerprint(config: Config, key: str, path: str, known: dict[str, str] | None = None) -> str:
     """What identifies an input's content: inside one of this run's stage outputs, that stage's
     fingerprint (from `known`, else its manifest); a file, its content; a folder (a transformers
     model), each file's name and content."""
@@ -194,14 +194,14 @@ def path_fingerprint(config: RunConfig, key: str, path: str, known: dict[str, st
     return digest.hexdigest()
 
 
-def stage_inputs(config: RunConfig, name: str) -> tuple[str, ...]:
+def stage_inputs(config: Config, name: str) -> tuple[str, ...]:
     """The stages this one reads under this config (an input_override key set replaces one)."""
     stage = STAGES[name]
     override = stage.input_override
     return tuple(d for d in stage.inputs if not (override and override[0] == d and config_value(config, override[1])))
 
 
-def input_fingerprints(config: RunConfig, name: str, allow_missing: bool | None = None) -> dict[str, str]:
+def input_fingerprints(config: Config, name: str, allow_missing: bool | None = None) -> dict[str, str]:
     """The fingerprints of the stage's input stages, from their manifests; a missing input raises
     MissingInput, or counts as "" where allowed (by default: a stage that takes partial inputs)."""
     stage = STAGES[name]
@@ -216,7 +216,7 @@ def input_fingerprints(config: RunConfig, name: str, allow_missing: bool | None 
     return found
 
 
-def stage_fingerprint(config: RunConfig, name: str, inputs: dict[str, str] | None = None,
+def stage_fingerprint(config: Config, name: str, inputs: dict[str, str] | None = None,
                       exclude: tuple[str, ...] = (), known: dict[str, str] | None = None) -> str:
     """sha256 of the stage's result values, its content-fingerprinted input paths and its inputs'
     fingerprints (from their manifests unless given); `exclude` leaves keys out (the lineage);
@@ -234,12 +234,12 @@ def stage_fingerprint(config: RunConfig, name: str, inputs: dict[str, str] | Non
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def lineage_fingerprint(config: RunConfig, name: str, inputs: dict[str, str] | None = None) -> str:
+def lineage_fingerprint(config: Config, name: str, inputs: dict[str, str] | None = None) -> str:
     """The fingerprint without the stage's `extends` keys: equal for runs that continue one another."""
     return stage_fingerprint(config, name, inputs, exclude=STAGES[name].extends)
 
 
-def is_up_to_date(config: RunConfig, name: str) -> bool:
+def is_up_to_date(config: Config, name: str) -> bool:
     """Whether the stage's complete output was made from this config and these inputs, all of them
     complete (a report made without some of its inputs is never up to date)."""
     manifest = read_manifest(config, name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import FinetuneConfig
+from ..config import FinetuneSection
 from ..errors import BadInput
 from .labels import encode_labels, label_names
 from .tables import BBC_NEWS, Examples, bbc_news_examples, sample_indices, split_indices, table_examples
@@ -27,19 +27,19 @@ class Task:
         return len(self.label_names) if self.label_names is not None else 1
 
 
-def _require_rows(examples: Examples, cfg: FinetuneConfig) -> None:
+def _require_rows(examples: Examples, cfg: FinetuneSection) -> None:
     if not len(examples):
         raise BadInput(f"{examples.source}: no usable rows in column {cfg.text_column!r} / {cfg.label_column!r} "
                          f"(of {examples.read} rows, rejected: {dict(examples.rejected)})")
 
 
-def _cap(examples: Examples, cap: int | None, cfg: FinetuneConfig, stratify: bool) -> tuple[Examples, int]:
+def _cap(examples: Examples, cap: int | None, cfg: FinetuneSection, stratify: bool) -> tuple[Examples, int]:
     if cap is None or cap >= len(examples):
         return examples, 0
     return examples.select(sample_indices(examples, cap, cfg.seed, stratify)), len(examples) - cap
 
 
-def load_task(cfg: FinetuneConfig) -> Task:
+def load_task(cfg: FinetuneSection) -> Task:
     """Read, split, subsample and encode the configured task."""
     classification = cfg.task == "classification"
     if cfg.train_path is None:

@@ -15,7 +15,7 @@ from torch import nn
 
 from albert_model.hf import save_hf_pretrained
 
-from ..config import FinetuneConfig, config_to_dict
+from ..config import FinetuneSection, config_to_dict
 from .loop import build_classifier, build_optimizer, build_schedule, epoch_batches, predict, steps_per_epoch, train_epoch
 from .metrics import compute_metrics
 
@@ -38,7 +38,7 @@ class TrialData:
     pretrained_files: dict[str, bytes]
 
 
-def trial_finetune(base: FinetuneConfig, overrides: dict[str, Any]) -> FinetuneConfig:
+def trial_finetune(base: FinetuneSection, overrides: dict[str, Any]) -> FinetuneSection:
     """`base` with a trial's `finetune.KEY: value` draws applied, validated as on the command line."""
     values = config_to_dict(base)
     for key, value in overrides.items():
@@ -71,7 +71,7 @@ def save_checkpoint(model: nn.Module, pretrained_dir: str, directory: str, label
 Report = Callable[[dict[str, Any], "str | None"], None]
 
 
-def fit_trial(cfg: FinetuneConfig, data: TrialData, pretrained_dir: str, checkpoint_root: str, report: Report,
+def fit_trial(cfg: FinetuneSection, data: TrialData, pretrained_dir: str, checkpoint_root: str, report: Report,
               rank: int = 0, world: int = 1, device: torch.device | None = None,
               wrap: Callable[[nn.Module], nn.Module] = lambda m: m) -> None:
     """Train for cfg.epochs, calling `report(metrics, checkpoint_dir)` after each epoch on every

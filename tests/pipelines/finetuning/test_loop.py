@@ -5,7 +5,7 @@ import torch
 
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertModel
-from pipelines.config import FinetuneConfig
+from pipelines.config import FinetuneSection
 from pipelines.finetuning.loop import (build_classifier, build_optimizer, build_schedule, epoch_batches, predict,
                                        train_epoch)
 from pipelines.finetuning.trial import trial_finetune
@@ -72,7 +72,7 @@ def test_training_lowers_the_loss_on_a_learnable_toy_task(tiny_pretrained):  # n
 
 
 def test_trial_overrides_are_validated_like_the_command_line():
-    base = FinetuneConfig(lr=1e-5)
+    base = FinetuneSection(lr=1e-5)
     cfg = trial_finetune(base, {"finetune.lr": np.float64(3e-5), "finetune.batch_size": 16})
     assert cfg.lr == 3e-5 and type(cfg.lr) is float and cfg.batch_size == 16 and base.lr == 1e-5
     with pytest.raises(ValueError, match=r"finetune.warmup_ratio=1.5: must be in \[0, 1\)"):

@@ -1,12 +1,12 @@
 """How many trials run at once: tune.max_concurrent_trials bounds it for both searchers (Tune drops
-TuneConfig.max_concurrent_trials, with a warning only, when given a BasicVariantGenerator), and
+TuneSection.max_concurrent_trials, with a warning only, when given a BasicVariantGenerator), and
 null means as many as the resources fit, optuna included (Tune runs an unlimited searcher's
 trials one at a time)."""
 import time
 
 import pytest
 
-from pipelines.config_finetune import TuneConfig
+from pipelines.config import TuneSection
 
 
 def _trial(config):
@@ -28,7 +28,7 @@ def test_concurrent_trials(ray_session, search, limit, tmp_path):
 
     from pipelines.finetune import concurrent_trials, search_algorithm, trial_resources
 
-    tc = TuneConfig(search=search, max_concurrent_trials=limit, resources_per_trial={"CPU": 1})
+    tc = TuneSection(search=search, max_concurrent_trials=limit, resources_per_trial={"CPU": 1})
     # the test session has 4 logical CPUs: all four trials fit at once
     assert trial_resources(tc) == {"CPU": 1.0} and concurrent_trials(tc) == (limit or 4)
     tuner = ray.tune.Tuner(

@@ -2,11 +2,14 @@
 and `tune` (the Ray Tune search over them)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import field
+from typing import Any, ClassVar
 
-from .config_fields import _check_types, _require
-from .errors import ConfigError
+from pydantic import ValidationError
+from pydantic.dataclasses import dataclass
+
+from ..errors import ConfigError
+from .base import STRICT, Section, one_error
 
 FINETUNE_TASKS = ("classification", "regression")
 FINETUNE_INITS = ("pretrained", "random")
@@ -19,9 +22,11 @@ TUNABLE_KEYS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "c
 SPACE_RANGES = ("loguniform", "uniform", "randint")
 
 
-@dataclass
-class FinetuneConfig:
+@dataclass(config=STRICT)
+class FinetuneSection(Section):
     """Fine-tuning a pretrained ALBERT on one text classification or regression table."""
+
+    SECTION: ClassVar[str] = "finetune"
 
     pretrained: str | None = None
     """A transformers ALBERT directory (config.json, weights, spiece.model); null = {run_dir}/pretrain/hf."""
@@ -67,27 +72,26 @@ class FinetuneConfig:
     """Seed of the split, the subsamples, the classifier's initialisation and the batch order."""
 
     def __post_init__(self) -> None:
-        _check_types(self)
         for name in ("pretrained", "train_path", "eval_path", "text_pair_column"):
-            _require(self, name, getattr(self, name) != "", "must not be empty (use null)")
-        _require(self, "eval_path", self.eval_path is None or self.train_path is not None,
+            self.require(name, getattr(self, name) != "", "must not be empty (use null)")
+        self.require("eval_path", self.eval_path is None or self.train_path is not None,
                  "needs finetune.train_path (the embedded task has its own split)")
-        _require(self, "init", self.init in FINETUNE_INITS, f"must be one of {', '.join(FINETUNE_INITS)}")
-        _require(self, "text_column", bool(self.text_column), "must not be empty")
-        _require(self, "label_column", bool(self.label_column), "must not be empty")
-        _require(self, "task", self.task in FINETUNE_TASKS, f"must be one of {', '.join(FINETUNE_TASKS)}")
-        _require(self, "max_seq_length", self.max_seq_length >= 4, "must be >= 4")
-        _require(self, "eval_fraction", 0 < self.eval_fraction < 1, "must be in (0, 1)")
+        self.require("init", self.init in FINETUNE_INITS, f"must be one of {', '.join(FINETUNE_INITS)}")
+        self.require("text_column", bool(self.text_column), "must not be empty")
+        self.require("label_column", bool(self.label_column), "must not be empty")
+        self.require("task", self.task in FINETUNE_TASKS, f"must be one of {', '.join(FINETUNE_TASKS)}")
+        self.require("max_seq_length", self.max_seq_length >= 4, "must be >= 4")
+        self.require("eval_fraction", 0 < self.eval_fraction < 1, "must be in (0, 1)")
         for name in ("max_train_examples", "max_eval_examples"):
-            _require(self, name, getattr(self, name) is None or getattr(self, name) >= 1, "must be >= 1 or null")
-        _require(self, "lr", self.lr > 0, "must be > 0")
+            self.require(name, getattr(self, name) is None or getattr(self, name) >= 1, "must be >= 1 or null")
+        self.require("lr", self.lr > 0, "must be > 0")
         for name in ("batch_size", "epochs", "eval_batch_size"):
-            _require(self, name, getattr(self, name) >= 1, "must be >= 1")
-        _require(self, "warmup_ratio", 0 <= self.warmup_ratio < 1, "must be in [0, 1)")
-        _require(self, "weight_decay", self.weight_decay >= 0, "must be >= 0")
-        _require(self, "classifier_dropout", 0 <= self.classifier_dropout < 1, "must be in [0, 1)")
-        _require(self, "max_grad_norm", self.max_grad_norm > 0, "must be > 0")
-        _require(self, "seed", self.seed >= 0, "must be >= 0")
+            self.require(name, getattr(self, name) >= 1, "must be >= 1")
+        self.require("warmup_ratio", 0 <= self.warmup_ratio < 1, "must be in [0, 1)")
+        self.require("weight_decay", self.weight_decay >= 0, "must be >= 0")
+        self.require("classifier_dropout", 0 <= self.classifier_dropout < 1, "must be in [0, 1)")
+        self.require("max_grad_norm", self.max_grad_norm > 0, "must be > 0")
+        self.require("seed", self.seed >= 0, "must be >= 0")
 
 
 def _default_space() -> dict[str, Any]:
@@ -97,9 +101,11 @@ def _default_space() -> dict[str, Any]:
             "finetune.warmup_ratio": [0.06, 0.1, 0.25], "finetune.epochs": [3, 5, 10]}
 
 
-@dataclass
-class TuneConfig:
+@dataclass(config=STRICT)
+class TuneSection(Section):
     """The Ray Tune search over fine-tuning hyperparameters."""
+
+    SECTION: ClassVar[str] = "tune"
 
     num_samples: int = 8
     """Trials to run (each draws its hyperparameters from tune.space)."""
@@ -125,23 +131,22 @@ class TuneConfig:
     """Seed of the search algorithm's draws."""
 
     def __post_init__(self) -> None:
-        _check_types(self)
-        _require(self, "num_samples", self.num_samples >= 1, "must be >= 1")
-        _require(self, "max_concurrent_trials", self.max_concurrent_trials is None or self.max_concurrent_trials >= 1,
+        self.require("num_samples", self.num_samples >= 1, "must be >= 1")
+        self.require("max_concurrent_trials", self.max_concurrent_trials is None or self.max_concurrent_trials >= 1,
                  "must be >= 1 or null")
-        _require(self, "scheduler", self.scheduler in TUNE_SCHEDULERS, f"must be one of {', '.join(TUNE_SCHEDULERS)}")
-        _require(self, "grace_period", self.grace_period >= 1, "must be >= 1")
-        _require(self, "reduction_factor", self.reduction_factor >= 2, "must be >= 2")
-        _require(self, "search", self.search in TUNE_SEARCHES, f"must be one of {', '.join(TUNE_SEARCHES)}")
+        self.require("scheduler", self.scheduler in TUNE_SCHEDULERS, f"must be one of {', '.join(TUNE_SCHEDULERS)}")
+        self.require("grace_period", self.grace_period >= 1, "must be >= 1")
+        self.require("reduction_factor", self.reduction_factor >= 2, "must be >= 2")
+        self.require("search", self.search in TUNE_SEARCHES, f"must be one of {', '.join(TUNE_SEARCHES)}")
         metrics = [m for ms in TUNE_METRICS.values() for m in ms]
-        _require(self, "metric", self.metric is None or self.metric in metrics, f"must be one of {', '.join(metrics)} or null")
-        _require(self, "workers_per_trial", self.workers_per_trial >= 1, "must be >= 1")
+        self.require("metric", self.metric is None or self.metric in metrics, f"must be one of {', '.join(metrics)} or null")
+        self.require("workers_per_trial", self.workers_per_trial >= 1, "must be >= 1")
         resources = self.resources_per_trial or {}
-        _require(self, "resources_per_trial", all(isinstance(k, str) and isinstance(v, (int, float))
+        self.require("resources_per_trial", all(isinstance(k, str) and isinstance(v, (int, float))
                                                   and not isinstance(v, bool) and v >= 0
                                                   for k, v in resources.items()),
                  "must map resource names (CPU, GPU, ...) to amounts >= 0")
-        _require(self, "seed", self.seed >= 0, "must be >= 0")
+        self.require("seed", self.seed >= 0, "must be >= 0")
         for key, spec in self.space.items():
             self._check_dimension(key, spec)
 
@@ -171,6 +176,10 @@ class TuneConfig:
                 fail("a list of choices must not be empty")
         for value in values:
             try:  # the same check as finetune.KEY=value on the command line
-                FinetuneConfig(**{name: value})
-            except (ValueError, TypeError) as e:
-                fail(str(e))
+                FinetuneSection(**{name: value})
+            except ValidationError as e:
+                fail(one_error(e, FinetuneSection))
+
+
+__all__ = ["FINETUNE_INITS", "FINETUNE_TASKS", "SPACE_RANGES", "TUNABLE_KEYS", "TUNE_METRICS", "TUNE_SCHEDULERS",
+           "TUNE_SEARCHES", "FinetuneSection", "TuneSection"]

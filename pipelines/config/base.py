@@ -1,0 +1,73 @@
+"""What every config section shares: strict types (pydantic), its key names, its checks, its docs.
+
+A section is a pydantic dataclass in strict mode: a value of the wrong type is an error (no `1` for
+a bool, no `3` for a path), an unknown key is an error, and each field's attribute docstring is its
+description (`--help`). Its semantic checks run in `__post_init__` through `Section.require`,
+which names the key as it is written on the command line.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, ValidationError
+
+from ..errors import ConfigError
+
+STRICT = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class Section:
+    """Mixin of every config section (a pydantic dataclass with STRICT)."""
+
+    SECTION: ClassVar[str] = ""
+    """The section's name in the config tree ("" for the root)."""
+
+    @classmethod
+    def key(cls, name: str) -> str:
+        return f"{cls.SECTION}.{name}".lstrip(".")
+
+    def require(self, name: str, ok: bool, why: str) -> None:
+        if not ok:
+            raise ConfigError(f"{self.key(name)}={getattr(self, name)!r}: {why}")
+
+
+def unknown_key(key: str, cls: type, where: str = "") -> ConfigError:
+    names = ", ".join(sorted(f.name for f in dataclasses.fields(cls)))
+    return ConfigError(f"{where}unknown config key {key!r}; {cls.SECTION or 'the top level'} has: {names}")
+
+
+def one_error(error: ValidationError, cls: type, values: dict[str, Any] | None = None, where: str = "") -> str:
+    """The first problem pydantic found in section `cls` built from `values`, as one line naming
+    the key: a check's own message, an unknown key with the section's keys, or the value and the
+    type it must have."""
+    first = error.errors()[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, ConfigError):
+        return f"{where}{cause}"
+    name = str(first["loc"][0]) if first["loc"] else ""
+    if first["type"] == "unexpected_keyword_argument":
+        return str(unknown_key(cls.key(name), cls, where))
+    value = (values or {}).get(name, first.get("input"))
+    return f"{where}{cls.key(name)}={value!r}: must be {cls.__dataclass_fields__[name].type}"
+
+
+def build_section(cls: type, values: dict[str, Any], where: str = "") -> Any:
+    """`cls(**values)`, with pydantic's errors as one ConfigError naming the key."""
+    try:
+        return cls(**values)
+    except ValidationError as e:
+        raise ConfigError(one_error(e, cls, values, where)) from None
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's description (its attribute docstring)."""
+    return {name: info.description or "" for name, info in cls.__pydantic_fields__.items()}
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A config (or one section) as plain YAML/JSON-ready data, every key included."""
+    return dataclasses.asdict(config)
+
+
+__all__ = ["STRICT", "Section", "build_section", "config_to_dict", "field_docs", "one_error", "unknown_key"]

@@ -1,0 +1,114 @@
+"""The config from YAML and the command line: `--config FILE`, then `section.key=value` overrides
+in order, every key and value checked (pydantic, strict) with errors that name them; `--help`
+lists every key with its default and meaning; the resolved config is written back as YAML."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ConfigError
+from .base import build_section, config_to_dict, field_docs, unknown_key
+from .tree import SECTIONS, SETTINGS, Config
+
+
+def _check_keys(raw: dict[Any, Any], where: str = "") -> None:
+    """Every key known, before any value is checked (an unknown key is the likelier mistake)."""
+    for name, value in raw.items():
+        if name not in {f.name for f in dataclasses.fields(Config)}:
+            raise unknown_key(str(name), Config, where)
+        if name in SECTIONS and value is not None:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}config section {name!r} must be a mapping of its keys, got {value!r}")
+            known = {f.name for f in dataclasses.fields(SECTIONS[name])}
+            for key in value:
+                if key not in known:
+                    raise unknown_key(f"{name}.{key}", SECTIONS[name], where)
+
+
+def _read_yaml(path: str) -> dict[Any, Any]:
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {path!r}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path!r} is not valid YAML: {' '.join(str(e).split())}") from e
+    if raw is not None and not isinstance(raw, dict):
+        raise ConfigError(f"config file {path!r} must be a mapping of sections, got {type(raw).__name__}")
+    return raw or {}
+
+
+def _parse_override(text: str) -> dict[str, Any]:
+    """`section.key=value` (or `run_dir=value`) as the nested mapping a YAML file would hold."""
+    key, sep, value_text = text.partition("=")
+    if not sep:
+        raise ConfigError(f"malformed override {text!r}: expected section.key=value")
+    try:  # `~` is YAML's null, but on a command line it means the home folder
+        value = value_text if value_text == "~" or value_text.startswith("~/") else yaml.safe_load(value_text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {text!r}: value is not valid YAML: {' '.join(str(e).split())}") from e
+    section, dot, name = key.partition(".")
+    if dot and section not in SECTIONS:
+        raise unknown_key(key, Config)
+    if not dot and section in SECTIONS:
+        raise ConfigError(f"override {text!r}: {section} is a section; set its keys as {section}.KEY=VALUE")
+    return {section: {name: value}} if dot else {section: value}
+
+
+def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -> Config:
+    """The config from an optional YAML file, then `section.key=value` overrides in order, validated;
+    a bad file, key or value raises ConfigError naming it."""
+    raw = _read_yaml(config_file) if config_file is not None else {}
+    _check_keys(raw, where=f"{config_file}: ")
+    updates = [_parse_override(text) for text in overrides]
+    for update in updates:
+        _check_keys(update)
+    for update in updates:
+        for name, value in update.items():
+            raw[name] = {**(raw.get(name) or {}), **value} if name in SECTIONS else value
+    values = {name: build_section(SECTIONS[name], value or {}) if name in SECTIONS else value
+              for name, value in raw.items()}
+    return build_section(Config, values)
+
+
+def dump_yaml(config: Config) -> str:
+    """The resolved config as YAML that `load_config` reads back to an equal config."""
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False)
+
+
+def _help_epilog() -> str:
+    lines = ["config keys (in --config FILE, or as section.key=value; lists as [a,b], unset as null).",
+             "[setting]: never changes a result, so changing it never makes a stage's output stale:"]
+    for cls in (Config, *SECTIONS.values()):
+        defaults, docs = config_to_dict(cls()), field_docs(cls)
+        for f in dataclasses.fields(cls):
+            if cls is not Config or f.name not in SECTIONS:
+                key = cls.key(f.name)
+                tag = " [setting]" if key in SETTINGS else ""
+                lines.append(f"  {key} (default: {json.dumps(defaults[f.name])}){tag}: {docs[f.name]}")
+    return "\n".join(lines)
+
+
+def build_arg_parser(description: str) -> argparse.ArgumentParser:
+    """`--config FILE` plus positional `section.key=value` overrides; `--help` lists every key."""
+    parser = argparse.ArgumentParser(description=description, epilog=_help_epilog(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", metavar="FILE", help="YAML file with any subset of the config sections")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value",
+                        help="override one config key; applied in order after --config")
+    return parser
+
+
+def parse_cli(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> tuple[Config, argparse.Namespace]:
+    """The config and the parsed arguments from the command line (sys.argv when `argv` is None).
+    Bad flags exit with argparse's usage message (status 2); a bad config raises ConfigError."""
+    args = parser.parse_intermixed_args(argv)
+    return load_config(args.config, args.overrides), args
+
+
+__all__ = ["build_arg_parser", "dump_yaml", "load_config", "parse_cli"]

