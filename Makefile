@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 900
 SUITE_TIMEOUT ?= 3600
 
-.PHONY: setup test test-fast bench lock run clean
+.PHONY: setup test test-fast lint format bench lock run clean
 
 setup: $(STAMP)
 
@@ -21,12 +21,21 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-data.txt constraint
 	$(PIP) install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
-test: setup
+test: setup lint
 	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --timeout=$(PYTEST_TIMEOUT) --timeout-method=thread $(PYTEST_ARGS)
 
-# Pure tests only: no Ray session, nothing slow.
-test-fast: setup
+# Pure tests only: no Ray session, nothing slow (under a minute).
+test-fast: setup lint
 	$(PY) -m pytest -m "not ray and not slow" $(PYTEST_ARGS)
+
+# ruff, configured in pyproject.toml: lint and formatting, checked (`make format` applies them).
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 bench: setup
 	$(PY) bench/model_step.py

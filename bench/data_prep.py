@@ -31,7 +31,7 @@ import ray
 import sentencepiece as spm
 
 from pipelines.config import load_config
-from pipelines.data import example_config, run_data
+from pipelines.data import run_data
 from pipelines.prep.corpus import Document, list_inputs, pack_units, read_documents
 from pipelines.prep.process import SPLITS, DocumentProcessor, PrepStats, ShardBuffer
 from pipelines.storage import resolve_pkg
@@ -101,10 +101,10 @@ class PeakMemory:
 
 
 def _process_units(args: tuple) -> None:
-    model, example_cfg, units = args
-    processor = DocumentProcessor(model, example_cfg)
+    model, data, lowercase, units = args
+    processor = DocumentProcessor(model, data, lowercase)
     for unit in units:
-        buffers, stats = {s: ShardBuffer(example_cfg.masking == "dynamic") for s in SPLITS}, PrepStats()
+        buffers, stats = {s: ShardBuffer(data.masking == "dynamic") for s in SPLITS}, PrepStats()
         for f in unit:
             for doc in read_documents(f):
                 if isinstance(doc, Document):
@@ -116,7 +116,7 @@ def plain_processes(corpus: list[str], model_file: str, processes: int, args) ->
     config = load_config(None, [f"data.max_seq_length={args.max_seq_length}", f"data.dupe_factor={args.dupe_factor}"])
     model = Path(model_file).read_bytes()
     units = pack_units(list_inputs(corpus, "auto"), processes)
-    shares = [(model, example_config(config), units[i::processes]) for i in range(processes)]
+    shares = [(model, config.data, config.vocab.lowercase, units[i::processes]) for i in range(processes)]
     start = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
         pool.map(_process_units, shares)

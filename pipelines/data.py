@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .cli import stage_main
-from .config import Config, config_to_dict
+from .config import DataSection, config_to_dict
 from .lifecycle import StageRun, stage_runner
 from .prep.corpus import Rejected, list_inputs, read_documents
-from .prep.process import SPLITS, DocumentProcessor, ExampleConfig, PrepStats, ShardBuffer
+from .prep.process import SPLITS, DocumentProcessor, PrepStats, ShardBuffer
 from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
 from .stages import stage_dir
 from .storage import filesystem, join, read_bytes
@@ -32,10 +32,10 @@ SHARD_EXAMPLES = 16384  # rows per parquet file at most: bounds a worker's buffe
 class CreateExamplesFn:
     """Ray Data UDF: one work unit -> parquet shards in the output folder + its counters."""
 
-    def __init__(self, spiece_model: bytes, cfg: ExampleConfig, text_field: str, out_dir: str):
-        self.processor = DocumentProcessor(spiece_model, cfg)
+    def __init__(self, spiece_model: bytes, data: DataSection, lowercase: bool, text_field: str, out_dir: str):
+        self.processor = DocumentProcessor(spiece_model, data, lowercase)
         self.text_field, self.out_dir = text_field, out_dir
-        self.dynamic = cfg.masking == "dynamic"
+        self.dynamic = data.masking == "dynamic"
 
     def __call__(self, batch):
         unit, files = unit_files(batch)
@@ -65,12 +65,6 @@ class CreateExamplesFn:
         return {"record": np.array([json.dumps(stats.to_dict())], dtype=object)}
 
 
-def example_config(config: Config) -> ExampleConfig:
-    d = config.data
-    return ExampleConfig(d.max_seq_length, d.max_predictions_per_seq, d.masked_lm_prob, d.ngram, d.short_seq_prob,
-                         d.dupe_factor, d.seed, d.validation_fraction, d.masking, config.vocab.lowercase)
-
-
 def summarize(stats: PrepStats) -> dict:
     """Shares a reader checks against the specification."""
     masked = max(1, stats.masked_tokens)
@@ -92,8 +86,8 @@ def build_data(run: StageRun) -> dict:
     spiece_model = read_bytes(join(stage_dir(config, "vocab"), "spiece.model"))
     init_ray()
     workers = resolve_num_workers(config.data.num_workers)
-    fn_kwargs = dict(spiece_model=spiece_model, cfg=example_config(config), text_field=config.corpus.text_field,
-                     out_dir=run.out)
+    fn_kwargs = dict(spiece_model=spiece_model, data=config.data, lowercase=config.vocab.lowercase,
+                     text_field=config.corpus.text_field, out_dir=run.out)
     stats = PrepStats()
     for record in map_units(files, workers, CreateExamplesFn, fn_kwargs):
         stats.merge(PrepStats.from_dict(record))

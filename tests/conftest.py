@@ -1,4 +1,5 @@
-"""Suite-wide fixtures: one Ray session, one local S3 API server; GPU tests skip without CUDA."""
+"""Suite-wide fixtures: one Ray session, one local S3 API server, a tiny pretrained ALBERT; markers
+that follow the fixtures (a test that uses Ray is marked `ray`); GPU tests skip without CUDA."""
 import os
 import socket
 import subprocess
@@ -10,13 +11,24 @@ from pathlib import Path
 import pytest
 import torch
 
+from albert_model import AlbertConfig, AlbertForPreTraining
+from albert_model.hf import save_hf_pretrained
+from pipelines.finetuning.tables import bbc_news_examples
+from pipelines.prep.text import normalize_text
+from pipelines.vocab import train_sentencepiece
+
+VOCAB_SIZE = 1000
+
+
+RAY_FIXTURES = {"ray_session", "head"}  # a Ray session in this process, or a Ray head of its own
+
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
     skip = pytest.mark.skip(reason="needs CUDA (gpu marker); skipped, not passed")
     for item in items:
-        if "gpu" in item.keywords:
+        if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.ray)
+        if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip)
 
 
@@ -67,3 +79,15 @@ def ray_session(s3_endpoint):
     ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tmp_path_factory):
+    """config.json + model.safetensors of a random tiny AlbertForPreTraining, and a 1000-piece
+    SentencePiece model trained on BBC News lines."""
+    root = tmp_path_factory.mktemp("pretrained")
+    lines = [line for text in bbc_news_examples().texts[::5] for line in text.splitlines() if line.strip()]
+    (root / "spiece.model").write_bytes(train_sentencepiece([normalize_text(s) for s in lines], VOCAB_SIZE, []))
+    torch.manual_seed(0)
+    model = AlbertForPreTraining(AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE))
+    return str(save_hf_pretrained(model, root / "hf", spiece_model=root / "spiece.model"))

@@ -43,15 +43,6 @@ def build_classifier(directory: str, num_labels: int, dropout: float, init: str,
     return model
 
 
-def build_optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW; no decay on biases and LayerNorm weights (as BERT and ALBERT exclude them)."""
-    decay, no_decay = [], []
-    for p in model.parameters():
-        (no_decay if p.ndim < 2 else decay).append(p)  # biases and LayerNorm gains are 1-D
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.999), eps=1e-6)
-
-
 def build_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float
                    ) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warmup from 0 over `warmup_ratio` of the steps, then linear decay to 0 at the last."""
@@ -135,5 +126,5 @@ def predict(model: nn.Module, encoded: Encoded, batch_size: int, pad_id: int, ra
     return logits
 
 
-__all__ = ["build_classifier", "build_optimizer", "build_schedule", "epoch_batches", "predict",
+__all__ = ["build_classifier", "build_schedule", "epoch_batches", "predict",
            "steps_per_epoch", "train_epoch"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,10 +17,15 @@ from torch import nn
 from albert_model.hf import save_hf_pretrained
 
 from ..config import FinetuneSection, config_to_dict
-from .loop import build_classifier, build_optimizer, build_schedule, epoch_batches, predict, steps_per_epoch, train_epoch
+from ..errors import MissingInput
+from ..storage import filesystem
+from ..train.build import build_optimizer
+from .loop import build_classifier, build_schedule, epoch_batches, predict, steps_per_epoch, train_epoch
 from .metrics import compute_metrics
+from .task import Task, load_task
+from .tokenizer import PairTokenizer
 
-PRETRAINED_FILES = ("config.json", "spiece.model", "tokenizer_config.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 @dataclass
@@ -49,6 +55,39 @@ def trial_finetune(base: FinetuneSection, overrides: dict[str, Any]) -> Finetune
     return dataclasses.replace(base, **values)
 
 
+def read_pretrained_files(directory: str) -> dict[str, bytes]:
+    """config.json, the weights (single or sharded safetensors, or pytorch_model.bin), spiece.model
+    and tokenizer_config.json, local or s3://."""
+    fs, root = filesystem(directory)
+    if not fs.exists(f"{root}/config.json"):
+        raise MissingInput(f"finetune.pretrained: {directory} has no config.json (not a transformers "
+                           f"ALBERT directory; the default {{run_dir}}/pretrain/hf needs the pretrain stage)")
+    names = {os.path.basename(p) for p in fs.ls(root, detail=False)}
+    if "spiece.model" not in names:
+        raise MissingInput(f"finetune.pretrained: {directory} has no spiece.model (the tokenizer)")
+    wanted = [n for n in names if n in ("config.json", "spiece.model", "tokenizer_config.json", *WEIGHT_FILES)
+              or (n.startswith("model-") and n.endswith(".safetensors"))]
+    return {n: fs.cat_file(f"{root}/{n}") for n in sorted(wanted)}
+
+
+def encode_task(cfg: FinetuneSection, files: dict[str, bytes]) -> tuple[TrialData, Task, dict[str, int]]:
+    """The task's tables tokenized with the pretrained vocabulary: what every trial receives, the
+    task (for its label names and row accounting), and how many examples were truncated per split."""
+    task = load_task(cfg)
+    with tempfile.TemporaryDirectory() as local:
+        tokenizer = PairTokenizer(materialize(files, local))
+    length = cfg.max_seq_length
+
+    def encode(examples) -> list[tuple[list[int], list[int]]]:
+        pairs = examples.pairs if examples.pairs is not None else [None] * len(examples)
+        return [tokenizer.encode(text, pair, length) for text, pair in zip(examples.texts, pairs)]
+
+    data = TrialData(cfg.task, task.num_labels, task.label_names, encode(task.train), encode(task.eval),
+                     task.train_targets, task.eval_targets, tokenizer.pad_id, files)
+    truncated = {split: sum(len(ids) >= length for ids, _ in getattr(data, split)) for split in ("train", "eval")}
+    return data, task, truncated
+
+
 def materialize(files: dict[str, bytes], directory: str) -> str:
     """Write the pretrained directory's files to a local folder; returns it."""
     os.makedirs(directory, exist_ok=True)
@@ -58,7 +97,7 @@ def materialize(files: dict[str, bytes], directory: str) -> str:
     return directory
 
 
-def save_checkpoint(model: nn.Module, pretrained_dir: str, directory: str, label_names: list[str] | None) -> None:
+def save_classifier(model: nn.Module, pretrained_dir: str, directory: str, label_names: list[str] | None) -> None:
     """transformers' AlbertForSequenceClassification layout with the pretrained tokenizer files."""
     id2label = dict(enumerate(label_names)) if label_names is not None else None
     save_hf_pretrained(model, directory, spiece_model=os.path.join(pretrained_dir, "spiece.model"), id2label=id2label)
@@ -80,7 +119,7 @@ def fit_trial(cfg: FinetuneSection, data: TrialData, pretrained_dir: str, checkp
     regression = data.task == "regression"
     model = build_classifier(pretrained_dir, data.num_labels, cfg.classifier_dropout, cfg.init, cfg.seed).to(device)
     trained = wrap(model)
-    optimizer = build_optimizer(trained, cfg.lr, cfg.weight_decay)
+    optimizer = build_optimizer(trained, "adamw", cfg.lr, cfg.weight_decay)
     schedule = build_schedule(optimizer, cfg.epochs * steps_per_epoch(len(data.train), cfg.batch_size, world),
                               cfg.warmup_ratio)
     targets = np.asarray(data.eval_targets)
@@ -97,8 +136,9 @@ def fit_trial(cfg: FinetuneSection, data: TrialData, pretrained_dir: str, checkp
         checkpoint = None
         if rank == 0:
             checkpoint = os.path.join(checkpoint_root, f"epoch_{epoch + 1}")
-            save_checkpoint(model, pretrained_dir, checkpoint, data.label_names)
+            save_classifier(model, pretrained_dir, checkpoint, data.label_names)
         report(metrics, checkpoint)
 
 
-__all__ = ["PRETRAINED_FILES", "TrialData", "fit_trial", "materialize", "save_checkpoint", "trial_finetune"]
+__all__ = ["TrialData", "encode_task", "fit_trial", "materialize", "read_pretrained_files", "save_classifier",
+           "trial_finetune"]

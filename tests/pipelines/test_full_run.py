@@ -103,7 +103,6 @@ def test_bad_stage_arguments_exit_2_with_one_line(tmp_path, capsys):
 
 
 
-@pytest.mark.ray
 @pytest.mark.slow
 def test_the_dag_runs_unchanged_on_s3(ray_session, s3_endpoint):
     """All five stages as tasks on Ray workers, cost records and the report, through s3:// (moto)."""
@@ -199,7 +198,6 @@ def resumed_submission(concurrent_submissions):
     return concurrent_submissions[0]
 
 
-@pytest.mark.ray
 @pytest.mark.slow
 def test_a_failing_stage_stops_the_dag_and_names_itself_last(failed_submission, job_run_dir):
     rc, output = failed_submission
@@ -212,7 +210,6 @@ def test_a_failing_stage_stops_the_dag_and_names_itself_last(failed_submission, 
     assert set(manifests(job_run_dir)) == {"vocab", "data"}
 
 
-@pytest.mark.ray
 @pytest.mark.slow
 def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submission, job_run_dir):
     rc, output = resumed_submission
@@ -230,7 +227,6 @@ def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submis
     assert "| pretrain |" in report and "| ran outside the DAG |" not in report
 
 
-@pytest.mark.ray
 @pytest.mark.slow
 def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_submissions, job_run_dir):
     (rc, output), (second_rc, second_output), holder = concurrent_submissions
@@ -247,7 +243,6 @@ def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_s
     assert not (job_run_dir / LEASE_FILE).exists() and not (job_run_dir / "_building" / "pretrain").exists()
 
 
-@pytest.mark.ray
 @pytest.mark.slow
 def test_a_second_submission_skips_every_stage(resumed_submission, head, job_run_dir):
     before = manifests(job_run_dir)
@@ -257,7 +252,6 @@ def test_a_second_submission_skips_every_stage(resumed_submission, head, job_run
     assert manifests(job_run_dir) == before
 
 
-@pytest.mark.ray
 @pytest.mark.slow
 def test_force_pretrain_reruns_pretrain_and_what_follows(resumed_submission, head, job_run_dir):
     before = manifests(job_run_dir)

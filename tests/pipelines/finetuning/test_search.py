@@ -21,7 +21,6 @@ def most_at_once(windows: list[tuple[float, float]]) -> int:
     return max(sum(start <= t < end for start, end in windows) for t, _ in windows)
 
 
-@pytest.mark.ray
 @pytest.mark.parametrize("search,limit", [("random", 1), ("optuna", 1), ("optuna", None)])
 def test_concurrent_trials(ray_session, search, limit, tmp_path):
     import ray.tune

@@ -8,7 +8,6 @@ from transformers import AlbertTokenizer
 from pipelines.finetuning.tables import bbc_news_examples
 from pipelines.finetuning.tokenizer import PairTokenizer, pad_batch
 
-from .helpers import tiny_pretrained  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +16,7 @@ def texts():
     return lines + ["Café ``quoted'' text  with   SPACES", "naïve résumé 3.5%, £600m", "x"]
 
 
-def test_single_texts_and_pairs_match_transformers(tiny_pretrained, texts):  # noqa: F811
+def test_single_texts_and_pairs_match_transformers(tiny_pretrained, texts):
     ours, theirs = PairTokenizer(tiny_pretrained), AlbertTokenizer.from_pretrained(tiny_pretrained)
     for max_length in (8, 33, 512):
         for i, text in enumerate(texts):
@@ -26,7 +25,7 @@ def test_single_texts_and_pairs_match_transformers(tiny_pretrained, texts):  # n
             assert ours.encode(text, pair, max_length) == (ref["input_ids"], ref["token_type_ids"]), (text, pair)
 
 
-def test_cased_vocabulary_is_not_lowercased(tiny_pretrained, tmp_path, texts):  # noqa: F811
+def test_cased_vocabulary_is_not_lowercased(tiny_pretrained, tmp_path, texts):
     cased = tmp_path / "cased"
     shutil.copytree(tiny_pretrained, cased)
     config = json.loads((cased / "tokenizer_config.json").read_text())

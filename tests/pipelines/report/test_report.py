@@ -14,7 +14,7 @@ from pipelines.config import load_config
 from pipelines.ownership import write_marker
 from pipelines.report import markdown
 from pipelines.report.costs import ReservationMeter, cost_record, write_cost
-from pipelines.report.layers import layer_transitions, pad_batch, unmask
+from pipelines.report.layers import layer_transitions, pad_examples, unmask
 from pipelines.report.stage import run_report
 from pipelines.stages import is_up_to_date, stage_fingerprint
 from pipelines.storage import exists, filesystem, join, read_bytes, write_bytes, write_text
@@ -28,7 +28,7 @@ def tiny_model(seed=0, layers=3):
 
 
 def batch():
-    return pad_batch([{"input_ids": [2, 10, 11, 12, 3, 20, 21, 3], "token_type_ids": [0, 0, 0, 0, 0, 1, 1, 1]},
+    return pad_examples([{"input_ids": [2, 10, 11, 12, 3, 20, 21, 3], "token_type_ids": [0, 0, 0, 0, 0, 1, 1, 1]},
                       {"input_ids": [2, 30, 3, 40, 3], "token_type_ids": [0, 0, 0, 1, 1]}])
 
 
@@ -53,8 +53,8 @@ def test_padding_is_left_out_of_attention_and_averages():
     model = tiny_model()
     a = {"input_ids": [2, 30, 3, 40, 3], "token_type_ids": [0, 0, 0, 1, 1]}
     b = {"input_ids": [2, 30, 31, 32, 33, 3, 40, 41, 3], "token_type_ids": [0] * 6 + [1] * 3}
-    alone_a, alone_b = layer_transitions(model, **pad_batch([a])), layer_transitions(model, **pad_batch([b]))
-    together = layer_transitions(model, **pad_batch([a, b]))  # a padded to b's 9 tokens
+    alone_a, alone_b = layer_transitions(model, **pad_examples([a])), layer_transitions(model, **pad_examples([b]))
+    together = layer_transitions(model, **pad_examples([a, b]))  # a padded to b's 9 tokens
     for ta, tb, t in zip(alone_a, alone_b, together):  # token-weighted means of the two
         assert t.l2_distance == pytest.approx((5 * ta.l2_distance + 9 * tb.l2_distance) / 14, rel=1e-4)
         assert t.cosine_similarity == pytest.approx((5 * ta.cosine_similarity + 9 * tb.cosine_similarity) / 14,

@@ -7,9 +7,7 @@ bench/sop_plateau.py (the first segment's pieces from ids 10-99, the second's fr
 real SOP it starts on a plateau at ln 2; the budget here (2 applications of the shared layer,
 hidden 64, AdamW 1e-3, 600 steps, seed 0) leaves it with a margin measured in BENCHMARKS.
 """
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,10 +15,7 @@ import torch
 
 from albert_model import AlbertForPreTraining
 
-BENCH = Path(__file__).resolve().parents[3] / "bench" / "sop_plateau.py"
-_spec = importlib.util.spec_from_file_location("sop_plateau", BENCH)
-task = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(task)
+from bench import sop_plateau as task
 
 CONFIG = task.model_config(hidden=64, layers=2)
 STEPS = 600

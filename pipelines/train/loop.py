@@ -1,0 +1,203 @@
+"""The pretraining loop, free of Ray: build the model (activation checkpointing, compile, FSDP2),
+start from a checkpoint, step through the global batches, log, validate, checkpoint and export.
+
+Its host supplies the data and takes the reports through a small interface (LoopIO): the Ray Train
+worker in pipelines/pretrain.py, or a plain process (the tests run it on 2 gloo processes).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+
+from albert_model import AlbertForPreTraining
+from albert_model.hf import save_hf_pretrained
+
+from ..storage import join, read_bytes, write_bytes, write_text
+from .build import build_model, build_optimizer
+from .checkpoint import load_checkpoint, save_checkpoint
+from .loader import mean_width, position_of_step, rank_micro_batches
+from .metrics import MetricsWindow, evaluate, peak_flops, progress_line
+from .parallel import apply_ac, apply_compile, apply_fsdp
+from .plan import METRICS, PretrainPlan, read_metrics
+from .schedule import build_scheduler
+from .step import train_step
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """A checkpoint to start from."""
+
+    directory: str
+    """A local folder holding it."""
+    source: str
+    """Where it came from (for the log and the metrics)."""
+    event: str
+    """resumed (this run's own checkpoint) or continued (a complete output's)."""
+
+
+class LoopIO(Protocol):
+    """What the loop needs from its host."""
+
+    def start_point(self) -> contextlib.AbstractContextManager[StartPoint | None]:
+        """The checkpoint to start from, as a local folder while the context lasts; None to start fresh."""
+
+    def train_batches(self, epoch: int) -> Iterable[pa.Table]:
+        """The global batches of an epoch, in order, the same on every rank."""
+
+    def validation_batches(self) -> Iterable[pa.Table]:
+        """Whole evaluation batches (micro batch x world rows), the same on every rank."""
+
+    def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
+        """Metrics (and a checkpoint folder this rank wrote), called on every rank at once."""
+
+    def crash(self) -> None:
+        """Test-only fault injection: end this process as a crashed worker would."""
+
+
+def build_training(plan: PretrainPlan, world: int, device: torch.device):
+    """The model (sharded over `world` ranks), its optimizer and its schedule."""
+    train = plan.train
+    model = build_model(plan.albert, train.init_from, train.seed).to(device)
+    if train.activation_checkpointing:
+        apply_ac(model)
+    if train.compile:
+        apply_compile(model)
+    apply_fsdp(model, init_device_mesh(device.type, (world,)), torch.bfloat16 if plan.precision == "bf16" else None)
+    optimizer = build_optimizer(model, train.optimizer, train.lr, train.weight_decay)
+    return model, optimizer, build_scheduler(optimizer, train.warmup_steps, train.max_steps)
+
+
+def global_batches(io: LoopIO, plan: PretrainPlan, start_step: int) -> Iterator[tuple[int, pa.Table]]:
+    """(epoch, Arrow table) of every global batch from optimizer step `start_step` on."""
+    epoch, skip = position_of_step(start_step, plan.batches_per_epoch)
+    while True:
+        for i, table in enumerate(io.train_batches(epoch)):
+            if i >= skip:
+                yield epoch, table
+        skip, epoch = 0, epoch + 1
+
+
+class Validation:
+    """This rank's share of the validation batches of every pass (whole batches until
+    eval_max_sequences), read once and kept, so a pass does not read the data again."""
+
+    def __init__(self, io: LoopIO, plan: PretrainPlan, rank: int, world: int):
+        self.io, self.plan, self.rank, self.world = io, plan, rank, world
+        self.tables: list[pa.Table] | None = None
+
+    def run(self, model: torch.nn.Module, device: torch.device) -> dict:
+        micro, train = self.plan.train.micro_batch, self.plan.train
+        if self.tables is None:
+            limit, seen, self.tables = train.eval_max_sequences or self.plan.n_validation, 0, []
+            for table in self.io.validation_batches():
+                if seen >= limit:
+                    break
+                seen += len(table)
+                self.tables.append(table.slice(self.rank * micro, micro))
+        batches = (mb for table in self.tables for mb in rank_micro_batches(
+            table, 0, 1, micro, self.plan.max_predictions, self.plan.masking, train.seed, 0))
+        return evaluate(model, batches, device)
+
+
+def _write_metrics(path: str, records: list[dict]) -> None:
+    write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.device, io: LoopIO) -> None:
+    """Train from wherever `io` starts us to plan.train.max_steps; rank 0 writes metrics.jsonl,
+    eval.json and the transformers export into plan.out_dir."""
+    train = plan.train
+    model, optimizer, scheduler = build_training(plan, world, device)
+    step, event = 0, {"event": "started"}
+    with io.start_point() as start:
+        if start is not None:
+            step = load_checkpoint(start.directory, model, optimizer, scheduler)["step"]
+            event = {"event": start.event, "checkpoint": start.source}
+    if step > train.max_steps:  # the lifecycle resumes only runs that have not passed max_steps
+        raise RuntimeError(f"{event.get('checkpoint')} is at step {step}, past train.max_steps={train.max_steps}")
+    if start is not None and rank == 0:
+        print(f"pretrain: {start.event} from {start.source} at step {step} of {train.max_steps}", flush=True)
+    metrics_path = join(plan.out_dir, METRICS)
+    records = read_metrics(metrics_path, step) if rank == 0 else []
+    records.append({"step": step, **event, "max_steps": train.max_steps, "num_workers": world})
+    window = MetricsWindow(plan.albert, world, peak_flops(device, plan.precision, train.peak_tflops))
+    validation, started = Validation(io, plan, rank, world), time.perf_counter()
+
+    def validate(report: dict, final: bool = False) -> dict:
+        result = validation.run(model, device)
+        records.append({"step": step, "split": "validation", **result, **({"final": True} if final else {})})
+        if rank == 0:
+            print(f"step {step} validation: mlm_acc {result['mlm_accuracy']:.3f} sop_acc {result['sop_accuracy']:.3f} "
+                  f"mlm_loss {result['mlm_loss']:.3f} sop_loss {result['sop_loss']:.3f}", flush=True)
+        report.update({f"validation_{k}": v for k, v in result.items()})
+        return result
+
+    for epoch, table in global_batches(io, plan, step) if step < train.max_steps else ():
+        micro_batches = rank_micro_batches(table, rank, world, train.micro_batch, plan.max_predictions,
+                                           plan.masking, train.seed, epoch)
+        width = mean_width(micro_batches)
+        micro_batches = [{k: v.to(device, non_blocking=True) for k, v in mb.items()} for mb in micro_batches]
+        window.add(train_step(model, optimizer, scheduler, micro_batches, train.max_grad_norm), width)
+        step += 1
+        last = step == train.max_steps
+        if plan.fault_step == step and rank == world - 1:
+            io.crash()
+        report: dict = {}
+        if step % train.log_every == 0 or last:
+            report = window.summary(step, device)
+            window.reset()
+            records.append(report)
+            if rank == 0:
+                print(progress_line(report, train.max_steps, time.perf_counter() - started), flush=True)
+        if step % train.eval_every == 0 and not last:  # the final pass follows the loop
+            validate(report)
+        if report and rank == 0:
+            _write_metrics(metrics_path, records)
+        if step % train.checkpoint_every == 0 or last:
+            with tempfile.TemporaryDirectory() as directory:
+                save_checkpoint(directory, model, optimizer, scheduler, step)
+                io.report({"step": step, **report}, directory)
+        elif report:
+            io.report({"step": step, **report}, None)
+        if last:
+            break
+
+    final_report: dict = {"step": step}
+    final = validate(final_report, final=True)
+    if rank == 0:
+        _write_metrics(metrics_path, records)
+    io.report(final_report, None)
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if rank == 0:
+        export(plan, state, {"step": step, **final})
+
+
+def export(plan: PretrainPlan, state: dict, final: dict) -> None:
+    """Rank 0: eval.json and hf/ (written locally, then copied to the run's storage)."""
+    write_text(join(plan.out_dir, "eval.json"), json.dumps(final, indent=2) + "\n")
+    model = AlbertForPreTraining(plan.albert)
+    model.load_state_dict(state)
+    with tempfile.TemporaryDirectory() as tmp:
+        spiece = None
+        if plan.spiece_model:
+            spiece = os.path.join(tmp, "spiece.model")
+            with open(spiece, "wb") as f:
+                f.write(read_bytes(plan.spiece_model))
+        folder = save_hf_pretrained(model, os.path.join(tmp, "hf"), spiece_model=spiece)
+        for name in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, name), "rb") as f:
+                write_bytes(join(plan.out_dir, "hf", name), f.read())
+
+
+__all__ = ["LoopIO", "StartPoint", "Validation", "build_training", "export", "global_batches", "pretrain_loop"]

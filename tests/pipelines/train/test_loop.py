@@ -1,0 +1,156 @@
+"""The pretraining loop itself, without Ray: plain processes on gloo drive pipelines/train/loop.py
+through LoopIO. Two processes equal one, with and without gradient accumulation, and a run stopped
+after its step-2 checkpoint on two processes resumes on one to the same parameters."""
+import dataclasses
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from safetensors.torch import load_file
+
+from albert_model import AlbertConfig
+from pipelines.config import TrainSection
+from pipelines.prep.process import example_schema
+from pipelines.train.loop import StartPoint, pretrain_loop
+from pipelines.train.plan import PretrainPlan
+
+pytestmark = pytest.mark.slow
+
+VOCAB, MASKED = 64, 3
+
+
+def examples(n: int, seed: int) -> pa.Table:
+    """`n` rows of the data stage's schema: [CLS] A [SEP] B [SEP], 3 masked positions each."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        a, b = rng.integers(5, VOCAB, rng.integers(3, 8)), rng.integers(5, VOCAB, rng.integers(3, 8))
+        ids = [2, *a, 3, *b, 3]
+        positions = sorted(rng.choice(np.arange(1, len(ids) - 1), MASKED, replace=False).tolist())
+        labels = [ids[p] for p in positions]
+        for p in positions:
+            ids[p] = 4
+        rows.append({"example_id": f"doc{i}/0/0", "input_ids": ids,
+                     "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1), "masked_lm_positions": positions,
+                     "masked_lm_ids": labels, "sentence_order_label": int(rng.integers(0, 2))})
+    return pa.Table.from_pylist(rows, schema=example_schema(False))
+
+
+TRAIN, VALIDATION = examples(32, 0), examples(8, 1)
+
+
+class Stop(Exception):
+    """Ends a run after a checkpoint, on every rank at once (as a planned stop would)."""
+
+
+class PlainIO:
+    """LoopIO for a plain process: in-memory tables, checkpoints in a shared local folder."""
+
+    def __init__(self, plan: PretrainPlan, world: int, checkpoints: Path, stop_after: int | None):
+        self.plan, self.world, self.checkpoints, self.stop_after = plan, world, checkpoints, stop_after
+
+    @contextmanager
+    def start_point(self):
+        found = sorted(self.checkpoints.glob("step_*"))
+        yield StartPoint(str(found[-1]), str(found[-1]), "resumed") if found else None
+
+    def train_batches(self, epoch: int):
+        order = np.random.default_rng(epoch).permutation(len(TRAIN))
+        size = self.plan.train.global_batch_size
+        return [TRAIN.take(order[i:i + size]) for i in range(0, len(TRAIN) - size + 1, size)]
+
+    def validation_batches(self):
+        size = self.plan.train.micro_batch * self.world
+        return [VALIDATION.slice(i, size) for i in range(0, len(VALIDATION) - size + 1, size)]
+
+    def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
+        if checkpoint_dir:  # every rank adds its files to the step's folder, as Ray Train uploads them
+            target = self.checkpoints / f"step_{metrics['step']:06d}"
+            target.mkdir(parents=True, exist_ok=True)
+            for name in os.listdir(checkpoint_dir):
+                shutil.copy(os.path.join(checkpoint_dir, name), target / name)
+        dist.barrier()
+        if metrics["step"] == self.stop_after:
+            raise Stop
+
+    def crash(self) -> None:
+        os._exit(1)
+
+
+def _process(rank: int, world: int, plan: PretrainPlan, checkpoints: str, stop_after: int | None, store: str):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    try:
+        pretrain_loop(plan, rank, world, torch.device("cpu"), PlainIO(plan, world, Path(checkpoints), stop_after))
+    except Stop:
+        pass
+    finally:
+        dist.destroy_process_group()
+
+
+def make_plan(out_dir: Path, world: int, **train) -> PretrainPlan:
+    albert = AlbertConfig(vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    section = TrainSection(num_workers=world, global_batch_size=8, max_steps=4, lr=0.01, warmup_steps=1,
+                           checkpoint_every=2, log_every=1, eval_every=100, eval_max_sequences=8, **train)
+    return PretrainPlan(albert=albert, train=section, use_gpu=False, precision="fp32", masking=None,
+                        max_predictions=MASKED, n_train=len(TRAIN), n_validation=len(VALIDATION),
+                        batches_per_epoch=len(TRAIN) // 8, out_dir=str(out_dir), spiece_model=None)
+
+
+def run(tmp_path: Path, name: str, world: int, stop_after: int | None = None, out: str | None = None,
+        **train) -> dict[str, torch.Tensor]:
+    """The loop on `world` processes; the exported weights (None when stopped early)."""
+    out_dir = tmp_path / (out or name)
+    plan = make_plan(out_dir, world, **train)
+    store = tmp_path / f"{name}.store"
+    mp.spawn(_process, args=(world, plan, str(out_dir / "checkpoints"), stop_after, str(store)), nprocs=world)
+    weights = out_dir / "hf" / "model.safetensors"
+    return load_file(str(weights)) if weights.exists() else None
+
+
+def assert_close(a, b, atol=1e-5):
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= atol
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("loop"), "one", 1)
+
+
+def test_two_processes_equal_one_with_and_without_accumulation(one_process, tmp_path):
+    assert_close(run(tmp_path, "two", 2), one_process)
+    assert_close(run(tmp_path, "accumulated", 2, micro_batch_size=2), one_process)  # 2 x 2 micro-batches
+
+
+def test_a_run_stopped_on_two_processes_resumes_on_one(one_process, tmp_path):
+    assert run(tmp_path, "first", 2, stop_after=2, out="run") is None
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_000002"]
+    resumed = run(tmp_path, "second", 1, out="run")
+    assert_close(resumed, one_process)
+    import json
+
+    events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(e["event"], e["step"], e["num_workers"]) for e in events if "event" in e] == [
+        ("started", 0, 2), ("resumed", 2, 1)]
+    assert [e["step"] for e in events if "event" not in e and "split" not in e] == [1, 2, 3, 4]
+
+
+def test_the_ray_worker_and_the_tune_trainable_stay_wiring():
+    """The Ray edges are thin: the worker function and the trainables are under 60 lines each."""
+    import inspect
+
+    from pipelines import finetune, pretrain
+
+    for function in (pretrain.train_worker, finetune.single_process_trial, finetune.multi_worker_trial,
+                     finetune.ray_train_trial_worker):
+        assert len(inspect.getsource(function).splitlines()) < 60, function.__name__
+    assert dataclasses.is_dataclass(PretrainPlan) and PretrainPlan.__dataclass_params__.frozen
