@@ -1,4 +1,5 @@
 """A PyTorch ALBERT (factorized embeddings, cross-layer sharing) with transformers-compatible names."""
+
 from .config import PRESETS, SHARING_MODES, AlbertConfig
 from .model import (
     AlbertForPreTraining,

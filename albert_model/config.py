@@ -1,4 +1,5 @@
 """AlbertConfig: the model's hyperparameters, presets and the mapping to transformers' config."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,16 +11,19 @@ ACTIVATIONS = ("gelu_new", "gelu", "relu", "silu")
 
 # ALBERT v2 sizes (paper Table 1; v2 drops dropout). `tiny` is this project's CPU-sized model.
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(embedding_size=64, hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
-                 intermediate_size=512),
-    "base": dict(embedding_size=128, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                 intermediate_size=3072),
-    "large": dict(embedding_size=128, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
-                  intermediate_size=4096),
-    "xlarge": dict(embedding_size=128, hidden_size=2048, num_hidden_layers=24, num_attention_heads=16,
-                   intermediate_size=8192),
-    "xxlarge": dict(embedding_size=128, hidden_size=4096, num_hidden_layers=12, num_attention_heads=64,
-                    intermediate_size=16384),
+    "tiny": dict(embedding_size=64, hidden_size=128, num_hidden_layers=4, num_attention_heads=2, intermediate_size=512),
+    "base": dict(
+        embedding_size=128, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
+    ),
+    "large": dict(
+        embedding_size=128, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
+    ),
+    "xlarge": dict(
+        embedding_size=128, hidden_size=2048, num_hidden_layers=24, num_attention_heads=16, intermediate_size=8192
+    ),
+    "xxlarge": dict(
+        embedding_size=128, hidden_size=4096, num_hidden_layers=12, num_attention_heads=64, intermediate_size=16384
+    ),
 }
 
 # transformers' AlbertConfig keys that have no field here, with the value our model implies.
@@ -79,31 +83,48 @@ class AlbertConfig:
             if not ok:
                 raise ValueError(f"AlbertConfig.{name}={getattr(self, name)!r}: {why}")
 
-        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
-                     "num_attention_heads", "intermediate_size", "num_hidden_groups",
-                     "inner_group_num", "max_position_embeddings", "type_vocab_size", "num_labels"):
+        for name in (
+            "vocab_size",
+            "embedding_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "num_hidden_groups",
+            "inner_group_num",
+            "max_position_embeddings",
+            "type_vocab_size",
+            "num_labels",
+        ):
             value = getattr(self, name)
-            require(isinstance(value, int) and not isinstance(value, bool) and value > 0,
-                    name, "must be a positive integer")
+            require(
+                isinstance(value, int) and not isinstance(value, bool) and value > 0, name, "must be a positive integer"
+            )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout_prob"):
             require(0.0 <= getattr(self, name) < 1.0, name, "must be in [0, 1)")
         require(self.initializer_range > 0, "initializer_range", "must be positive")
         require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
-        require(self.hidden_size % self.num_attention_heads == 0, "hidden_size",
-                f"must be divisible by num_attention_heads={self.num_attention_heads}")
-        require(self.num_hidden_groups <= self.num_hidden_layers, "num_hidden_groups",
-                f"must not exceed num_hidden_layers={self.num_hidden_layers}")
+        require(
+            self.hidden_size % self.num_attention_heads == 0,
+            "hidden_size",
+            f"must be divisible by num_attention_heads={self.num_attention_heads}",
+        )
+        require(
+            self.num_hidden_groups <= self.num_hidden_layers,
+            "num_hidden_groups",
+            f"must not exceed num_hidden_layers={self.num_hidden_layers}",
+        )
         require(self.hidden_act in ACTIVATIONS, "hidden_act", f"must be one of {ACTIVATIONS}")
         require(self.sharing in SHARING_MODES, "sharing", f"must be one of {SHARING_MODES}")
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "AlbertConfig":
+    def from_preset(cls, name: str, **overrides: Any) -> AlbertConfig:
         """A released ALBERT v2 size (or `tiny`), with any field overridden."""
         if name not in PRESETS:
             raise ValueError(f"unknown ALBERT preset {name!r}; choose from {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 
-    def replace(self, **changes: Any) -> "AlbertConfig":
+    def replace(self, **changes: Any) -> AlbertConfig:
         return dataclasses.replace(self, **changes)
 
     @property
@@ -125,14 +146,16 @@ class AlbertConfig:
             raise ValueError(
                 f"AlbertConfig.num_hidden_groups={self.num_hidden_groups} with num_hidden_layers="
                 f"{self.num_hidden_layers}: transformers' float group index differs from the exact one "
-                f"at steps {bad}, so the same weights would compute something else there")
+                f"at steps {bad}, so the same weights would compute something else there"
+            )
 
     def to_hf_dict(self) -> dict[str, Any]:
         """transformers' `AlbertConfig` keys. Only sharing "all" and "none" exist there."""
         if self.sharing not in ("all", "none"):
             raise ValueError(
                 f"AlbertConfig.sharing={self.sharing!r} has no transformers equivalent; "
-                "only 'all' and 'none' can be exported")
+                "only 'all' and 'none' can be exported"
+            )
         groups = self.num_hidden_groups if self.sharing == "all" else self.num_hidden_layers
         hf_config = self.replace(sharing="all", num_hidden_groups=groups)
         hf_config.check_hf_grouping()
@@ -141,7 +164,7 @@ class AlbertConfig:
         return out
 
     @classmethod
-    def from_hf_dict(cls, d: dict[str, Any]) -> "AlbertConfig":
+    def from_hf_dict(cls, d: dict[str, Any]) -> AlbertConfig:
         """From transformers' config (a `config.json` dict); unknown keys are ignored."""
         if d.get("model_type", "albert") != "albert":
             raise ValueError(f"config model_type={d.get('model_type')!r} is not an ALBERT config")

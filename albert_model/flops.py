@@ -3,6 +3,7 @@
 Counting `model.parameters()` once (as torchtitan and composer do) undercounts ALBERT by about
 num_hidden_layers times, because the same weights run at every depth step.
 """
+
 from __future__ import annotations
 
 from .config import AlbertConfig

@@ -4,6 +4,7 @@ Our parameter names are transformers' own, so the mapping is the identity except
 decoder, which we tie by passing the word embedding into the head instead of holding a copy.
 Loading never unpickles arbitrary objects: safetensors, or torch.load(weights_only=True).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ _PREFIX = "albert."
 def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """Our model's weights under transformers' names (tied decoder included), same class."""
     model.config.to_hf_dict()  # fails for sharing modes transformers cannot express
-    state = {k: v for k, v in model.state_dict().items()}
+    state = dict(model.state_dict().items())
     if isinstance(model, AlbertForPreTraining):
         for hf_key, our_key in _TIED.items():
             state[hf_key] = state[our_key]
@@ -61,8 +62,7 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
         return state
     if legacy.exists():
         return torch.load(legacy, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(
-        f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
+    raise FileNotFoundError(f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
 
 
 def _match_prefix(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
@@ -72,12 +72,13 @@ def _match_prefix(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str,
     if ours_prefixed and not theirs_prefixed:
         return {_PREFIX + k: v for k, v in state.items()}
     if not ours_prefixed and theirs_prefixed:
-        return {k[len(_PREFIX):]: v for k, v in state.items() if k.startswith(_PREFIX)}
+        return {k[len(_PREFIX) :]: v for k, v in state.items() if k.startswith(_PREFIX)}
     return state
 
 
-def load_hf_pretrained(directory: str | os.PathLike, model_cls: type[nn.Module] | None = None,
-                       strict: bool = True) -> nn.Module:
+def load_hf_pretrained(
+    directory: str | os.PathLike, model_cls: type[nn.Module] | None = None, strict: bool = True
+) -> nn.Module:
     """Build one of our models from a transformers ALBERT directory (config.json + weights).
 
     `model_cls` defaults to the checkpoint's architecture. With strict=False, weights the
@@ -115,9 +116,12 @@ def load_hf_pretrained(directory: str | os.PathLike, model_cls: type[nn.Module] 
     return model
 
 
-def save_hf_pretrained(model: nn.Module, directory: str | os.PathLike,
-                       spiece_model: str | os.PathLike | None = None,
-                       id2label: dict[int, str] | None = None) -> Path:
+def save_hf_pretrained(
+    model: nn.Module,
+    directory: str | os.PathLike,
+    spiece_model: str | os.PathLike | None = None,
+    id2label: dict[int, str] | None = None,
+) -> Path:
     """Write config.json, model.safetensors (and spiece.model) that transformers loads."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -132,15 +136,18 @@ def save_hf_pretrained(model: nn.Module, directory: str | os.PathLike,
     (directory / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
 
     # transformers re-ties the decoder on load, and safetensors refuses shared storage.
-    state = {k: v.detach().cpu().contiguous() for k, v in to_hf_state_dict(model).items()
-             if k not in _TIED}
+    state = {k: v.detach().cpu().contiguous() for k, v in to_hf_state_dict(model).items() if k not in _TIED}
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
 
     if spiece_model is not None:
         shutil.copyfile(spiece_model, directory / "spiece.model")
-        tokenizer_config = {"tokenizer_class": "AlbertTokenizer", "do_lower_case": True,
-                            "keep_accents": False, "remove_space": True,
-                            "model_max_length": config.max_position_embeddings}
+        tokenizer_config = {
+            "tokenizer_class": "AlbertTokenizer",
+            "do_lower_case": True,
+            "keep_accents": False,
+            "remove_space": True,
+            "model_max_length": config.max_position_embeddings,
+        }
         (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
     return directory
 

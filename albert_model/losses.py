@@ -1,4 +1,5 @@
 """Pretraining losses and accuracies: weighted MLM over masked positions, and SOP."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +29,13 @@ class PretrainingSums:
     sop_correct: torch.Tensor
 
 
-def pretraining_sums(mlm_logits: torch.Tensor, sop_logits: torch.Tensor, masked_lm_ids: torch.Tensor,
-                     masked_lm_weights: torch.Tensor, sentence_order_label: torch.Tensor) -> PretrainingSums:
+def pretraining_sums(
+    mlm_logits: torch.Tensor,
+    sop_logits: torch.Tensor,
+    masked_lm_ids: torch.Tensor,
+    masked_lm_weights: torch.Tensor,
+    sentence_order_label: torch.Tensor,
+) -> PretrainingSums:
     """mlm_logits: (B, P, V) at the masked positions; masked_lm_ids, masked_lm_weights: (B, P), with
     weight 0 on padding positions; sop_logits: (B, 2); sentence_order_label: (B,)."""
     weights = masked_lm_weights.to(torch.float32)
@@ -38,19 +44,35 @@ def pretraining_sums(mlm_logits: torch.Tensor, sop_logits: torch.Tensor, masked_
     with torch.no_grad():
         mlm_correct = ((mlm_logits.argmax(-1) == masked_lm_ids).float() * weights).sum()
         sop_correct = (sop_logits.argmax(-1) == sentence_order_label).sum().float()
-    return PretrainingSums(mlm_ce=(ce * weights.flatten()).sum(), sop_ce=sop_ce, mlm_correct=mlm_correct,
-                           mlm_weight=weights.sum(), sop_correct=sop_correct)
+    return PretrainingSums(
+        mlm_ce=(ce * weights.flatten()).sum(),
+        sop_ce=sop_ce,
+        mlm_correct=mlm_correct,
+        mlm_weight=weights.sum(),
+        sop_correct=sop_correct,
+    )
 
 
-def pretraining_loss(mlm_logits: torch.Tensor, sop_logits: torch.Tensor, masked_lm_ids: torch.Tensor,
-                     masked_lm_weights: torch.Tensor, sentence_order_label: torch.Tensor) -> PretrainingLoss:
+def pretraining_loss(
+    mlm_logits: torch.Tensor,
+    sop_logits: torch.Tensor,
+    masked_lm_ids: torch.Tensor,
+    masked_lm_weights: torch.Tensor,
+    sentence_order_label: torch.Tensor,
+) -> PretrainingLoss:
     """MLM loss = sum(w * CE) / (sum(w) + 1e-5) over masked positions (the original's formula) plus
     the mean SOP cross-entropy, for one batch."""
     s = pretraining_sums(mlm_logits, sop_logits, masked_lm_ids, masked_lm_weights, sentence_order_label)
     mlm_loss = s.mlm_ce / (s.mlm_weight + 1e-5)
     sop_loss = s.sop_ce / sop_logits.shape[0]
-    return PretrainingLoss(loss=mlm_loss + sop_loss, mlm_loss=mlm_loss, sop_loss=sop_loss,
-                           mlm_correct=s.mlm_correct, mlm_weight=s.mlm_weight, sop_correct=s.sop_correct)
+    return PretrainingLoss(
+        loss=mlm_loss + sop_loss,
+        mlm_loss=mlm_loss,
+        sop_loss=sop_loss,
+        mlm_correct=s.mlm_correct,
+        mlm_weight=s.mlm_weight,
+        sop_correct=s.sop_correct,
+    )
 
 
 __all__ = ["PretrainingLoss", "PretrainingSums", "pretraining_loss", "pretraining_sums"]

@@ -3,6 +3,7 @@
 Parameter names follow transformers' ALBERT, so checkpoints map one to one (see hf.py).
 Shapes: B batch, S sequence, P masked positions, E embedding, H hidden, nh heads, hs head size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -62,8 +63,9 @@ class AlbertAttention(nn.Module):
         self.attention_dropout_p = config.attention_probs_dropout_prob
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """With `positions` ([B, P]) only those query rows are computed: output (B, P, H)."""
         B, S, H = x.shape
         if positions is None:
@@ -79,7 +81,8 @@ class AlbertAttention(nn.Module):
             q = self.query(x).view(B, -1, self.num_heads, self.head_dim).transpose(1, 2)
         # q: (B, nh, S or P, hs); k, v: (B, nh, S, hs)
         y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=self.attention_dropout_p if self.training else 0.0)
+            q, k, v, attn_mask=attn_mask, dropout_p=self.attention_dropout_p if self.training else 0.0
+        )
         y = y.transpose(1, 2).reshape(B, -1, H)
         return self.LayerNorm(x + self.output_dropout(self.dense(y)))
 
@@ -96,8 +99,9 @@ class AlbertLayer(nn.Module):
         self.full_layer_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         x = self.attention(x, attn_mask, positions)
         return self.full_layer_layer_norm(x + self.dropout(self.ffn_output(self.activation(self.ffn(x)))))
 
@@ -109,8 +113,9 @@ class AlbertLayerGroup(nn.Module):
         super().__init__()
         self.albert_layers = nn.ModuleList(AlbertLayer(config) for _ in range(config.inner_group_num))
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         last = len(self.albert_layers) - 1
         for i, layer in enumerate(self.albert_layers):
             x = layer(x, attn_mask, positions if i == last else None)
@@ -141,8 +146,9 @@ class AlbertTransformer(nn.Module):
         shared = _SHARED_SUBMODULES.get(config.sharing, ())
         for step in range(config.num_hidden_layers if shared else 0):
             owner = self._first_step_of_group(config.group_of_step(step))
-            for layer, owner_layer in zip(self.albert_layer_groups[step].albert_layers,
-                                          self.albert_layer_groups[owner].albert_layers):
+            for layer, owner_layer in zip(
+                self.albert_layer_groups[step].albert_layers, self.albert_layer_groups[owner].albert_layers
+            ):
                 for name in shared:
                     setattr(layer, name, getattr(owner_layer, name))
 
@@ -152,8 +158,9 @@ class AlbertTransformer(nn.Module):
     def group_of_step(self, step: int) -> int:
         return self.config.group_of_step(step) if self.config.sharing == "all" else step
 
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None,
-                positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, attn_mask: torch.Tensor | None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """With `positions` ([B, P]) the last layer runs only there: (B, P, H), else (B, S, H)."""
         x = self.embedding_hidden_mapping_in(x)  # (B, S, E) -> (B, S, H)
         last = self.config.num_hidden_layers - 1
@@ -192,9 +199,13 @@ class AlbertModel(nn.Module):
         if init:
             init_weights(self, config)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                positions: torch.Tensor | None = None) -> AlbertModelOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> AlbertModelOutput:
         """`positions` ([B, P]): return hidden states only there. The last layer then runs only at
         [CLS] and those positions (its other outputs feed nothing), which is exact and saves most
         of one layer's compute when P is the ~15% of masked tokens."""
@@ -248,14 +259,21 @@ class AlbertForPreTraining(nn.Module):
         self.sop_classifier = AlbertSOPHead(config)
         init_weights(self, config)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None,
-                masked_positions: torch.Tensor | None = None) -> AlbertPreTrainingOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+    ) -> AlbertPreTrainingOutput:
         # With masked_positions the head sees (B, P, H): [B, P, V] logits instead of [B, S, V].
         out = self.albert(input_ids, token_type_ids, attention_mask, positions=masked_positions)
         mlm_logits = self.predictions(out.last_hidden_state, self.albert.embeddings.word_embeddings.weight)
-        return AlbertPreTrainingOutput(mlm_logits=mlm_logits, sop_logits=self.sop_classifier(out.pooler_output),
-                                       last_hidden_state=out.last_hidden_state)
+        return AlbertPreTrainingOutput(
+            mlm_logits=mlm_logits,
+            sop_logits=self.sop_classifier(out.pooler_output),
+            last_hidden_state=out.last_hidden_state,
+        )
 
 
 class AlbertForSequenceClassification(nn.Module):
@@ -269,8 +287,12 @@ class AlbertForSequenceClassification(nn.Module):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         init_weights(self, config)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         pooled = self.albert(input_ids, token_type_ids, attention_mask).pooler_output
         return self.classifier(self.dropout(pooled))  # (B, num_labels)
 
@@ -296,6 +318,10 @@ def num_parameters(model: nn.Module) -> int:
 
 
 __all__ = [
-    "AlbertModel", "AlbertForPreTraining", "AlbertForSequenceClassification",
-    "AlbertPreTrainingOutput", "AlbertModelOutput", "num_parameters",
+    "AlbertModel",
+    "AlbertForPreTraining",
+    "AlbertForSequenceClassification",
+    "AlbertPreTrainingOutput",
+    "AlbertModelOutput",
+    "num_parameters",
 ]

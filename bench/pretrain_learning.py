@@ -5,6 +5,7 @@ recipe) and prints the validation curve as a markdown table for docs/BENCHMARKS.
 
     .venv/bin/python bench/pretrain_learning.py --run-dir /tmp/albert-learning [key=value ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,10 @@ def run(run_dir: str, overrides: list[str]) -> list[dict]:
     trained = time.time()
     lines = [json.loads(x) for x in Path(run_dir, "pretrain", "metrics.jsonl").read_text().splitlines()]
     data = json.loads(Path(run_dir, "data", "manifest.json").read_text())
-    print(f"\nvocab + data: {prepared - started:.0f} s ({data['examples']['train']} train / "
-          f"{data['examples']['validation']} validation examples); pretraining: {trained - prepared:.0f} s")
+    print(
+        f"\nvocab + data: {prepared - started:.0f} s ({data['examples']['train']} train / "
+        f"{data['examples']['validation']} validation examples); pretraining: {trained - prepared:.0f} s"
+    )
     return lines
 
 
@@ -50,8 +53,10 @@ def main() -> None:
     for r in (r for r in lines if r.get("split") == "validation"):
         t = train.get(r["step"], {})
         loss = t["mlm_loss"] + t["sop_loss"] if t else float("nan")
-        print(f"| {r['step']} | {loss:.3f} | {t.get('tokens_per_s', float('nan')):,.0f} | {r['mlm_accuracy']:.3f} | "
-              f"{r['sop_accuracy']:.3f} | {r['mlm_loss']:.3f} | {r['sop_loss']:.3f} |")
+        print(
+            f"| {r['step']} | {loss:.3f} | {t.get('tokens_per_s', float('nan')):,.0f} | {r['mlm_accuracy']:.3f} | "
+            f"{r['sop_accuracy']:.3f} | {r['mlm_loss']:.3f} | {r['sop_loss']:.3f} |"
+        )
 
 
 if __name__ == "__main__":

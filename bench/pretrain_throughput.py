@@ -19,6 +19,7 @@ optimizer state and excludes compilation.
     python bench/pretrain_throughput.py --device cuda --dtype bf16 --compile \\
         --configs base-128,base-512,large-512 --batch-size 256,64,32      # one H100
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,11 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from model_step import DTYPES, Batch, build_models, make_batch, status_bytes, sync
 
 from albert_model import AlbertConfig
 from albert_model.flops import mfu, training_flops_per_token
 from albert_model.losses import pretraining_loss
-from model_step import DTYPES, Batch, build_models, make_batch, status_bytes, sync
 from pipelines.train.lamb import Lamb, parameter_groups
 
 IMPLS = ("ours", "transformers")
@@ -86,10 +87,16 @@ def make_step(impl: str, model, optimizer: torch.optim.Optimizer, b: Batch, dtyp
     def loss_of_batch() -> torch.Tensor:
         if impl == "ours":
             out = model(b.input_ids, b.token_type_ids, b.attention_mask, b.masked_positions)
-            return pretraining_loss(out.mlm_logits, out.sop_logits, b.masked_lm_ids, b.masked_lm_weights,
-                                    b.sentence_order_label).loss
-        return model(input_ids=b.input_ids, token_type_ids=b.token_type_ids, attention_mask=b.attention_mask,
-                     labels=b.hf_labels, sentence_order_label=b.sentence_order_label).loss
+            return pretraining_loss(
+                out.mlm_logits, out.sop_logits, b.masked_lm_ids, b.masked_lm_weights, b.sentence_order_label
+            ).loss
+        return model(
+            input_ids=b.input_ids,
+            token_type_ids=b.token_type_ids,
+            attention_mask=b.attention_mask,
+            labels=b.hf_labels,
+            sentence_order_label=b.sentence_order_label,
+        ).loss
 
     def step() -> torch.Tensor:
         with autocast:
@@ -103,8 +110,9 @@ def make_step(impl: str, model, optimizer: torch.optim.Optimizer, b: Batch, dtyp
     return step
 
 
-def build_steps(name: str, batch_size: int, device: str, dtype: str, compile_: str | None = None,
-                impls: tuple[str, ...] = IMPLS) -> dict:
+def build_steps(
+    name: str, batch_size: int, device: str, dtype: str, compile_: str | None = None, impls: tuple[str, ...] = IMPLS
+) -> dict:
     """Both models with the same weights, each with its own LAMB, stepping on the same batch."""
     spec = CONFIGS[name]
     config = AlbertConfig.from_preset(spec.preset)
@@ -132,7 +140,7 @@ def measure_speed(name: str, batch_size: int, args) -> dict[str, list[float]]:
             step()
     times: dict[str, list[float]] = {impl: [] for impl in IMPLS}
     for r in range(args.rounds):
-        for impl in (IMPLS if r % 2 == 0 else IMPLS[::-1]):  # neither model always goes first
+        for impl in IMPLS if r % 2 == 0 else IMPLS[::-1]:  # neither model always goes first
             sync(args.device)
             start = time.perf_counter()
             for _ in range(args.steps):
@@ -145,8 +153,9 @@ def measure_speed(name: str, batch_size: int, args) -> dict[str, list[float]]:
 def measure_memory(args) -> int:
     """Runs in a child process: peak memory growth of one model's steps over its weights and batch."""
     (name,) = args.configs
-    step = build_steps(name, args.batch_size[0], args.device, args.dtype, args.compile,
-                       impls=(args.memory_child,))[args.memory_child]
+    step = build_steps(name, args.batch_size[0], args.device, args.dtype, args.compile, impls=(args.memory_child,))[
+        args.memory_child
+    ]
     cuda = args.device == "cuda"
     sync(args.device)
     base = torch.cuda.memory_allocated() if cuda else status_bytes("VmRSS")
@@ -164,8 +173,20 @@ def measure_memory(args) -> int:
 
 
 def memory_in_child(name: str, batch_size: int, impl: str, args) -> int:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--device", args.device, "--dtype", args.dtype,
-           "--configs", name, "--batch-size", str(batch_size), "--memory-child", impl]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--configs",
+        name,
+        "--batch-size",
+        str(batch_size),
+        "--memory-child",
+        impl,
+    ]
     if args.compile:
         cmd += ["--compile", args.compile]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -181,14 +202,24 @@ def config_rows(name: str, batch_size: int, args, peak: float | None) -> list[di
     for impl in IMPLS:
         step_s = statistics.median(times[impl])
         tokens_per_s = batch_size * spec.seq / step_s
-        rows.append({
-            "config": name, "impl": impl, "preset": spec.preset, "seq": spec.seq, "batch": batch_size,
-            "predictions": spec.predictions, "flops_per_token": flops, "step_s_median": step_s,
-            "step_s_all": times[impl], "tokens_per_s": tokens_per_s, "sequences_per_s": batch_size / step_s,
-            "achieved_tflops": tokens_per_s * flops / 1e12,
-            "mfu": mfu(tokens_per_s, flops, peak * 1e12) if peak else None,
-            "peak_memory_bytes": None if args.no_memory else memory_in_child(name, batch_size, impl, args),
-        })
+        rows.append(
+            {
+                "config": name,
+                "impl": impl,
+                "preset": spec.preset,
+                "seq": spec.seq,
+                "batch": batch_size,
+                "predictions": spec.predictions,
+                "flops_per_token": flops,
+                "step_s_median": step_s,
+                "step_s_all": times[impl],
+                "tokens_per_s": tokens_per_s,
+                "sequences_per_s": batch_size / step_s,
+                "achieved_tflops": tokens_per_s * flops / 1e12,
+                "mfu": mfu(tokens_per_s, flops, peak * 1e12) if peak else None,
+                "peak_memory_bytes": None if args.no_memory else memory_in_child(name, batch_size, impl, args),
+            }
+        )
     return rows
 
 
@@ -199,37 +230,61 @@ def markdown_table(rows: list[dict]) -> str:
     def pct(x):
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
-    lines = ["| config | batch | masked | ours tokens/s | transformers tokens/s | speed ratio | ours seq/s "
-             "| transformers seq/s | ours MFU | transformers MFU | ours peak | transformers peak | memory ratio |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| config | batch | masked | ours tokens/s | transformers tokens/s | speed ratio | ours seq/s "
+        "| transformers seq/s | ours MFU | transformers MFU | ours peak | transformers peak | memory ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for ours, theirs in zip(rows[::2], rows[1::2]):
         ratio = ours["tokens_per_s"] / theirs["tokens_per_s"]
-        mem_ratio = (f"{ours['peak_memory_bytes'] / theirs['peak_memory_bytes']:.2f}x"
-                     if ours["peak_memory_bytes"] and theirs["peak_memory_bytes"] else "")
-        lines.append(f"| {ours['config']} | {ours['batch']} | {ours['predictions']} | {ours['tokens_per_s']:,.0f} "
-                     f"| {theirs['tokens_per_s']:,.0f} | **{ratio:.2f}x** | {ours['sequences_per_s']:,.2f} "
-                     f"| {theirs['sequences_per_s']:,.2f} | {pct(ours['mfu'])} | {pct(theirs['mfu'])} "
-                     f"| {mem(ours['peak_memory_bytes'])} | {mem(theirs['peak_memory_bytes'])} | {mem_ratio} |")
+        mem_ratio = (
+            f"{ours['peak_memory_bytes'] / theirs['peak_memory_bytes']:.2f}x"
+            if ours["peak_memory_bytes"] and theirs["peak_memory_bytes"]
+            else ""
+        )
+        lines.append(
+            f"| {ours['config']} | {ours['batch']} | {ours['predictions']} | {ours['tokens_per_s']:,.0f} "
+            f"| {theirs['tokens_per_s']:,.0f} | **{ratio:.2f}x** | {ours['sequences_per_s']:,.2f} "
+            f"| {theirs['sequences_per_s']:,.2f} | {pct(ours['mfu'])} | {pct(theirs['mfu'])} "
+            f"| {mem(ours['peak_memory_bytes'])} | {mem(theirs['peak_memory_bytes'])} | {mem_ratio} |"
+        )
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", choices=["fp32", "bf16"], default=None,
-                   help="fp32 on CPU, bf16 (autocast, fp32 weights and optimizer) on CUDA by default")
-    p.add_argument("--compile", nargs="?", const="both", choices=["both", "ours"], default=None,
-                   help="torch.compile both models (or only ours) before timing")
-    p.add_argument("--configs", default="base-128,base-512,large-512",
-                   help=f"comma-separated, from {', '.join(CONFIGS)}")
-    p.add_argument("--batch-size", default=None,
-                   help="sequences per step: one number for all configs or one per config "
-                        "(default per config, CPU-sized on CPU)")
+    p.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16"],
+        default=None,
+        help="fp32 on CPU, bf16 (autocast, fp32 weights and optimizer) on CUDA by default",
+    )
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="both",
+        choices=["both", "ours"],
+        default=None,
+        help="torch.compile both models (or only ours) before timing",
+    )
+    p.add_argument(
+        "--configs", default="base-128,base-512,large-512", help=f"comma-separated, from {', '.join(CONFIGS)}"
+    )
+    p.add_argument(
+        "--batch-size",
+        default=None,
+        help="sequences per step: one number for all configs or one per config (default per config, CPU-sized on CPU)",
+    )
     p.add_argument("--steps", type=int, default=None, help="steps per timed round (default: 1 CPU, 10 CUDA)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps per model (default: 1 CPU, 3 CUDA)")
     p.add_argument("--rounds", type=int, default=None, help="alternating rounds (default: 3 CPU, 5 CUDA)")
-    p.add_argument("--peak-tflops", type=float, default=None,
-                   help="device peak for MFU; default: bf16 dense peak looked up for H100/H200/A100, else n/a")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="device peak for MFU; default: bf16 dense peak looked up for H100/H200/A100, else n/a",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory child processes")
     p.add_argument("--json", help="also write the result to this file")
     p.add_argument("--memory-child", choices=IMPLS, help=argparse.SUPPRESS)
@@ -254,9 +309,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def resolved_command(args) -> str:
-    cmd = ["python", "bench/pretrain_throughput.py", "--device", args.device, "--dtype", args.dtype,
-           "--configs", ",".join(args.configs), "--batch-size", ",".join(map(str, args.batch_size)),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--rounds", str(args.rounds)]
+    cmd = [
+        "python",
+        "bench/pretrain_throughput.py",
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--configs",
+        ",".join(args.configs),
+        "--batch-size",
+        ",".join(map(str, args.batch_size)),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--rounds",
+        str(args.rounds),
+    ]
     if args.compile:
         cmd += ["--compile", args.compile]
     if args.peak_tflops:
@@ -277,14 +347,21 @@ def main(argv: list[str] | None = None) -> dict:
     peak = peak_tflops(args)
     rows = [row for name, batch in zip(args.configs, args.batch_size) for row in config_rows(name, batch, args, peak)]
     result = {
-        "command": resolved_command(args), "rows": rows, "peak_tflops": peak,
+        "command": resolved_command(args),
+        "rows": rows,
+        "peak_tflops": peak,
         "device": torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or platform.machine(),
-        "dtype": args.dtype, "compile": args.compile, "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "transformers": transformers.__version__,
+        "dtype": args.dtype,
+        "compile": args.compile,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
     }
     print(markdown_table(rows))
-    print(f"\n{result['device']}, {args.dtype}, torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"{torch.get_num_threads()} threads, MFU peak {peak or 'n/a'} TFLOP/s\ncommand: {result['command']}")
+    print(
+        f"\n{result['device']}, {args.dtype}, torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"{torch.get_num_threads()} threads, MFU peak {peak or 'n/a'} TFLOP/s\ncommand: {result['command']}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return result

@@ -6,6 +6,7 @@ the same budget: from the pretrained weights and from a random initialisation.
 Both arms: one trial with the same fixed hyperparameters (no search), the same seeded 80/20
 stratified split, sequence length and epochs. Prints a markdown table for docs/BENCHMARKS.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,17 @@ BUDGET = ["finetune.max_seq_length=128", "tune.num_samples=1", "tune.scheduler=n
 
 def arm(run_dir: str, pretrained: str, init: str, epochs: int, lr: float, overrides: list[str]) -> dict:
     space = f"tune.space={{finetune.lr: {lr}, finetune.batch_size: 32, finetune.epochs: {epochs}}}"
-    config = load_config(None, [f"run_dir={run_dir}/{init}-{epochs}-{lr}", f"finetune.pretrained={pretrained}",
-                                f"finetune.init={init}", *BUDGET, space, *overrides])
+    config = load_config(
+        None,
+        [
+            f"run_dir={run_dir}/{init}-{epochs}-{lr}",
+            f"finetune.pretrained={pretrained}",
+            f"finetune.init={init}",
+            *BUDGET,
+            space,
+            *overrides,
+        ],
+    )
     started = time.time()
     out = run_finetune(config)
     best = json.loads(Path(out, "best.json").read_text())
@@ -43,8 +53,12 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     ray.init(logging_level="WARNING")
-    results = [arm(args.run_dir, args.pretrained, init, int(epochs), float(lr), args.overrides)
-               for epochs in args.epochs.split(",") for lr in args.lr.split(",") for init in ("pretrained", "random")]
+    results = [
+        arm(args.run_dir, args.pretrained, init, int(epochs), float(lr), args.overrides)
+        for epochs in args.epochs.split(",")
+        for lr in args.lr.split(",")
+        for init in ("pretrained", "random")
+    ]
     print(json.dumps(results, indent=2, default=str))
     print("| epochs | lr | pretrained | random |\n|---:|---:|---:|---:|")
     for i in range(0, len(results), 2):

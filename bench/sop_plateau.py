@@ -10,6 +10,7 @@ a plateau at ln 2 even here. For each seed this trains the tiny model through th
 and prints the first step whose batch SOP accuracy reaches 0.95 ("never" if none) and the final
 held-out accuracy. tests/pipelines/train/test_sop_learns.py uses the task defined here.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,29 @@ HELD_OUT = range(10_000, 10_008)  # batch seeds never trained on
 
 
 def model_config(hidden: int, layers: int) -> AlbertConfig:
-    return AlbertConfig(vocab_size=211, embedding_size=16, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=4, intermediate_size=2 * hidden, max_position_embeddings=64)
+    return AlbertConfig(
+        vocab_size=211,
+        embedding_size=16,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=64,
+    )
 
 
 def ordered_pairs(seed: int, batch: int = 32, lengths: tuple[int, int] = (3, 7), swap_labels: bool = False) -> dict:
     """One batch of example rows (the parquet schema, static masks): segments of lengths[0] to
     lengths[1] - 1 pieces. swap_labels rotates the labels to other rows: nothing left to learn."""
     rng = np.random.default_rng(seed)
-    rows = {"example_id": [], "input_ids": [], "token_type_ids": [], "masked_lm_positions": [],
-            "masked_lm_ids": [], "sentence_order_label": []}
+    rows = {
+        "example_id": [],
+        "input_ids": [],
+        "token_type_ids": [],
+        "masked_lm_positions": [],
+        "masked_lm_ids": [],
+        "sentence_order_label": [],
+    }
     for i in range(batch):
         a, b = rng.integers(10, 100, int(rng.integers(*lengths))), rng.integers(110, 200, int(rng.integers(*lengths)))
         label = int(rng.integers(0, 2))
@@ -58,8 +72,10 @@ def ordered_pairs(seed: int, batch: int = 32, lengths: tuple[int, int] = (3, 7),
 def train(model: AlbertForPreTraining, steps: int, lr: float, **pairs) -> list[StepMetrics]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     scheduler = build_scheduler(optimizer, warmup_steps=10, total_steps=steps)
-    return [train_step(model, optimizer, scheduler, [collate(ordered_pairs(step, **pairs), 1)], max_grad_norm=1.0)
-            for step in range(steps)]
+    return [
+        train_step(model, optimizer, scheduler, [collate(ordered_pairs(step, **pairs), 1)], max_grad_norm=1.0)
+        for step in range(steps)
+    ]
 
 
 def held_out_accuracy(model: AlbertForPreTraining, lengths: tuple[int, int] = (3, 7)) -> float:
@@ -68,8 +84,9 @@ def held_out_accuracy(model: AlbertForPreTraining, lengths: tuple[int, int] = (3
     with torch.no_grad():
         for seed in HELD_OUT:
             batch = collate(ordered_pairs(seed, lengths=lengths), 1)
-            logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                           batch["masked_positions"]).sop_logits
+            logits = model(
+                batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], batch["masked_positions"]
+            ).sop_logits
             correct += int((logits.argmax(-1) == batch["sentence_order_label"]).sum())
             total += len(logits)
     model.train()
@@ -96,8 +113,11 @@ def main() -> None:
         started = time.time()
         metrics = train(model, args.steps, args.lr, lengths=lengths)
         hit = next((i for i, m in enumerate(metrics) if m.sop_accuracy >= 0.95), "never")
-        print(f"| {args.hidden} | {args.layers} | {args.lr:g} | {lengths[0]}-{lengths[1] - 1} | {seed} | {hit} | "
-              f"{held_out_accuracy(model, lengths):.3f} | {time.time() - started:.0f} |", flush=True)
+        print(
+            f"| {args.hidden} | {args.layers} | {args.lr:g} | {lengths[0]}-{lengths[1] - 1} | {seed} | {hit} | "
+            f"{held_out_accuracy(model, lengths):.3f} | {time.time() - started:.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The command-line entry shared by the stages: logging, config from argv, run, say where; an
 expected error (pipelines.errors.UserError) is one line on stderr and exit status 2."""
+
 from __future__ import annotations
 
 import logging
@@ -39,8 +40,11 @@ def stage_main(name: str, description: str, argv: Sequence[str] | None = None) -
 
     setup_logging()
     parser = build_arg_parser(description)
-    parser.add_argument("--force", action="store_true", help="run even when the output is up to date "
-                        "(an unfinished pretraining then starts over instead of resuming)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="run even when the output is up to date (an unfinished pretraining then starts over instead of resuming)",
+    )
     prog = f"pipelines.{name}"
 
     def main() -> int:

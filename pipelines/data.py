@@ -5,6 +5,7 @@ examples, writing its own shards into the folder being built (pipelines/lifecycl
 the current output only when complete); nothing but counters comes back to the driver, so memory
 does not grow with the corpus.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,7 +42,7 @@ class CreateExamplesFn:
         unit, files = unit_files(batch)
         stats = PrepStats()
         buffers = {split: ShardBuffer(self.dynamic) for split in SPLITS}
-        parts = {split: 0 for split in SPLITS}
+        parts = dict.fromkeys(SPLITS, 0)
 
         def flush(split: str) -> None:
             if len(buffers[split]):
@@ -86,23 +87,35 @@ def build_data(run: StageRun) -> dict:
     spiece_model = read_bytes(join(stage_dir(config, "vocab"), "spiece.model"))
     init_ray()
     workers = resolve_num_workers(config.data.num_workers)
-    fn_kwargs = dict(spiece_model=spiece_model, data=config.data, lowercase=config.vocab.lowercase,
-                     text_field=config.corpus.text_field, out_dir=run.out)
+    fn_kwargs = dict(
+        spiece_model=spiece_model,
+        data=config.data,
+        lowercase=config.vocab.lowercase,
+        text_field=config.corpus.text_field,
+        out_dir=run.out,
+    )
     stats = PrepStats()
     for record in map_units(files, workers, CreateExamplesFn, fn_kwargs):
         stats.merge(PrepStats.from_dict(record))
     log.info("%s examples from %d of %d documents", dict(stats.examples), stats.documents_used, stats.documents_read)
     return {
         "inputs": [{"path": f.url, "source": f.source, "bytes": f.size, "format": f.format} for f in files],
-        "documents": {"read": stats.documents_read, "used": stats.documents_used,
-                      "rejected": dict(stats.documents_rejected),
-                      "rejection_examples": stats.rejection_examples,
-                      "with_replaced_bytes": stats.documents_with_replaced_bytes},
+        "documents": {
+            "read": stats.documents_read,
+            "used": stats.documents_used,
+            "rejected": dict(stats.documents_rejected),
+            "rejection_examples": stats.rejection_examples,
+            "with_replaced_bytes": stats.documents_with_replaced_bytes,
+        },
         "text_bytes_used": stats.text_bytes,
         "examples": {s: stats.examples.get(s, 0) for s in SPLITS},
         "tokens": {s: stats.tokens.get(s, 0) for s in SPLITS},
-        "masking": {"mode": config.data.masking, "masked_tokens": stats.masked_tokens,
-                    "replacements": dict(stats.replacements), "ngram_lengths": dict(stats.ngram_lengths)},
+        "masking": {
+            "mode": config.data.masking,
+            "masked_tokens": stats.masked_tokens,
+            "replacements": dict(stats.replacements),
+            "ngram_lengths": dict(stats.ngram_lengths),
+        },
         "sentence_order_labels": dict(stats.sentence_order_labels),
         "short_examples": stats.short_examples,
         "statistics": summarize(stats),

@@ -1,6 +1,7 @@
 """Expected errors: what a user can fix (a bad config value, a missing, malformed or refused path, a
 held lease). Every entry point prints such an error as one line naming the key or path and exits
 with status 2; any other exception is a bug and keeps its traceback."""
+
 from __future__ import annotations
 
 
@@ -45,11 +46,21 @@ def find_user_error(error: BaseException | None) -> UserError | None:
         if isinstance(error, UserError):
             return error
         if type(error).__name__ in ("NoCredentialsError", "PartialCredentialsError"):  # botocore's
-            return UserError(f"no usable AWS credentials for s3:// paths ({error}): set AWS_ACCESS_KEY_ID and "
-                             "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or give the machine a role")
+            return UserError(
+                f"no usable AWS credentials for s3:// paths ({error}): set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or give the machine a role"
+            )
         error = error.__cause__ or error.__context__
     return None
 
 
-__all__ = ["BadInput", "ConfigError", "LeaseHeld", "MissingInput", "RefusedPath", "UserError", "find_user_error",
-           "one_line"]
+__all__ = [
+    "BadInput",
+    "ConfigError",
+    "LeaseHeld",
+    "MissingInput",
+    "RefusedPath",
+    "UserError",
+    "find_user_error",
+    "one_line",
+]

@@ -8,6 +8,7 @@ trial reports after each epoch (so ASHA can stop the laggards) with a transforme
 checkpoint. The training itself (pipelines/finetuning/trial.py) and the results (which epoch of
 which trial is best, trials.csv, best.json: pipelines/finetuning/results.py) are free of Ray.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,8 @@ def build_search_space(tune_cfg: TuneSection) -> dict[str, Any]:
         elif isinstance(spec, dict):
             kind, (lo, hi) = next(iter(spec.items()))
             space[key] = {"loguniform": ray.tune.loguniform, "uniform": ray.tune.uniform}.get(
-                kind, lambda a, b: ray.tune.randint(a, b + 1))(lo, hi)  # randint: hi inclusive
+                kind, lambda a, b: ray.tune.randint(a, b + 1)
+            )(lo, hi)  # randint: hi inclusive
         else:
             space[key] = spec
     return space
@@ -92,27 +94,53 @@ def ray_train_trial_worker(loop_config: dict[str, Any]) -> None:
         pretrained = materialize(data.pretrained_files, os.path.join(work, "pretrained"))
 
         def report(metrics: dict[str, Any], checkpoint: str | None) -> None:
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None)
+            ray.train.report(
+                metrics, checkpoint=ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None
+            )
 
-        fit_trial(cfg, data, pretrained, os.path.join(work, "checkpoints"), report, rank=context.get_world_rank(),
-                  world=context.get_world_size(), device=ray.train.torch.get_device(),
-                  wrap=ray.train.torch.prepare_model)
+        fit_trial(
+            cfg,
+            data,
+            pretrained,
+            os.path.join(work, "checkpoints"),
+            report,
+            rank=context.get_world_rank(),
+            world=context.get_world_size(),
+            device=ray.train.torch.get_device(),
+            wrap=ray.train.torch.prepare_model,
+        )
 
 
-def multi_worker_trial(trial_config: dict[str, Any], base: FinetuneSection, data: TrialData,
-                       workers: int, resources: dict[str, float], storage: str, metric: str) -> None:
+def multi_worker_trial(
+    trial_config: dict[str, Any],
+    base: FinetuneSection,
+    data: TrialData,
+    workers: int,
+    resources: dict[str, float],
+    storage: str,
+    metric: str,
+) -> None:
     """The trial's driver: a TorchTrainer whose worker reports TuneReportCallback forwards to Tune."""
     trainer = ray.train.torch.TorchTrainer(
         ray_train_trial_worker,
-        train_loop_config={"trial_config": trial_config, "base": base, "data_ref": ray.put(data),
-                           "cpus": resources.get("CPU", 1)},
-        scaling_config=ray.train.ScalingConfig(num_workers=workers, use_gpu=resources.get("GPU", 0) > 0,
-                                               resources_per_worker=resources),
+        train_loop_config={
+            "trial_config": trial_config,
+            "base": base,
+            "data_ref": ray.put(data),
+            "cpus": resources.get("CPU", 1),
+        },
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=workers, use_gpu=resources.get("GPU", 0) > 0, resources_per_worker=resources
+        ),
         run_config=ray.train.RunConfig(
-            name=f"train-{ray.tune.get_context().get_trial_id()}", storage_path=storage,
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1, checkpoint_score_attribute=metric,
-                                                         checkpoint_score_order="max"),
-            callbacks=[TuneReportCallback()]))
+            name=f"train-{ray.tune.get_context().get_trial_id()}",
+            storage_path=storage,
+            checkpoint_config=ray.train.CheckpointConfig(
+                num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"
+            ),
+            callbacks=[TuneReportCallback()],
+        ),
+    )
     trainer.fit()
 
 
@@ -122,12 +150,21 @@ def build_trainable(config: Config, data_ref: ray.ObjectRef, storage: str, metri
     resources = trial_resources(config.tune)
     workers = config.tune.workers_per_trial
     if workers == 1:
-        trainable = ray.tune.with_parameters(single_process_trial, base=config.finetune, data=data_ref,
-                                             cpus=resources.get("CPU", 1))
-        return ray.tune.with_resources(trainable, {{"CPU": "cpu", "GPU": "gpu"}.get(k, k): v
-                                                   for k, v in resources.items()})
-    trainable = ray.tune.with_parameters(multi_worker_trial, base=config.finetune, data=data_ref,
-                                         workers=workers, resources=resources, storage=storage, metric=metric)
+        trainable = ray.tune.with_parameters(
+            single_process_trial, base=config.finetune, data=data_ref, cpus=resources.get("CPU", 1)
+        )
+        return ray.tune.with_resources(
+            trainable, {{"CPU": "cpu", "GPU": "gpu"}.get(k, k): v for k, v in resources.items()}
+        )
+    trainable = ray.tune.with_parameters(
+        multi_worker_trial,
+        base=config.finetune,
+        data=data_ref,
+        workers=workers,
+        resources=resources,
+        storage=storage,
+        metric=metric,
+    )
     # The driver only waits on its workers, which reserve the trial's compute; Tune needs it to
     # hold something, and a whole CPU would starve small machines (2 workers + driver > 2 CPUs).
     return ray.tune.with_resources(trainable, {"cpu": 0.01})
@@ -160,10 +197,15 @@ def search_algorithm(tune_cfg: TuneSection, max_concurrent: int | None):
 
 def checkpoint_at(filesystem: pyarrow.fs.FileSystem | None):
     """A checkpoint path inside the search's storage -> its Ray checkpoint, or None once deleted."""
+
     def at(path: str) -> ray.train.Checkpoint | None:
         checkpoint = ray.train.Checkpoint(path, filesystem=filesystem)
-        return None if checkpoint.filesystem.get_file_info(checkpoint.path).type == pyarrow.fs.FileType.NotFound \
+        return (
+            None
+            if checkpoint.filesystem.get_file_info(checkpoint.path).type == pyarrow.fs.FileType.NotFound
             else checkpoint
+        )
+
     return at
 
 
@@ -177,8 +219,11 @@ def build_finetune(run: StageRun) -> dict:
     config, tc = run.config, run.config.tune
     metric = tune_metric(config)
     for key in searched_overrides(config):
-        log.warning("%s=%s is searched by tune.space; the trials use the space's values", key,
-                    getattr(config.finetune, key.partition(".")[2]))
+        log.warning(
+            "%s=%s is searched by tune.space; the trials use the space's values",
+            key,
+            getattr(config.finetune, key.partition(".")[2]),
+        )
     pretrained = pretrained_dir(config)
     data, task, truncated = encode_task(config.finetune, read_pretrained_files(pretrained))
     storage = join(run.scratch, "tune")  # the search's working folder, removed when the output is complete
@@ -186,20 +231,45 @@ def build_finetune(run: StageRun) -> dict:
     # Keeping one checkpoint per trial forces a state snapshot per report; Tune warns about it each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     init_ray()
-    scheduler = (ASHAScheduler(time_attr="training_iteration", max_t=max_epochs(config), grace_period=tc.grace_period,
-                               reduction_factor=tc.reduction_factor) if tc.scheduler == "asha" else FIFOScheduler())
+    scheduler = (
+        ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=max_epochs(config),
+            grace_period=tc.grace_period,
+            reduction_factor=tc.reduction_factor,
+        )
+        if tc.scheduler == "asha"
+        else FIFOScheduler()
+    )
     tuner = ray.tune.Tuner(
-        build_trainable(config, ray.put(data), storage, metric), param_space=build_search_space(tc),
-        tune_config=ray.tune.TuneConfig(metric=metric, mode="max", num_samples=tc.num_samples, scheduler=scheduler,
-                                        search_alg=search_algorithm(tc, concurrent_trials(tc))),
+        build_trainable(config, ray.put(data), storage, metric),
+        param_space=build_search_space(tc),
+        tune_config=ray.tune.TuneConfig(
+            metric=metric,
+            mode="max",
+            num_samples=tc.num_samples,
+            scheduler=scheduler,
+            search_alg=search_algorithm(tc, concurrent_trials(tc)),
+        ),
         run_config=ray.tune.RunConfig(
-            name="search", storage_path=storage, verbose=0,
-            checkpoint_config=ray.tune.CheckpointConfig(num_to_keep=1, checkpoint_score_attribute=metric,
-                                                        checkpoint_score_order="max")))
-    log.info("tuning %d trials over %s on %d train / %d eval examples", tc.num_samples, sorted(tc.space),
-             len(data.train), len(data.eval))
-    rows = results.summarize_trials(tuner.fit(), config, metric, checkpoint_at(arrow_filesystem(storage)[0]),
-                                    CHECKPOINT_PATH_KEY)
+            name="search",
+            storage_path=storage,
+            verbose=0,
+            checkpoint_config=ray.tune.CheckpointConfig(
+                num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"
+            ),
+        ),
+    )
+    log.info(
+        "tuning %d trials over %s on %d train / %d eval examples",
+        tc.num_samples,
+        sorted(tc.space),
+        len(data.train),
+        len(data.eval),
+    )
+    rows = results.summarize_trials(
+        tuner.fit(), config, metric, checkpoint_at(arrow_filesystem(storage)[0]), CHECKPOINT_PATH_KEY
+    )
     best = results.pick_best(rows, metric)
     with tempfile.TemporaryDirectory() as local:
         best["_checkpoint"].to_directory(local)
@@ -210,10 +280,17 @@ def build_finetune(run: StageRun) -> dict:
     write_text(run.path("best.json"), json.dumps(best_json, indent=2) + "\n")
     write_text(run.path("trials.csv"), results.trials_csv(rows))
     print(results.summary_text(rows, best, metric, run.current), flush=True)
-    return {"pretrained": pretrained, "init": config.finetune.init, "metric": metric,
-            "best": {k: best_json[k] for k in ("trial_id", "epoch", "value")}, "trials": results.trial_counts(rows),
-            "examples": task.accounting, "truncated": truncated, "label_names": task.label_names,
-            "config": {"finetune": config_to_dict(config.finetune), "tune": config_to_dict(config.tune)}}
+    return {
+        "pretrained": pretrained,
+        "init": config.finetune.init,
+        "metric": metric,
+        "best": {k: best_json[k] for k in ("trial_id", "epoch", "value")},
+        "trials": results.trial_counts(rows),
+        "examples": task.accounting,
+        "truncated": truncated,
+        "label_names": task.label_names,
+        "config": {"finetune": config_to_dict(config.finetune), "tune": config_to_dict(config.tune)},
+    }
 
 
 run_finetune = stage_runner("finetune")

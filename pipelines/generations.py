@@ -7,6 +7,7 @@ next run, so an output is never half here and half there for longer than that. O
 carrying albert-ray's marker are moved or deleted, checked for every folder before the first
 change.
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,11 +57,14 @@ def finish_interrupted_swap(run_dir: str) -> None:
     try:
         journal = read_json(path)
     except ValueError:
-        raise BadInput(f"{path} is unreadable: a swap was interrupted and its journal damaged; check the stage "
-                       f"folders, {BUILDING}/ and {PREVIOUS}/ of {run_dir} by hand, then remove {path}") from None
+        raise BadInput(
+            f"{path} is unreadable: a swap was interrupted and its journal damaged; check the stage "
+            f"folders, {BUILDING}/ and {PREVIOUS}/ of {run_dir} by hand, then remove {path}"
+        ) from None
     if journal:
-        log.warning("finishing the interrupted %s of the %s stage in %s", journal.get("action"), journal.get("stage"),
-                    run_dir)
+        log.warning(
+            "finishing the interrupted %s of the %s stage in %s", journal.get("action"), journal.get("stage"), run_dir
+        )
         print(f"{journal.get('stage')}: finishing an interrupted {journal.get('action')} in {run_dir}", flush=True)
         _run_journal(run_dir, journal)
 

@@ -8,6 +8,7 @@ The writes are conditional (create-if-absent, compare-and-swap; pipelines/storag
 runs that start together cannot both win. The DAG's stage tasks run under their driver's lease:
 they check that it still names their run before they commit an output.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
+from .conditional import create_exclusive, delete_if, read_versioned, replace_if
 from .errors import LeaseHeld
-from .storage import create_exclusive, delete_if, join, read_versioned, replace_if
+from .storage import join
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ class Holder:
     ttl_s: float
 
     @classmethod
-    def this_process(cls) -> "Holder":
+    def this_process(cls) -> Holder:
         now = time.time()
         command = " ".join([os.path.basename(sys.executable), *sys.argv])[:300]
         return cls(uuid.uuid4().hex, socket.gethostname(), os.getpid(), command, _job_id(), now, now, lease_ttl_s())
@@ -78,8 +80,10 @@ class Holder:
         now = time.time() if now is None else now
         started = datetime.fromtimestamp(self.started, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         job = f", Ray job {self.job}" if self.job else ""
-        return (f"`{self.command}` (pid {self.pid} on {self.host}{job}; started {started}, last heartbeat "
-                f"{max(0.0, now - self.heartbeat):.0f} s ago)")
+        return (
+            f"`{self.command}` (pid {self.pid} on {self.host}{job}; started {started}, last heartbeat "
+            f"{max(0.0, now - self.heartbeat):.0f} s ago)"
+        )
 
     def stale(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
@@ -118,7 +122,7 @@ class Lease:
         self._thread.start()
 
     @classmethod
-    def acquire(cls, run_dir: str) -> "Lease":
+    def acquire(cls, run_dir: str) -> Lease:
         holder = Holder.this_process()
         path = join(run_dir, LEASE_FILE)
         token = create_exclusive(path, holder.encode())
@@ -128,8 +132,10 @@ class Lease:
         if found is not None:
             other, other_token = found
             if not other.stale():
-                raise LeaseHeld(f"run_dir {run_dir} is in use by {other.describe()}: wait for it to end or stop it "
-                                f"(a holder that stops renewing its lease for {other.ttl_s:.0f} s is taken over)")
+                raise LeaseHeld(
+                    f"run_dir {run_dir} is in use by {other.describe()}: wait for it to end or stop it "
+                    f"(a holder that stops renewing its lease for {other.ttl_s:.0f} s is taken over)"
+                )
             log.warning("taking over the lease on %s from %s: it is no longer renewed", run_dir, other.describe())
             token = replace_if(path, holder.encode(), other_token)
         else:  # released between our two reads
@@ -173,11 +179,14 @@ class Lease:
         commit, so a run that lost its lease (or could not renew it for a TTL) commits nothing."""
         renewed = self._try_renew()
         if renewed is False:
-            raise LeaseHeld(f"run_dir {self.run_dir}: this run's lease was taken over by {self.lost_to}; nothing "
-                            "was committed")
+            raise LeaseHeld(
+                f"run_dir {self.run_dir}: this run's lease was taken over by {self.lost_to}; nothing was committed"
+            )
         if renewed is None and time.monotonic() - self.renewed > self.holder.ttl_s:
-            raise LeaseHeld(f"run_dir {self.run_dir}: this run could not renew its lease for "
-                            f"{self.holder.ttl_s:.0f} s, so another run may have taken it; nothing was committed")
+            raise LeaseHeld(
+                f"run_dir {self.run_dir}: this run could not renew its lease for "
+                f"{self.holder.ttl_s:.0f} s, so another run may have taken it; nothing was committed"
+            )
 
     def release(self) -> None:
         self._stop.set()
@@ -225,8 +234,10 @@ def check_owner(run_dir: str, owner: str) -> None:
         who = found[0].describe() if found else "nobody"
         raise LeaseHeld(f"run_dir {run_dir}: this run no longer holds its lease (held by {who}); nothing was committed")
     if found[0].stale():
-        raise LeaseHeld(f"run_dir {run_dir}: this run's lease is no longer renewed by its driver "
-                        f"({found[0].describe()}); nothing was committed")
+        raise LeaseHeld(
+            f"run_dir {run_dir}: this run's lease is no longer renewed by its driver "
+            f"({found[0].describe()}); nothing was committed"
+        )
 
 
 __all__ = ["LEASE_FILE", "Holder", "Lease", "check_owner", "hold", "lease_ttl_s", "read_holder"]

@@ -13,6 +13,7 @@ Layout of a run_dir (documented in the README):
 
 A stage's run function only does the stage's work, into the folder it is given (StageRun.out).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -27,10 +28,27 @@ from typing import Any
 from .config import Config, dump_yaml
 from .generations import building_dir, commit, finish_interrupted_swap, set_aside
 from .lease import check_owner, hold, read_holder
-from .ownership import (BUILDING, MARKER, check_input_paths, check_run_dir, ensure_folder, ensure_run_dir, read_marker,
-                        refuse_unowned, write_marker)
-from .stages import (MANIFEST, STAGES, config_value, is_up_to_date, lineage_fingerprint, read_manifest_at, stage_dir,
-                     stage_fingerprint)
+from .ownership import (
+    BUILDING,
+    MARKER,
+    check_input_paths,
+    check_run_dir,
+    ensure_folder,
+    ensure_run_dir,
+    read_marker,
+    refuse_unowned,
+    write_marker,
+)
+from .stages import (
+    MANIFEST,
+    STAGES,
+    config_value,
+    is_up_to_date,
+    lineage_fingerprint,
+    read_manifest_at,
+    stage_dir,
+    stage_fingerprint,
+)
 from .storage import delete_tree, exists, join, list_names, write_json, write_text
 
 log = logging.getLogger(__name__)
@@ -101,12 +119,16 @@ def can_resume(marker: dict[str, Any], name: str, lineage: str, extends: dict[st
     """An unfinished build is resumed when its stage resumes, its lineage is this one and no
     `extends` key went down (a run past a lowered max_steps cannot be resumed to it)."""
     before = marker.get("extends") or {}
-    return (STAGES[name].resumable and marker.get("lineage") == lineage
-            and all(before.get(k) is None or v >= before[k] for k, v in extends.items()))
+    return (
+        STAGES[name].resumable
+        and marker.get("lineage") == lineage
+        and all(before.get(k) is None or v >= before[k] for k, v in extends.items())
+    )
 
 
-def _prepare_building(config: Config, run_dir: str, name: str, fingerprint: str, lineage: str,
-                      force_token: str | None) -> str:
+def _prepare_building(
+    config: Config, run_dir: str, name: str, fingerprint: str, lineage: str, force_token: str | None
+) -> str:
     """`_building/<name>` ready to build into: "complete" (built but not swapped in), "resume" (an
     unfinished attempt it continues) or "new". An unfinished resumable build that is not resumed is
     set aside in `_previous/`, never deleted."""
@@ -115,9 +137,15 @@ def _prepare_building(config: Config, run_dir: str, name: str, fingerprint: str,
     refuse_unowned(folder, name)
     marker, extends = read_marker(folder), extends_values(config, name)
     holder = read_holder(run_dir)
-    fields = {"stage": name, "run_id": (read_marker(run_dir) or {}).get("run_id"), "fingerprint": fingerprint,
-              "lineage": lineage, "extends": extends, "forced_by": force_token,
-              "made_by": {k: getattr(holder[0], k) for k in ("command", "host", "pid", "job")} if holder else None}
+    fields = {
+        "stage": name,
+        "run_id": (read_marker(run_dir) or {}).get("run_id"),
+        "fingerprint": fingerprint,
+        "lineage": lineage,
+        "extends": extends,
+        "forced_by": force_token,
+        "made_by": {k: getattr(holder[0], k) for k in ("command", "host", "pid", "job")} if holder else None,
+    }
     if marker is not None:
         mine = force_token is None or marker.get("forced_by") == force_token
         manifest = read_manifest_at(folder)
@@ -136,17 +164,25 @@ def _prepare_building(config: Config, run_dir: str, name: str, fingerprint: str,
     return "new"
 
 
-def _build(config: Config, name: str, out: str, state: str, fingerprint: str, lineage: str,
-           force_token: str | None) -> None:
+def _build(
+    config: Config, name: str, out: str, state: str, fingerprint: str, lineage: str, force_token: str | None
+) -> None:
     """The stage's run function into `out`, then config.yaml and the manifest (last)."""
     current = stage_dir(config, name)
     current_manifest = read_manifest_at(current)
-    extends = (current_manifest if STAGES[name].extends and force_token is None and current_manifest
-               and current_manifest.get("lineage") == lineage else None)
+    extends = (
+        current_manifest
+        if STAGES[name].extends
+        and force_token is None
+        and current_manifest
+        and current_manifest.get("lineage") == lineage
+        else None
+    )
     started = time.time()
     try:
-        fields = run_function(name)(StageRun(config, name, out, fingerprint, lineage, state == "resume", current,
-                                             extends))
+        fields = run_function(name)(
+            StageRun(config, name, out, fingerprint, lineage, state == "resume", current, extends)
+        )
     except BaseException:
         if state == "new" and list_names(out) == [MARKER]:  # it failed before writing anything
             delete_tree(out)
@@ -154,9 +190,18 @@ def _build(config: Config, name: str, out: str, state: str, fingerprint: str, li
     if exists(join(out, SCRATCH)):
         delete_tree(join(out, SCRATCH))
     write_text(join(out, "config.yaml"), dump_yaml(config))
-    write_json(join(out, MANIFEST), {**fields, "stage": name, "fingerprint": fingerprint, "lineage": lineage,
-                                     "forced_by": force_token, "seconds": time.time() - started,
-                                     "committed": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    write_json(
+        join(out, MANIFEST),
+        {
+            **fields,
+            "stage": name,
+            "fingerprint": fingerprint,
+            "lineage": lineage,
+            "forced_by": force_token,
+            "seconds": time.time() - started,
+            "committed": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        },
+    )
 
 
 def run_stage(config: Config, name: str, force: bool | str = False, owner: str | None = None) -> StageOutcome:
@@ -194,6 +239,7 @@ def run_stage(config: Config, name: str, force: bool | str = False, owner: str |
 
 def stage_runner(name: str) -> Callable[..., str]:
     """`run_<stage>(config, force=False) -> folder`: the stage through the lifecycle, as a function."""
+
     def run(config: Config, force: bool = False) -> str:
         return run_stage(config, name, force).path
 
@@ -202,5 +248,13 @@ def stage_runner(name: str) -> Callable[..., str]:
     return run
 
 
-__all__ = ["SCRATCH", "StageOutcome", "StageRun", "can_resume", "extends_values", "run_function", "run_stage",
-           "stage_runner"]
+__all__ = [
+    "SCRATCH",
+    "StageOutcome",
+    "StageRun",
+    "can_resume",
+    "extends_values",
+    "run_function",
+    "run_stage",
+    "stage_runner",
+]

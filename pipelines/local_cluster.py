@@ -8,9 +8,11 @@ elsewhere does not find it). Its state (pid, ports, token) lives in `.ray-local/
     python -m pipelines.local_cluster run [--num-cpus N] [full_run args ...]   # start if needed, submit, stream
     python -m pipelines.local_cluster start | status | stop
 """
+
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -27,16 +29,24 @@ from pathlib import Path
 
 from pipelines.cli import report_user_error
 from pipelines.config import load_config
+from pipelines.dag import preflight
 from pipelines.errors import LeaseHeld, UserError
-from pipelines.full_run import preflight
 from pipelines.lease import read_holder
 
 REPO = Path(__file__).resolve().parents[1]
 STATE_DIR = REPO / ".ray-local"
 RAY = str(Path(sys.executable).parent / "ray")
-PORT_NAMES = ("port", "dashboard-port", "ray-client-server-port", "dashboard-agent-listen-port",
-              "dashboard-agent-grpc-port", "metrics-export-port", "node-manager-port", "object-manager-port",
-              "runtime-env-agent-port")
+PORT_NAMES = (
+    "port",
+    "dashboard-port",
+    "ray-client-server-port",
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "metrics-export-port",
+    "node-manager-port",
+    "object-manager-port",
+    "runtime-env-agent-port",
+)
 WORKER_PORTS = 200
 
 
@@ -75,18 +85,14 @@ class LocalHead:
     def dashboard_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['dashboard-port']}"
 
-    @property
-    def gcs_address(self) -> str:
-        return f"127.0.0.1:{self.ports['port']}"
-
     def client_env(self) -> dict[str, str]:
         """The environment for `ray job submit` (and other clients) against this head."""
-        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token,
-                "RAY_ADDRESS": self.dashboard_url}
+        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, "RAY_ADDRESS": self.dashboard_url}
 
     def responds(self) -> bool:
-        request = urllib.request.Request(self.dashboard_url + "/api/version",
-                                         headers={"Authorization": f"Bearer {self.token}"})
+        request = urllib.request.Request(
+            self.dashboard_url + "/api/version", headers={"Authorization": f"Bearer {self.token}"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=2) as response:
                 return response.status == 200
@@ -108,10 +114,8 @@ class LocalHead:
     def stop(self, timeout_s: float = 60) -> None:
         """SIGTERM to `ray start --block` (it stops the processes it started), then SIGKILL to its
         process group if anything is left."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         deadline = time.time() + timeout_s
         while time.time() < deadline and _group_alive(self.pid):
             time.sleep(0.5)
@@ -122,10 +126,8 @@ class LocalHead:
 
 
 def _group_alive(pgid: int) -> bool:
-    try:  # reap the leader if this process started it: a zombie still counts as a group member
-        os.waitpid(pgid, os.WNOHANG)
-    except ChildProcessError:
-        pass
+    with contextlib.suppress(ChildProcessError):  # reap the leader if this process started it: a zombie
+        os.waitpid(pgid, os.WNOHANG)  # still counts as a group member
     try:
         os.killpg(pgid, 0)
         return True
@@ -156,19 +158,34 @@ def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout
     temp_dir = f"/tmp/ray-albert-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}"
     token = secrets.token_hex(32)
     head_address = f"127.0.0.1:{ports['port']}"
-    command = [RAY, "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--dashboard-host=127.0.0.1",
-               "--include-dashboard=true", f"--temp-dir={temp_dir}", "--disable-usage-stats",
-               *[f"--{name}={port}" for name, port in ports.items()],
-               *([f"--num-cpus={num_cpus}"] if num_cpus else [])]
+    command = [
+        RAY,
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        "--dashboard-host=127.0.0.1",
+        "--include-dashboard=true",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
+        *[f"--{name}={port}" for name, port in ports.items()],
+        *([f"--num-cpus={num_cpus}"] if num_cpus else []),
+    ]
     # Jobs run `python ...` with the head's PATH: make that the interpreter (venv) running this.
     # RAY_ADDRESS: Ray's own actors (Ray Train's placement group cleaner) look the cluster up
     # without an address and fail when another Ray runs on the machine.
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_ADDRESS": head_address,
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": token,
+        "RAY_ADDRESS": head_address,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     log_path = state_dir / "head.log"
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
     head = LocalHead(process.pid, ports, temp_dir, token)
     token_file = state_dir / "token"
     token_file.write_text(token)
@@ -180,8 +197,9 @@ def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout
     # The job agent comes up seconds after the dashboard; jobs submitted before it fail.
     while not (head.responds() and head.agent_listening()):
         if process.poll() is not None:
-            raise RuntimeError(f"ray start exited with {process.returncode}; see {log_path}:\n"
-                               + log_path.read_text()[-3000:])
+            raise RuntimeError(
+                f"ray start exited with {process.returncode}; see {log_path}:\n" + log_path.read_text()[-3000:]
+            )
         if time.time() > deadline:
             head.stop()
             raise TimeoutError(f"the Ray head did not come up in {timeout_s:.0f} s; see {log_path}")
@@ -189,16 +207,25 @@ def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout
     return head
 
 
-def submit(head: LocalHead, entrypoint: list[str], working_dir: Path = REPO, attempts: int = 5,
-           echo: bool = True) -> tuple[int, str]:
+def submit(
+    head: LocalHead, entrypoint: list[str], working_dir: Path = REPO, attempts: int = 5, echo: bool = True
+) -> tuple[int, str]:
     """`ray job submit --working-dir DIR -- ENTRYPOINT`, streaming the job's log (to stdout when
     `echo`); the CLI's exit code (1 when the job failed) and its output. Retries while the head's
     job agent is not ready yet."""
-    command = [RAY, "job", "submit", f"--address={head.dashboard_url}", f"--working-dir={working_dir}",
-               "--", *entrypoint]
+    command = [
+        RAY,
+        "job",
+        "submit",
+        f"--address={head.dashboard_url}",
+        f"--working-dir={working_dir}",
+        "--",
+        *entrypoint,
+    ]
     for attempt in range(attempts):
-        process = subprocess.Popen(command, env=head.client_env(), stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, bufsize=1)
+        process = subprocess.Popen(
+            command, env=head.client_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
         assert process.stdout is not None
         lines = []
         for line in process.stdout:
@@ -240,8 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["run", "start", "status", "stop"])
     # At least 4: a training worker or a Tune trial holds a CPU while Ray Data's read tasks need
     # one more, which a 2-core machine would not have left.
-    parser.add_argument("--num-cpus", type=int, default=max(4, os.cpu_count() or 1),
-                        help="logical CPUs of a head this command starts (default: the machine's, at least 4)")
+    parser.add_argument(
+        "--num-cpus",
+        type=int,
+        default=max(4, os.cpu_count() or 1),
+        help="logical CPUs of a head this command starts (default: the machine's, at least 4)",
+    )
     args, rest = parser.parse_known_args(argv)
     head = load_head()
     if args.command == "stop":
@@ -266,12 +297,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.time()
     rc, _ = submit(head, ["python", "pipelines/full_run.py", *full_run_args])
-    print(f"\n{'job SUCCEEDED' if rc == 0 else 'job FAILED'} after {(time.time() - started) / 60:.1f} min\n"
-          f"report:            {run_dir}/report/report.md\n"
-          f"pretrained model:  {run_dir}/pretrain/hf (transformers format)\n"
-          f"fine-tuned model:  {run_dir}/finetune/best (transformers format)\n"
-          f"Ray dashboard:     {head.dashboard_url} (token in {STATE_DIR / 'token'}); the head keeps running, "
-          f"stop it with `{sys.executable} -m pipelines.local_cluster stop`", flush=True)
+    print(
+        f"\n{'job SUCCEEDED' if rc == 0 else 'job FAILED'} after {(time.time() - started) / 60:.1f} min\n"
+        f"report:            {run_dir}/report/report.md\n"
+        f"pretrained model:  {run_dir}/pretrain/hf (transformers format)\n"
+        f"fine-tuned model:  {run_dir}/finetune/best (transformers format)\n"
+        f"Ray dashboard:     {head.dashboard_url} (token in {STATE_DIR / 'token'}); the head keeps running, "
+        f"stop it with `{sys.executable} -m pipelines.local_cluster stop`",
+        flush=True,
+    )
     return rc
 
 

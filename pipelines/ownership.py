@@ -6,6 +6,7 @@ run_dir), `stage` (a stage's output, current, building or previous), `folder` (`
 `_previous/`, `costs/`). A symbolic link is never owned: a link to another run's output is not
 ours to delete. Nothing here deletes anything; pipelines/generations.py does, on owned folders.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,15 +38,20 @@ def read_marker(folder: str) -> dict[str, Any] | None:
 
 
 def write_marker(folder: str, kind: str, **fields: Any) -> None:
-    write_json(join(folder, MARKER), {"tool": TOOL, "kind": kind, **fields,
-                                      "created": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    write_json(
+        join(folder, MARKER),
+        {"tool": TOOL, "kind": kind, **fields, "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+    )
 
 
 def owned(folder: str, stage: str | None = None, kind: str | None = None) -> bool:
     """Whether albert-ray made this folder (of this kind, for this stage, when given)."""
     marker = read_marker(folder)
-    return (marker is not None and (stage is None or marker.get("stage") == stage)
-            and (kind is None or marker.get("kind") == kind))
+    return (
+        marker is not None
+        and (stage is None or marker.get("stage") == stage)
+        and (kind is None or marker.get("kind") == kind)
+    )
 
 
 def refuse_unowned(folder: str, stage: str | None = None) -> None:
@@ -53,9 +59,11 @@ def refuse_unowned(folder: str, stage: str | None = None) -> None:
     linked = not is_remote(folder) and os.path.islink(filesystem(folder)[1])
     if (linked or exists(folder)) and not owned(folder, stage):
         what = f"the {stage} stage's" if stage else "albert-ray's"
-        raise RefusedPath(f"{folder} exists but is not {what} (no {MARKER} marker naming it"
-                          f"{'; it is a link' if linked else ''}): refusing to replace or delete it; move it away "
-                          "or choose another run_dir")
+        raise RefusedPath(
+            f"{folder} exists but is not {what} (no {MARKER} marker naming it"
+            f"{'; it is a link' if linked else ''}): refusing to replace or delete it; move it away "
+            "or choose another run_dir"
+        )
 
 
 def _ancestors(path: str) -> list[str]:
@@ -89,21 +97,28 @@ def check_run_dir(run_dir: str) -> str:
     marker = read_marker(path)
     if marker is not None:
         if marker.get("kind") != "run":
-            raise RefusedPath(f"run_dir={run_dir}: albert-ray's {marker.get('stage') or marker.get('kind')} "
-                              "output inside another run_dir, not a run_dir; use a folder of its own")
+            raise RefusedPath(
+                f"run_dir={run_dir}: albert-ray's {marker.get('stage') or marker.get('kind')} "
+                "output inside another run_dir, not a run_dir; use a folder of its own"
+            )
         return path
     ancestor = next((a for a in _ancestors(path) if read_marker(a) is not None), None)
     if ancestor is not None:
         raise RefusedPath(f"run_dir={run_dir}: lies inside {ancestor}, which albert-ray made; use a folder of its own")
     names = list_names(path)
-    foreign = [n for n in names if n not in CONTROL_FILES
-               and (read_marker(join(path, n)) or {}).get("kind") not in ADOPTABLE_KINDS]
+    foreign = [
+        n
+        for n in names
+        if n not in CONTROL_FILES and (read_marker(join(path, n)) or {}).get("kind") not in ADOPTABLE_KINDS
+    ]
     if foreign:
         fs, _ = filesystem(path)
         shown = ", ".join(n + ("/" if fs.isdir(filesystem(join(path, n))[1]) else "") for n in foreign[:5])
         more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        raise RefusedPath(f"run_dir={run_dir}: exists, is not empty and was not made by albert-ray (no {MARKER}): it "
-                          f"holds {shown}{more}; refusing to write there. Use a new or empty folder")
+        raise RefusedPath(
+            f"run_dir={run_dir}: exists, is not empty and was not made by albert-ray (no {MARKER}): it "
+            f"holds {shown}{more}; refusing to write there. Use a new or empty folder"
+        )
     return path
 
 
@@ -155,14 +170,30 @@ def check_input_paths(config: Config, names: list[str]) -> None:
                 first = rel.split("/", 1)[0] if rel is not None else None
                 if first in (BUILDING, PREVIOUS, ".") or (first in STAGES and order.index(first) >= order.index(name)):
                     where = join(run_dir, first) if first != "." else run_dir
-                    raise RefusedPath(f"{key}={path}: lies inside {where}, which a run on run_dir={config.run_dir} "
-                                      f"replaces (the {name} stage reads it); use a copy outside, or another run_dir")
+                    raise RefusedPath(
+                        f"{key}={path}: lies inside {where}, which a run on run_dir={config.run_dir} "
+                        f"replaces (the {name} stage reads it); use a copy outside, or another run_dir"
+                    )
                 if first not in STAGES and not any(c in path for c in "*?[") and not exists(path):
                     raise MissingInput(f"{key}: {path} does not exist")
                 if key == "corpus.paths" and rel is None and path_inside(_glob_root(path), run_dir) is not None:
-                    raise RefusedPath(f"{key}={path}: holds run_dir={config.run_dir}, so the corpus would include the "
-                                      "run's own outputs; put the run_dir elsewhere")
+                    raise RefusedPath(
+                        f"{key}={path}: holds run_dir={config.run_dir}, so the corpus would include the "
+                        "run's own outputs; put the run_dir elsewhere"
+                    )
 
 
-__all__ = ["BUILDING", "CONTROL_FILES", "MARKER", "PREVIOUS", "check_input_paths", "check_run_dir", "ensure_folder",
-           "ensure_run_dir", "owned", "read_marker", "refuse_unowned", "write_marker"]
+__all__ = [
+    "BUILDING",
+    "CONTROL_FILES",
+    "MARKER",
+    "PREVIOUS",
+    "check_input_paths",
+    "check_run_dir",
+    "ensure_folder",
+    "ensure_run_dir",
+    "owned",
+    "read_marker",
+    "refuse_unowned",
+    "write_marker",
+]

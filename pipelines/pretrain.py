@@ -10,6 +10,7 @@ Output layout (documented in the README): `train/checkpoint_*/` (DCP checkpoints
 kept), `metrics.jsonl` (a line per log step, per validation pass and per start, resume or
 continuation), `eval.json`, `hf/` (the transformers export), `config.yaml`, `manifest.json` (last).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,13 +64,18 @@ class RayTrainIO:
         # the whole dataset on every worker, in order, shuffled with a per-epoch seed
         train = self.plan.train
         return self.train.iter_batches(
-            batch_size=train.global_batch_size, batch_format="pyarrow", drop_last=True, prefetch_batches=2,
+            batch_size=train.global_batch_size,
+            batch_format="pyarrow",
+            drop_last=True,
+            prefetch_batches=2,
             local_shuffle_buffer_size=max(train.shuffle_buffer, train.global_batch_size),
-            local_shuffle_seed=train.seed * 1_000_003 + epoch)
+            local_shuffle_seed=train.seed * 1_000_003 + epoch,
+        )
 
     def validation_batches(self):
-        return self.validation.iter_batches(batch_size=self.plan.train.micro_batch * self.world,
-                                            batch_format="pyarrow", drop_last=True)
+        return self.validation.iter_batches(
+            batch_size=self.plan.train.micro_batch * self.world, batch_format="pyarrow", drop_last=True
+        )
 
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         ray.train.report(metrics, checkpoint=Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)
@@ -94,8 +100,9 @@ def train_worker(loop_config: dict) -> None:
     # a machine where nothing else computes while it trains): torch_threads says otherwise.
     torch.set_num_threads(plan.train.torch_threads or max(1, int(plan.train.cpus_per_worker)))
     device = ray.train.torch.get_device() if plan.use_gpu else torch.device("cpu")
-    pretrain_loop(plan, context.get_world_rank(), context.get_world_size(), device,
-                  RayTrainIO(plan, context.get_world_size()))
+    pretrain_loop(
+        plan, context.get_world_rank(), context.get_world_size(), device, RayTrainIO(plan, context.get_world_size())
+    )
 
 
 def _read_split(config: Config, split: str) -> ray.data.Dataset:
@@ -107,8 +114,9 @@ def build_pretrain(run: StageRun) -> dict:
     """Pretrain on {run_dir}/data into the stage's folder; returns the manifest's fields."""
     config, out_dir, train = run.config, run.out, run.config.train
     init_ray()
-    plan = plan_pretraining(config, out_dir, int(ray.cluster_resources().get("GPU", 0)),
-                            int(os.environ.get(FAULT_ENV, 0)))
+    plan = plan_pretraining(
+        config, out_dir, int(ray.cluster_resources().get("GPU", 0)), int(os.environ.get(FAULT_ENV, 0))
+    )
     plan = dataclasses.replace(plan, initial_checkpoint=continuation(run))
     check_resolved(run, plan)
     if run.resumed:
@@ -119,31 +127,47 @@ def build_pretrain(run: StageRun) -> dict:
     ingest = ray.train.DataConfig.default_ingest_options()
     ingest.preserve_order = True  # the same batches in the same order on every worker and every attempt
     trainer = TorchTrainer(
-        train_worker, train_loop_config={"plan": plan},
-        scaling_config=ScalingConfig(num_workers=train.num_workers, use_gpu=plan.use_gpu,
-                                     resources_per_worker={"CPU": train.cpus_per_worker,
-                                                           **({"GPU": 1} if plan.use_gpu else {})}),
+        train_worker,
+        train_loop_config={"plan": plan},
+        scaling_config=ScalingConfig(
+            num_workers=train.num_workers,
+            use_gpu=plan.use_gpu,
+            resources_per_worker={"CPU": train.cpus_per_worker, **({"GPU": 1} if plan.use_gpu else {})},
+        ),
         run_config=ray.train.RunConfig(
-            name=CHECKPOINTS, storage_path=storage_path, storage_filesystem=storage_fs,
+            name=CHECKPOINTS,
+            storage_path=storage_path,
+            storage_filesystem=storage_fs,
             failure_config=FailureConfig(max_failures=train.max_failures, controller_failure_limit=train.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=train.checkpoints_to_keep)),
+            checkpoint_config=CheckpointConfig(num_to_keep=train.checkpoints_to_keep),
+        ),
         datasets={"train": _read_split(config, "train"), "validation": _read_split(config, "validation")},
-        dataset_config=ray.train.DataConfig(datasets_to_split=[], execution_options=ingest))
-    print(f"pretrain: {config.model.preset} (hidden {plan.albert.hidden_size}) on {train.num_workers} "
-          f"{'GPU' if plan.use_gpu else 'CPU'} workers: {train.max_steps} steps of {train.global_batch_size} sequences "
-          f"({train.accumulation_steps} x {train.micro_batch} per worker)", flush=True)
+        dataset_config=ray.train.DataConfig(datasets_to_split=[], execution_options=ingest),
+    )
+    print(
+        f"pretrain: {config.model.preset} (hidden {plan.albert.hidden_size}) on {train.num_workers} "
+        f"{'GPU' if plan.use_gpu else 'CPU'} workers: {train.max_steps} steps of {train.global_batch_size} sequences "
+        f"({train.accumulation_steps} x {train.micro_batch} per worker)",
+        flush=True,
+    )
     try:
         result = trainer.fit()
     except ray.train.TrainingFailedError as e:
-        raise RuntimeError(f"pretraining failed (after train.max_failures={train.max_failures} restarts; a re-run "
-                           f"resumes from the latest checkpoint in {join(out_dir, CHECKPOINTS)}): {e}") from e
+        raise RuntimeError(
+            f"pretraining failed (after train.max_failures={train.max_failures} restarts; a re-run "
+            f"resumes from the latest checkpoint in {join(out_dir, CHECKPOINTS)}): {e}"
+        ) from e
     if not exists(join(out_dir, "eval.json")):
         raise RuntimeError(f"pretraining ended without writing {join(out_dir, 'eval.json')}")
     scheme = out_dir.partition("://")[0] + "://" if "://" in out_dir else ""  # Ray Train's paths carry none
-    fields = manifest_fields(plan, config, path_inside(out_dir, scheme + result.checkpoint.path)
-                             if result.checkpoint else None)
-    print(f"pretrain: validation mlm_accuracy {fields['eval']['mlm_accuracy']:.3f}, sop_accuracy "
-          f"{fields['eval']['sop_accuracy']:.3f}; model in {join(run.current, 'hf')}", flush=True)
+    fields = manifest_fields(
+        plan, config, path_inside(out_dir, scheme + result.checkpoint.path) if result.checkpoint else None
+    )
+    print(
+        f"pretrain: validation mlm_accuracy {fields['eval']['mlm_accuracy']:.3f}, sop_accuracy "
+        f"{fields['eval']['sop_accuracy']:.3f}; model in {join(run.current, 'hf')}",
+        flush=True,
+    )
     return fields
 
 

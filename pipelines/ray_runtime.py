@@ -1,4 +1,5 @@
 """Ray plumbing shared by the stages: connecting, sizing the worker pool, running a UDF over work units."""
+
 from __future__ import annotations
 
 import json
@@ -26,16 +27,20 @@ def resolve_num_workers(configured: int | None) -> int:
     return configured or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def map_units(files: list[InputFile], num_workers: int, fn_cls: type, fn_kwargs: dict[str, Any],
-              ) -> Iterator[dict[str, Any]]:
+def map_units(
+    files: list[InputFile],
+    num_workers: int,
+    fn_cls: type,
+    fn_kwargs: dict[str, Any],
+) -> Iterator[dict[str, Any]]:
     """Run `fn_cls` (a Ray Data class UDF, one unit per call) over the corpus in a pool of
     `num_workers` actors, streaming back the JSON records each call returns."""
     units = pack_units(files, num_workers)
     rows = [{"unit": i, "files": json.dumps([f.to_row() for f in unit])} for i, unit in enumerate(units)]
     log.info("%d files in %d work units over %d workers", len(files), len(units), num_workers)
     ds = ray.data.from_items(rows, override_num_blocks=len(rows)).map_batches(
-        fn_cls, fn_constructor_kwargs=fn_kwargs, batch_size=1,
-        compute=ActorPoolStrategy(size=num_workers), num_cpus=1)
+        fn_cls, fn_constructor_kwargs=fn_kwargs, batch_size=1, compute=ActorPoolStrategy(size=num_workers), num_cpus=1
+    )
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             for record in batch["record"]:

@@ -8,6 +8,7 @@ from the restored output's rebuilds it (keeping the restored one as previous aga
 
     python -m pipelines.restore pretrain [--config F] [key=value ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run() -> int:
         config, args = parse_cli(argv, parser)
-        print(f"restored: {restore(config, args.stage)} is the previous output again; the replaced one is in "
-              f"_previous/{args.stage}", flush=True)
+        print(
+            f"restored: {restore(config, args.stage)} is the previous output again; the replaced one is in "
+            f"_previous/{args.stage}",
+            flush=True,
+        )
         return 0
 
     return guarded("pipelines.restore", run)

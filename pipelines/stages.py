@@ -1,7 +1,7 @@
 """The stages, declared once each, and the fingerprints that say whether an output is up to date.
 
 A declaration says everything the shared lifecycle (pipelines/lifecycle.py) and the DAG
-(pipelines/full_run.py) need: the run function, the config keys that change the result, the
+(pipelines/dag.py) need: the run function, the config keys that change the result, the
 stages and config paths it reads, what its folder holds. Adding a stage is one entry here and
 its run function.
 
@@ -11,6 +11,7 @@ changes pretrain's fingerprint and, through it, finetune's, while changing `trai
 `train.num_workers` changes nothing. `run_dir` is in no fingerprint: the same run written locally
 or to s3:// has the same fingerprints.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,6 +25,7 @@ from typing import Any
 
 from .config import SETTINGS, Config, config_to_dict
 from .errors import BadInput, MissingInput
+from .models import require_model_dir
 from .storage import filesystem, is_remote, join, path_inside, read_bytes
 
 log = logging.getLogger(__name__)
@@ -60,27 +62,61 @@ class Stage:
     """Keys whose change continues a complete output instead of redoing it (the lineage leaves them out)."""
 
 
-STAGES: dict[str, Stage] = {s.name: s for s in [
-    Stage("vocab", "pipelines.vocab:build_vocab", "the SentencePiece vocabulary",
-          config_keys=("corpus", "vocab", "data.seed"), outputs=("spiece.model", "spiece.vocab"),
-          input_paths=("corpus.paths", "vocab.model"), content_keys=("vocab.model",)),
-    Stage("data", "pipelines.data:build_data", "MLM + SOP examples as parquet shards",
-          config_keys=("corpus", "vocab", "data"), inputs=("vocab",),
-          outputs=("train/*.parquet", "validation/*.parquet"), input_paths=("corpus.paths",), builds_inputs=("vocab",)),
-    Stage("pretrain", "pipelines.pretrain:build_pretrain", "the pretrained model, its curves and checkpoints",
-          config_keys=("model", "train"), inputs=("data",),
-          outputs=("metrics.jsonl", "eval.json", "hf/", "train/checkpoint_*/"), input_paths=("train.init_from",),
-          content_keys=("train.init_from",), resumable=True, extends=("train.max_steps",)),
-    Stage("finetune", "pipelines.finetune:build_finetune", "the fine-tuning search and its best model",
-          config_keys=("finetune", "tune"), inputs=("pretrain",), outputs=("trials.csv", "best.json", "best/"),
-          input_paths=("finetune.pretrained", "finetune.train_path", "finetune.eval_path"),
-          content_keys=("finetune.pretrained", "finetune.train_path", "finetune.eval_path"),
-          input_override=("pretrain", "finetune.pretrained")),
-    Stage("report", "pipelines.report.stage:build_report", "report.md with its figures",
-          inputs=("data", "pretrain", "finetune"), outputs=("report.md", "*.png", "layer_transitions.json"),
-          partial_inputs=True),
-]}
-
+STAGES: dict[str, Stage] = {
+    s.name: s
+    for s in [
+        Stage(
+            "vocab",
+            "pipelines.vocab:build_vocab",
+            "the SentencePiece vocabulary",
+            config_keys=("corpus", "vocab", "data.seed"),
+            outputs=("spiece.model", "spiece.vocab"),
+            input_paths=("corpus.paths", "vocab.model"),
+            content_keys=("vocab.model",),
+        ),
+        Stage(
+            "data",
+            "pipelines.data:build_data",
+            "MLM + SOP examples as parquet shards",
+            config_keys=("corpus", "vocab", "data"),
+            inputs=("vocab",),
+            outputs=("train/*.parquet", "validation/*.parquet"),
+            input_paths=("corpus.paths",),
+            builds_inputs=("vocab",),
+        ),
+        Stage(
+            "pretrain",
+            "pipelines.pretrain:build_pretrain",
+            "the pretrained model, its curves and checkpoints",
+            config_keys=("model", "train"),
+            inputs=("data",),
+            outputs=("metrics.jsonl", "eval.json", "hf/", "train/checkpoint_*/"),
+            input_paths=("train.init_from",),
+            content_keys=("train.init_from",),
+            resumable=True,
+            extends=("train.max_steps",),
+        ),
+        Stage(
+            "finetune",
+            "pipelines.finetune:build_finetune",
+            "the fine-tuning search and its best model",
+            config_keys=("finetune", "tune"),
+            inputs=("pretrain",),
+            outputs=("trials.csv", "best.json", "best/"),
+            input_paths=("finetune.pretrained", "finetune.train_path", "finetune.eval_path"),
+            content_keys=("finetune.pretrained", "finetune.train_path", "finetune.eval_path"),
+            input_override=("pretrain", "finetune.pretrained"),
+        ),
+        Stage(
+            "report",
+            "pipelines.report.stage:build_report",
+            "report.md with its figures",
+            inputs=("data", "pretrain", "finetune"),
+            outputs=("report.md", "*.png", "layer_transitions.json"),
+            partial_inputs=True,
+        ),
+    ]
+}
 
 
 def stage_dir(config: Config, name: str) -> str:
@@ -101,10 +137,13 @@ def read_manifest_at(folder: str) -> dict[str, Any] | None:
             raise ValueError(f"a {type(manifest).__name__}, not an object")
         return manifest
     except ValueError as e:
-        log.warning("%s is unreadable (%s): the output counts as incomplete and will be redone", path,
-                    " ".join(str(e).split()))
-        print(f"warning: {path} is unreadable ({type(e).__name__}): the output counts as incomplete and will be "
-              "redone", flush=True)
+        log.warning(
+            "%s is unreadable (%s): the output counts as incomplete and will be redone", path, " ".join(str(e).split())
+        )
+        print(
+            f"warning: {path} is unreadable ({type(e).__name__}): the output counts as incomplete and will be redone",
+            flush=True,
+        )
         return None
 
 
@@ -132,8 +171,7 @@ def result_values(config: Config, keys: tuple[str, ...], exclude: tuple[str, ...
             values[key] = config_value(config, key)
             continue
         section = config_to_dict(getattr(config, key))
-        values[key] = {k: v for k, v in section.items()
-                       if f"{key}.{k}" not in SETTINGS and f"{key}.{k}" not in exclude}
+        values[key] = {k: v for k, v in section.items() if f"{key}.{k}" not in SETTINGS and f"{key}.{k}" not in exclude}
     return values
 
 
@@ -175,8 +213,7 @@ def path_fingerprint(config: Config, key: str, path: str, known: dict[str, str] 
         stage, rel = inside
         fingerprint = (known or {}).get(stage) or (read_manifest(config, stage) or {}).get("fingerprint")
         if not fingerprint:
-            raise MissingInput(f"{key}={path}: the {stage} stage has no complete output in "
-                               f"{stage_dir(config, stage)}")
+            raise MissingInput(f"{key}={path}: the {stage} stage has no complete output in {stage_dir(config, stage)}")
         return f"{stage}:{fingerprint}:{rel}"
     fs, p = filesystem(path)
     if is_remote(path):
@@ -185,8 +222,7 @@ def path_fingerprint(config: Config, key: str, path: str, known: dict[str, str] 
         raise MissingInput(f"{key}: {path} does not exist")
     if not fs.isdir(p):
         return _file_identity(path)
-    if not fs.exists(posixpath.join(p, "config.json")):
-        raise MissingInput(f"{key}: {path} has no config.json (not a transformers ALBERT directory)")
+    require_model_dir(path, key)
     digest = hashlib.sha256()
     for name in sorted(os.path.basename(f.rstrip("/")) for f in fs.ls(p, detail=False)):
         if not fs.isdir(posixpath.join(p, name)):
@@ -210,14 +246,21 @@ def input_fingerprints(config: Config, name: str, allow_missing: bool | None = N
     for dep in stage_inputs(config, name):
         manifest = read_manifest(config, dep)
         if manifest is None and not allow_missing:
-            raise MissingInput(f"{name} needs the {dep} stage's output, and {stage_dir(config, dep)} has none "
-                               f"(no manifest.json): run the {dep} stage first")
+            raise MissingInput(
+                f"{name} needs the {dep} stage's output, and {stage_dir(config, dep)} has none "
+                f"(no manifest.json): run the {dep} stage first"
+            )
         found[dep] = (manifest or {}).get("fingerprint", "")
     return found
 
 
-def stage_fingerprint(config: Config, name: str, inputs: dict[str, str] | None = None,
-                      exclude: tuple[str, ...] = (), known: dict[str, str] | None = None) -> str:
+def stage_fingerprint(
+    config: Config,
+    name: str,
+    inputs: dict[str, str] | None = None,
+    exclude: tuple[str, ...] = (),
+    known: dict[str, str] | None = None,
+) -> str:
     """sha256 of the stage's result values, its content-fingerprinted input paths and its inputs'
     fingerprints (from their manifests unless given); `exclude` leaves keys out (the lineage);
     `known`: stage fingerprints to use for input paths inside this run's outputs (a prediction)."""
@@ -229,8 +272,12 @@ def stage_fingerprint(config: Config, name: str, inputs: dict[str, str] | None =
         value = config_value(config, key)
         if value:
             paths[key] = path_fingerprint(config, key, value, known)
-    payload = {"stage": name, "config": result_values(config, stage.config_keys, exclude),
-               "inputs": {dep: inputs.get(dep, "") for dep in stage_inputs(config, name)}, "paths": paths}
+    payload = {
+        "stage": name,
+        "config": result_values(config, stage.config_keys, exclude),
+        "inputs": {dep: inputs.get(dep, "") for dep in stage_inputs(config, name)},
+        "paths": paths,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -252,6 +299,22 @@ def is_up_to_date(config: Config, name: str) -> bool:
         return False
 
 
-__all__ = ["MANIFEST", "SETTINGS", "STAGES", "Stage", "config_value", "input_fingerprints", "inside_stage",
-           "is_up_to_date", "lineage_fingerprint", "path_fingerprint", "pretrained_dir", "read_manifest",
-           "read_manifest_at", "result_values", "stage_dir", "stage_fingerprint", "stage_inputs"]
+__all__ = [
+    "MANIFEST",
+    "SETTINGS",
+    "STAGES",
+    "Stage",
+    "config_value",
+    "input_fingerprints",
+    "inside_stage",
+    "is_up_to_date",
+    "lineage_fingerprint",
+    "path_fingerprint",
+    "pretrained_dir",
+    "read_manifest",
+    "read_manifest_at",
+    "result_values",
+    "stage_dir",
+    "stage_fingerprint",
+    "stage_inputs",
+]

@@ -4,18 +4,16 @@ Every stage reads and writes through these functions, so a run_dir may be a loca
 s3://bucket/prefix. Deleting is not here: only the run lifecycle (pipelines/lifecycle.py) deletes,
 and only folders that carry its marker.
 """
+
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import importlib.util
 import json
 import os
 import posixpath
 import shutil
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import fsspec
@@ -27,7 +25,7 @@ def resolve_pkg(path: str) -> str:
     """`pkg://<package>/<sub/path>`: a folder inside an installed package (the embedded corpus)."""
     if not path.startswith(PKG_SCHEME):
         return path
-    package, _, sub = path[len(PKG_SCHEME):].partition("/")
+    package, _, sub = path[len(PKG_SCHEME) :].partition("/")
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         from .errors import MissingInput
@@ -52,7 +50,7 @@ def filesystem(path: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
         endpoint = _s3_endpoint()
         fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": endpoint} if endpoint else {})
-        return fs, path[len("s3://"):]
+        return fs, path[len("s3://") :]
     return fsspec.filesystem("file"), os.path.abspath(os.path.expanduser(path))
 
 
@@ -69,7 +67,7 @@ def arrow_filesystem(path: str):
             scheme, _, host = endpoint.partition("://")
             kwargs = {"endpoint_override": host or scheme, "scheme": scheme if host else "https"}
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        return pafs.S3FileSystem(**kwargs, **({"region": region} if region else {})), path[len("s3://"):]
+        return pafs.S3FileSystem(**kwargs, **({"region": region} if region else {})), path[len("s3://") :]
     return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
 
 
@@ -110,7 +108,7 @@ def write_text(path: str, text: str) -> None:
         return
     _, p = filesystem(path)
     os.makedirs(os.path.dirname(p), exist_ok=True)
-    _replace_local(p, text.encode())
+    replace_file(p, text.encode())
 
 
 def write_json(path: str, value: Any) -> None:
@@ -167,8 +165,12 @@ def _files(path: str) -> list[str]:
     async def keys() -> list[str]:
         found, token = [], None
         while True:
-            page = await fs._call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix.rstrip("/") + "/",
-                                     **({"ContinuationToken": token} if token else {}))
+            page = await fs._call_s3(
+                "list_objects_v2",
+                Bucket=bucket,
+                Prefix=prefix.rstrip("/") + "/",
+                **({"ContinuationToken": token} if token else {}),
+            )
             found += [f"{bucket}/{o['Key']}" for o in page.get("Contents", [])]
             token = page.get("NextContinuationToken")
             if not token:
@@ -183,10 +185,15 @@ def _delete_objects(path: str, objects: list[str]) -> None:
 
     fs, _ = filesystem(path)
     for start in range(0, len(objects), 1000):
-        batch = objects[start:start + 1000]
+        batch = objects[start : start + 1000]
         bucket = batch[0].partition("/")[0]
-        sync(fs.loop, fs._call_s3, "delete_objects", Bucket=bucket,
-             Delete={"Objects": [{"Key": o.partition("/")[2]} for o in batch], "Quiet": True})
+        sync(
+            fs.loop,
+            fs._call_s3,
+            "delete_objects",
+            Bucket=bucket,
+            Delete={"Objects": [{"Key": o.partition("/")[2]} for o in batch], "Quiet": True},
+        )
     fs.invalidate_cache()
 
 
@@ -225,7 +232,7 @@ def move_tree(src: str, dst: str, complete_last: Sequence[str] = (), owner_first
     for f in (o for o in objects if not o.endswith("/") and o not in held):
         fs.copy(f, posixpath.join(d, posixpath.relpath(f, s)))
         _delete_objects(src, [f])
-    rest = [o for o in _files(src)]  # the owner files and the empty `dir/` markers pyarrow leaves
+    rest = list(_files(src))  # the owner files and the empty `dir/` markers pyarrow leaves
     if rest:
         _delete_objects(src, rest)
     for name in complete_last:
@@ -258,108 +265,7 @@ def delete_tree(path: str, last: Sequence[str] = ()) -> None:
             _delete_objects(path, group)
 
 
-# ---- conditional writes: create-if-absent and compare-and-swap ------------------------------------
-# Locally under an exclusive flock on `<path>.lock`; on S3 with conditional requests (PutObject with
-# If-None-Match / If-Match, DeleteObject with If-Match), which AWS S3 has had since 2024. A token
-# names the version a caller last saw (S3: the ETag; locally: the content's sha256).
-
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _s3_call(path: str, method: str, **kwargs: Any) -> dict[str, Any] | None:
-    """One S3 request on `path`'s object; None when a precondition failed."""
-    from fsspec.asyn import sync
-
-    fs, p = filesystem(path)
-    bucket, _, key = p.partition("/")
-
-    async def call() -> dict[str, Any]:
-        response = await fs._call_s3(method, Bucket=bucket, Key=key, **kwargs)
-        if "Body" in response:
-            async with response["Body"] as body:
-                response["Data"] = await body.read()
-        return response
-
-    try:
-        return sync(fs.loop, call)
-    except (FileNotFoundError, OSError) as e:
-        if isinstance(e, FileNotFoundError) and method == "get_object":
-            return {}
-        code = getattr(e.__cause__, "response", {}).get("Error", {}).get("Code")
-        if isinstance(e, FileExistsError) or code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
-            return None
-        if method != "get_object" and code in ("NoSuchKey", "404"):  # If-Match on a deleted object
-            return None
-        raise
-
-
-def read_versioned(path: str) -> tuple[bytes, str] | None:
-    """(content, token), or None when there is no such file."""
-    if is_remote(path):
-        response = _s3_call(path, "get_object")
-        return (response["Data"], response["ETag"]) if response else None
-    _, p = filesystem(path)
-    try:
-        with open(p, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None
-    return data, _digest(data)
-
-
-def create_exclusive(path: str, data: bytes) -> str | None:
-    """Write `data` only if `path` does not exist; its token, or None when it existed."""
-    if is_remote(path):
-        response = _s3_call(path, "put_object", Body=data, IfNoneMatch="*")
-        return response["ETag"] if response else None
-    _, p = filesystem(path)
-    with _locked(p):
-        if os.path.exists(p):
-            return None
-        _replace_local(p, data)
-    return _digest(data)
-
-
-def replace_if(path: str, data: bytes, token: str) -> str | None:
-    """Write `data` only if `path` is still at version `token`; the new token, or None."""
-    if is_remote(path):
-        response = _s3_call(path, "put_object", Body=data, IfMatch=token)
-        return response["ETag"] if response else None
-    _, p = filesystem(path)
-    with _locked(p):
-        current = read_versioned(p)
-        if current is None or current[1] != token:
-            return None
-        _replace_local(p, data)
-    return _digest(data)
-
-
-def delete_if(path: str, token: str) -> bool:
-    """Delete `path` only if it is still at version `token`."""
-    if is_remote(path):
-        return _s3_call(path, "delete_object", IfMatch=token) is not None
-    _, p = filesystem(path)
-    with _locked(p):
-        current = read_versioned(p)
-        if current is None or current[1] != token:
-            return False
-        os.unlink(p)
-    return True
-
-
-def _replace_local(path: str, data: bytes) -> None:
+def replace_file(path: str, data: bytes) -> None:
     tmp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -368,6 +274,23 @@ def _replace_local(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-__all__ = ["PKG_SCHEME", "arrow_filesystem", "canonical", "create_exclusive", "delete_if", "delete_tree", "exists", "filesystem",
-           "is_remote", "join", "list_names", "move_tree", "path_inside", "read_bytes", "read_json", "read_jsonl", "read_versioned",
-           "replace_if", "resolve_pkg", "write_bytes", "write_json", "write_text"]
+__all__ = [
+    "PKG_SCHEME",
+    "arrow_filesystem",
+    "canonical",
+    "delete_tree",
+    "exists",
+    "filesystem",
+    "is_remote",
+    "join",
+    "list_names",
+    "move_tree",
+    "path_inside",
+    "read_bytes",
+    "read_json",
+    "read_jsonl",
+    "resolve_pkg",
+    "write_bytes",
+    "write_json",
+    "write_text",
+]

@@ -5,6 +5,7 @@ with the smallest seeded hashes; the driver merges these into the overall smalle
 `vocab.input_sentence_size`. Memory is bounded by the sample size, not the corpus, and the sample
 is the same whatever the number of workers.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,14 +71,26 @@ def train_sentencepiece(sentences: list[str], vocab_size: int, user_defined_symb
     extra = {"user_defined_symbols": user_defined_symbols} if user_defined_symbols else {}
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences), model_writer=model, model_type="unigram",
-            vocab_size=vocab_size, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+            sentence_iterator=iter(sentences),
+            model_writer=model,
+            model_type="unigram",
+            vocab_size=vocab_size,
+            pad_id=0,
+            unk_id=1,
+            bos_id=-1,
+            eos_id=-1,
             control_symbols=CONTROL_SYMBOLS,
-            input_sentence_size=len(sentences), shuffle_input_sentence=True,
-            character_coverage=0.99995, num_threads=2, minloglevel=2, **extra)
+            input_sentence_size=len(sentences),
+            shuffle_input_sentence=True,
+            character_coverage=0.99995,
+            num_threads=2,
+            minloglevel=2,
+            **extra,
+        )
     except RuntimeError as e:
-        raise ConfigError(f"vocab.size={vocab_size}: SentencePiece could not train on "
-                         f"{len(sentences)} sentences: {e}") from e
+        raise ConfigError(
+            f"vocab.size={vocab_size}: SentencePiece could not train on {len(sentences)} sentences: {e}"
+        ) from e
     return model.getvalue()
 
 
@@ -92,8 +105,9 @@ def build_vocab(run: StageRun) -> dict:
         files = list_inputs(config.corpus.paths, config.corpus.format)
         workers = resolve_num_workers(config.data.num_workers)
         k = config.vocab.input_sentence_size
-        fn_kwargs = dict(k=k, seed=config.data.seed, lowercase=config.vocab.lowercase,
-                         text_field=config.corpus.text_field)
+        fn_kwargs = dict(
+            k=k, seed=config.data.seed, lowercase=config.vocab.lowercase, text_field=config.corpus.text_field
+        )
         best: list[tuple[int, str]] = []
         documents = sentences = 0
         for record in map_units(files, workers, SampleSentencesFn, fn_kwargs):
@@ -107,16 +121,24 @@ def build_vocab(run: StageRun) -> dict:
         sample = [s for _, s in sorted(heapq.nsmallest(k, best))]
         log.info("training SentencePiece on %d of %d sentences", len(sample), sentences)
         model = train_sentencepiece(sample, config.vocab.size, config.vocab.user_defined_symbols)
-        sample_info = {"documents": documents, "sentences": sentences, "sampled_sentences": len(sample),
-                       "input_files": len(files)}
+        sample_info = {
+            "documents": documents,
+            "sentences": sentences,
+            "sampled_sentences": len(sample),
+            "input_files": len(files),
+        }
     sp = spm.SentencePieceProcessor(model_proto=model)
     pieces = "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n" for i in range(sp.get_piece_size()))
     write_bytes(run.path("spiece.model"), model)
     write_text(run.path("spiece.vocab"), pieces)
     log.info("vocabulary of %d pieces", sp.get_piece_size())
-    return {"vocab_size": sp.get_piece_size(), "sha256": hashlib.sha256(model).hexdigest(),
-            "special_ids": {p: sp.piece_to_id(p) for p in ["<pad>", "<unk>", *CONTROL_SYMBOLS]},
-            "sample": sample_info, "config": config_to_dict(config.vocab)}
+    return {
+        "vocab_size": sp.get_piece_size(),
+        "sha256": hashlib.sha256(model).hexdigest(),
+        "special_ids": {p: sp.piece_to_id(p) for p in ["<pad>", "<unk>", *CONTROL_SYMBOLS]},
+        "sample": sample_info,
+        "config": config_to_dict(config.vocab),
+    }
 
 
 run_vocab = stage_runner("vocab")

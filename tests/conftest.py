@@ -1,5 +1,6 @@
 """Suite-wide fixtures: one Ray session, one local S3 API server, a tiny pretrained ALBERT; markers
 that follow the fixtures (a test that uses Ray is marked `ray`); GPU tests skip without CUDA."""
+
 import os
 import socket
 import subprocess
@@ -42,8 +43,11 @@ def free_port() -> int:
 def s3_endpoint():
     """A real S3 API (moto_server) on 127.0.0.1, started by the test session and stopped after it."""
     port = free_port()
-    server = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
@@ -54,8 +58,12 @@ def s3_endpoint():
     else:
         server.kill()
         raise RuntimeError("moto_server did not start")
-    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     yield url

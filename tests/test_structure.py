@@ -1,5 +1,6 @@
 """Checks anyone can run on the code itself: no import cycle among the pipelines modules (imports
 inside functions included), no file over 400 lines, nothing unpickled."""
+
 import ast
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ def imported_modules(path: Path, modules: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
             found.add(base)
             found |= {f"{base}.{alias.name}" for alias in node.names}
@@ -44,7 +45,7 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         state[node] = "open"
         for nxt in sorted(graph[node]):
             if state.get(nxt) == "open":
-                cycles.append(trail[trail.index(nxt):] + [nxt])
+                cycles.append(trail[trail.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, [*trail, nxt])
         state[node] = "done"
@@ -71,13 +72,20 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path, monkeypatch):
 
 
 def test_no_file_over_400_lines():
-    long = {str(p.relative_to(ROOT)): n for package in PACKAGES for p in (ROOT / package).rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 400}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for package in PACKAGES
+        for p in (ROOT / package).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 400
+    }
     assert long == {}
 
 
 def test_no_pickle_in_the_project():
-    offenders = [str(p.relative_to(ROOT)) for package in ("pipelines", "albert_model", "bench")
-                 for p in (ROOT / package).rglob("*.py")
-                 if any(s in p.read_text() for s in ("weights_only=False", "import pickle", "pickle.load"))]
+    offenders = [
+        str(p.relative_to(ROOT))
+        for package in ("pipelines", "albert_model", "bench")
+        for p in (ROOT / package).rglob("*.py")
+        if any(s in p.read_text() for s in ("weights_only=False", "import pickle", "pickle.load"))
+    ]
     assert offenders == []

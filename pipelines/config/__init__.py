@@ -1,12 +1,33 @@
 """The config tree every stage reads: sections as strict, documented dataclasses, loaded from YAML
 plus `section.key=value` overrides (loading.py), with the rules across sections (tree.py)."""
+
 from .base import Section, build_section, config_to_dict, field_docs
 from .loading import build_arg_parser, dump_yaml, load_config, parse_cli
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tree import SECTIONS, SETTINGS, Config, searched_overrides, tune_metric
 from .tuning import TUNABLE_KEYS, TUNE_METRICS, FinetuneSection, TuneSection
 
-__all__ = ["SECTIONS", "SETTINGS", "TUNABLE_KEYS", "TUNE_METRICS", "Config", "CorpusSection", "DataSection",
-           "FinetuneSection", "ModelSection", "Section", "TrainSection", "TuneSection", "VocabSection",
-           "build_arg_parser", "build_section", "config_to_dict", "dump_yaml", "field_docs", "load_config",
-           "parse_cli", "searched_overrides", "tune_metric"]
+__all__ = [
+    "SECTIONS",
+    "SETTINGS",
+    "TUNABLE_KEYS",
+    "TUNE_METRICS",
+    "Config",
+    "CorpusSection",
+    "DataSection",
+    "FinetuneSection",
+    "ModelSection",
+    "Section",
+    "TrainSection",
+    "TuneSection",
+    "VocabSection",
+    "build_arg_parser",
+    "build_section",
+    "config_to_dict",
+    "dump_yaml",
+    "field_docs",
+    "load_config",
+    "parse_cli",
+    "searched_overrides",
+    "tune_metric",
+]

@@ -5,6 +5,7 @@ a bool, no `3` for a path), an unknown key is an error, and each field's attribu
 description (`--help`). Its semantic checks run in `__post_init__` through `Section.require`,
 which names the key as it is written on the command line.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,8 +62,8 @@ def build_section(cls: type, values: dict[str, Any], where: str = "") -> Any:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Each field's description (its attribute docstring)."""
-    return {name: info.description or "" for name, info in cls.__pydantic_fields__.items()}
+    """Each field's description (its attribute docstring, on one line)."""
+    return {name: " ".join((info.description or "").split()) for name, info in cls.__pydantic_fields__.items()}
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The config from YAML and the command line: `--config FILE`, then `section.key=value` overrides
 in order, every key and value checked (pydantic, strict) with errors that name them; `--help`
 lists every key with its default and meaning; the resolved config is written back as YAML."""
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,9 @@ def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -
     for update in updates:
         for name, value in update.items():
             raw[name] = {**(raw.get(name) or {}), **value} if name in SECTIONS else value
-    values = {name: build_section(SECTIONS[name], value or {}) if name in SECTIONS else value
-              for name, value in raw.items()}
+    values = {
+        name: build_section(SECTIONS[name], value or {}) if name in SECTIONS else value for name, value in raw.items()
+    }
     return build_section(Config, values)
 
 
@@ -82,8 +84,10 @@ def dump_yaml(config: Config) -> str:
 
 
 def _help_epilog() -> str:
-    lines = ["config keys (in --config FILE, or as section.key=value; lists as [a,b], unset as null).",
-             "[setting]: never changes a result, so changing it never makes a stage's output stale:"]
+    lines = [
+        "config keys (in --config FILE, or as section.key=value; lists as [a,b], unset as null).",
+        "[setting]: never changes a result, so changing it never makes a stage's output stale:",
+    ]
     for cls in (Config, *SECTIONS.values()):
         defaults, docs = config_to_dict(cls()), field_docs(cls)
         for f in dataclasses.fields(cls):
@@ -96,11 +100,16 @@ def _help_epilog() -> str:
 
 def build_arg_parser(description: str) -> argparse.ArgumentParser:
     """`--config FILE` plus positional `section.key=value` overrides; `--help` lists every key."""
-    parser = argparse.ArgumentParser(description=description, epilog=_help_epilog(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=description, epilog=_help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", metavar="FILE", help="YAML file with any subset of the config sections")
-    parser.add_argument("overrides", nargs="*", metavar="section.key=value",
-                        help="override one config key; applied in order after --config")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="section.key=value",
+        help="override one config key; applied in order after --config",
+    )
     return parser
 
 

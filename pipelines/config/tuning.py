@@ -1,5 +1,6 @@
 """The fine-tuning sections of the config tree: `finetune` (one trial's task and hyperparameters)
 and `tune` (the Ray Tune search over them)."""
+
 from __future__ import annotations
 
 from dataclasses import field
@@ -17,8 +18,7 @@ TUNE_SCHEDULERS = ("asha", "none")
 TUNE_SEARCHES = ("random", "optuna")
 TUNE_METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
 # The finetune keys a search space may set: hyperparameters of one trial, not what data it reads.
-TUNABLE_KEYS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "classifier_dropout",
-                "max_grad_norm")
+TUNABLE_KEYS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "classifier_dropout", "max_grad_norm")
 SPACE_RANGES = ("loguniform", "uniform", "randint")
 
 
@@ -74,8 +74,11 @@ class FinetuneSection(Section):
     def __post_init__(self) -> None:
         for name in ("pretrained", "train_path", "eval_path", "text_pair_column"):
             self.require(name, getattr(self, name) != "", "must not be empty (use null)")
-        self.require("eval_path", self.eval_path is None or self.train_path is not None,
-                 "needs finetune.train_path (the embedded task has its own split)")
+        self.require(
+            "eval_path",
+            self.eval_path is None or self.train_path is not None,
+            "needs finetune.train_path (the embedded task has its own split)",
+        )
         self.require("init", self.init in FINETUNE_INITS, f"must be one of {', '.join(FINETUNE_INITS)}")
         self.require("text_column", bool(self.text_column), "must not be empty")
         self.require("label_column", bool(self.label_column), "must not be empty")
@@ -97,8 +100,12 @@ class FinetuneSection(Section):
 def _default_space() -> dict[str, Any]:
     # ALBERT's GLUE recipes (run_glue.sh): lr 1e-5..5e-5, batch 16/32/128, warmup 6-25% of the
     # steps, about 3 to 10 epochs; dropout 0.1 and weight decay 0.01 stay fixed in `finetune`.
-    return {"finetune.lr": [1e-5, 2e-5, 3e-5, 5e-5], "finetune.batch_size": [16, 32, 128],
-            "finetune.warmup_ratio": [0.06, 0.1, 0.25], "finetune.epochs": [3, 5, 10]}
+    return {
+        "finetune.lr": [1e-5, 2e-5, 3e-5, 5e-5],
+        "finetune.batch_size": [16, 32, 128],
+        "finetune.warmup_ratio": [0.06, 0.1, 0.25],
+        "finetune.epochs": [3, 5, 10],
+    }
 
 
 @dataclass(config=STRICT)
@@ -120,32 +127,44 @@ class TuneSection(Section):
     search: str = "random"
     """random (independent draws from tune.space) or optuna (TPE)."""
     metric: str | None = None
-    """Eval metric to maximise: accuracy, macro_f1, mcc (classification), pearson, spearman (regression); null = accuracy or pearson."""
+    """Eval metric to maximise: accuracy, macro_f1, mcc (classification), pearson, spearman (regression);
+    null = accuracy or pearson."""
     space: dict = field(default_factory=_default_space)
-    """finetune key -> a value, a list of choices, or {loguniform|uniform|randint: [lo, hi]} (randint inclusive); it overrides that finetune key."""
+    """finetune key -> a value, a list of choices, or {loguniform|uniform|randint: [lo, hi]} (randint
+    inclusive); it overrides that finetune key."""
     workers_per_trial: int = 1
     """Training processes per trial: 1 runs the trial in one process, more run it as a Ray Train DDP job."""
     resources_per_trial: dict | None = None
-    """Resources of each training process, e.g. {CPU: 4, GPU: 1}; null = {CPU: 1}, plus GPU: 1 when the cluster has GPUs."""
+    """Resources of each training process, e.g. {CPU: 4, GPU: 1}; null = {CPU: 1}, plus GPU: 1 when the
+    cluster has GPUs."""
     seed: int = 0
     """Seed of the search algorithm's draws."""
 
     def __post_init__(self) -> None:
         self.require("num_samples", self.num_samples >= 1, "must be >= 1")
-        self.require("max_concurrent_trials", self.max_concurrent_trials is None or self.max_concurrent_trials >= 1,
-                 "must be >= 1 or null")
+        self.require(
+            "max_concurrent_trials",
+            self.max_concurrent_trials is None or self.max_concurrent_trials >= 1,
+            "must be >= 1 or null",
+        )
         self.require("scheduler", self.scheduler in TUNE_SCHEDULERS, f"must be one of {', '.join(TUNE_SCHEDULERS)}")
         self.require("grace_period", self.grace_period >= 1, "must be >= 1")
         self.require("reduction_factor", self.reduction_factor >= 2, "must be >= 2")
         self.require("search", self.search in TUNE_SEARCHES, f"must be one of {', '.join(TUNE_SEARCHES)}")
         metrics = [m for ms in TUNE_METRICS.values() for m in ms]
-        self.require("metric", self.metric is None or self.metric in metrics, f"must be one of {', '.join(metrics)} or null")
+        self.require(
+            "metric", self.metric is None or self.metric in metrics, f"must be one of {', '.join(metrics)} or null"
+        )
         self.require("workers_per_trial", self.workers_per_trial >= 1, "must be >= 1")
         resources = self.resources_per_trial or {}
-        self.require("resources_per_trial", all(isinstance(k, str) and isinstance(v, (int, float))
-                                                  and not isinstance(v, bool) and v >= 0
-                                                  for k, v in resources.items()),
-                 "must map resource names (CPU, GPU, ...) to amounts >= 0")
+        self.require(
+            "resources_per_trial",
+            all(
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                for k, v in resources.items()
+            ),
+            "must map resource names (CPU, GPU, ...) to amounts >= 0",
+        )
         self.require("seed", self.seed >= 0, "must be >= 0")
         for key, spec in self.space.items():
             self._check_dimension(key, spec)
@@ -154,16 +173,19 @@ class TuneSection(Section):
         def fail(why: str) -> None:
             raise ConfigError(f"tune.space[{key!r}]={spec!r}: {why}")
 
-        name = key[len("finetune."):] if isinstance(key, str) and key.startswith("finetune.") else None
+        name = key[len("finetune.") :] if isinstance(key, str) and key.startswith("finetune.") else None
         if name not in TUNABLE_KEYS:
             fail(f"keys are finetune.KEY with KEY one of {', '.join(TUNABLE_KEYS)}")
         if isinstance(spec, dict):
             if len(spec) != 1 or next(iter(spec)) not in SPACE_RANGES:
-                fail(f"a range is one of {', '.join('{%s: [lo, hi]}' % r for r in SPACE_RANGES)}")
+                fail(f"a range is one of {', '.join(f'{{{r}: [lo, hi]}}' for r in SPACE_RANGES)}")
             kind, bounds = next(iter(spec.items()))
-            if not (isinstance(bounds, list) and len(bounds) == 2
-                    and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
-                    and bounds[0] < bounds[1]):
+            if not (
+                isinstance(bounds, list)
+                and len(bounds) == 2
+                and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+                and bounds[0] < bounds[1]
+            ):
                 fail("the range must be [lo, hi] with lo < hi")
             if kind == "randint" and not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
                 fail("randint bounds must be integers")
@@ -181,5 +203,14 @@ class TuneSection(Section):
                 fail(one_error(e, FinetuneSection))
 
 
-__all__ = ["FINETUNE_INITS", "FINETUNE_TASKS", "SPACE_RANGES", "TUNABLE_KEYS", "TUNE_METRICS", "TUNE_SCHEDULERS",
-           "TUNE_SEARCHES", "FinetuneSection", "TuneSection"]
+__all__ = [
+    "FINETUNE_INITS",
+    "FINETUNE_TASKS",
+    "SPACE_RANGES",
+    "TUNABLE_KEYS",
+    "TUNE_METRICS",
+    "TUNE_SCHEDULERS",
+    "TUNE_SEARCHES",
+    "FinetuneSection",
+    "TuneSection",
+]

@@ -1,4 +1,5 @@
 """Class names from the training labels, and labels as ids (an unseen class is an error)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,8 +29,10 @@ def encode_labels(examples: Examples, names: list[str], column: str) -> list[int
     unknown = [(row, label_name(v)) for row, v in zip(examples.rows, examples.labels) if label_name(v) not in ids]
     if unknown:
         shown = ", ".join(f"{name!r} (row {row})" for row, name in unknown[:5])
-        raise BadInput(f"{examples.source}: column {column!r} has {len(unknown)} labels that never appear in the "
-                         f"training data: {shown}; the training classes are {', '.join(names)}")
+        raise BadInput(
+            f"{examples.source}: column {column!r} has {len(unknown)} labels that never appear in the "
+            f"training data: {shown}; the training classes are {', '.join(names)}"
+        )
     return [ids[label_name(v)] for v in examples.labels]
 
 

@@ -4,11 +4,10 @@ Pure PyTorch. Under DDP each worker takes every `world`-th example of each globa
 scales its loss so that the averaged gradient is the global batch's mean; without a process
 group (`world == 1`) it is plain single-process training.
 """
+
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,20 +20,18 @@ from albert_model.config import AlbertConfig
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification, AlbertModel
 
-from ..errors import MissingInput
+from ..models import read_model_config
 from .tokenizer import pad_batch
 
 Encoded = Sequence[tuple[list[int], list[int]]]
 
 
-def build_classifier(directory: str, num_labels: int, dropout: float, init: str, seed: int
-                     ) -> AlbertForSequenceClassification:
+def build_classifier(
+    directory: str, num_labels: int, dropout: float, init: str, seed: int
+) -> AlbertForSequenceClassification:
     """The pretrained directory's architecture with a fresh classifier head; `init="random"`
     re-initialises the encoder too (the no-pretraining baseline under the same budget)."""
-    config_file = os.path.join(directory, "config.json")
-    if not os.path.exists(config_file):
-        raise MissingInput(f"{config_file}: not found (finetune.pretrained must be a transformers ALBERT directory)")
-    config = AlbertConfig.from_hf_dict(json.loads(open(config_file).read()))
+    config = AlbertConfig.from_hf_dict(read_model_config(directory, "finetune.pretrained"))
     config = config.replace(num_labels=num_labels, classifier_dropout_prob=dropout)
     torch.manual_seed(seed)
     model = AlbertForSequenceClassification(config)
@@ -43,8 +40,9 @@ def build_classifier(directory: str, num_labels: int, dropout: float, init: str,
     return model
 
 
-def build_schedule(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float
-                   ) -> torch.optim.lr_scheduler.LambdaLR:
+def build_schedule(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float
+) -> torch.optim.lr_scheduler.LambdaLR:
     """Linear warmup from 0 over `warmup_ratio` of the steps, then linear decay to 0 at the last."""
     warmup = math.ceil(warmup_ratio * total_steps)
 
@@ -60,7 +58,7 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int, world: int = 1
     """The epoch's seeded shuffle cut into global batches; with several workers a last batch smaller
     than the worker count is dropped (every worker needs an example)."""
     order = np.random.default_rng([seed, epoch]).permutation(n)
-    batches = [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
     return [b for b in batches if len(b) >= world]
 
 
@@ -78,9 +76,20 @@ def _loss_sum(logits: torch.Tensor, targets: torch.Tensor, regression: bool) -> 
     return F.cross_entropy(logits, targets, reduction="sum")
 
 
-def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, schedule, encoded: Encoded,
-                targets: Sequence, batches: list[np.ndarray], pad_id: int, max_grad_norm: float,
-                regression: bool, rank: int = 0, world: int = 1, device: torch.device | None = None) -> float:
+def train_epoch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule,
+    encoded: Encoded,
+    targets: Sequence,
+    batches: list[np.ndarray],
+    pad_id: int,
+    max_grad_norm: float,
+    regression: bool,
+    rank: int = 0,
+    world: int = 1,
+    device: torch.device | None = None,
+) -> float:
     """One pass over `batches`; returns the mean training loss over all workers' examples."""
     device = device or torch.device("cpu")
     model.train()
@@ -104,15 +113,24 @@ def train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, schedule, en
 
 
 @torch.no_grad()
-def predict(model: nn.Module, encoded: Encoded, batch_size: int, pad_id: int, rank: int = 0, world: int = 1,
-            device: torch.device | None = None) -> np.ndarray:
+def predict(
+    model: nn.Module,
+    encoded: Encoded,
+    batch_size: int,
+    pad_id: int,
+    rank: int = 0,
+    world: int = 1,
+    device: torch.device | None = None,
+) -> np.ndarray:
     """Logits for every example, in order ([N, num_labels]); workers share the work and gather."""
     device = device or torch.device("cpu")
     model.eval()
     mine = np.arange(len(encoded))[rank::world]
     mine = mine[np.argsort([len(encoded[i][0]) for i in mine], kind="stable")]  # less padding
-    outputs = [model(**_tensors(encoded, mine[i:i + batch_size], pad_id, device)).float().cpu().numpy()
-               for i in range(0, len(mine), batch_size)]
+    outputs = [
+        model(**_tensors(encoded, mine[i : i + batch_size], pad_id, device)).float().cpu().numpy()
+        for i in range(0, len(mine), batch_size)
+    ]
     parts = [(mine, np.concatenate(outputs) if outputs else None)]
     if world > 1:
         gathered: list = [None] * world
@@ -126,5 +144,4 @@ def predict(model: nn.Module, encoded: Encoded, batch_size: int, pad_id: int, ra
     return logits
 
 
-__all__ = ["build_classifier", "build_schedule", "epoch_batches", "predict",
-           "steps_per_epoch", "train_epoch"]
+__all__ = ["build_classifier", "build_schedule", "epoch_batches", "predict", "steps_per_epoch", "train_epoch"]

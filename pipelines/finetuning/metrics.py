@@ -1,5 +1,6 @@
 """Evaluation metrics from logits: accuracy, macro-F1 and MCC (scikit-learn) for classification,
 Pearson and Spearman (scipy) for regression; the eval loss for both."""
+
 from __future__ import annotations
 
 import math
@@ -33,15 +34,19 @@ def compute_metrics(task: str, logits: np.ndarray, targets: np.ndarray, num_labe
     targets = np.asarray(targets)
     if task == "regression":
         predictions = logits[:, 0]
-        return {"eval_loss": float(np.mean((predictions - targets) ** 2)),
-                "pearson": _correlation(stats.pearsonr, predictions, targets),
-                "spearman": _correlation(stats.spearmanr, predictions, targets)}
+        return {
+            "eval_loss": float(np.mean((predictions - targets) ** 2)),
+            "pearson": _correlation(stats.pearsonr, predictions, targets),
+            "spearman": _correlation(stats.spearmanr, predictions, targets),
+        }
     predictions = logits.argmax(axis=1)
     labels = list(range(num_labels))
-    return {"eval_loss": float(-_log_softmax(logits)[np.arange(len(targets)), targets].mean()),
-            "accuracy": float(accuracy_score(targets, predictions)),
-            "macro_f1": float(f1_score(targets, predictions, labels=labels, average="macro", zero_division=0)),
-            "mcc": float(matthews_corrcoef(targets, predictions))}
+    return {
+        "eval_loss": float(-_log_softmax(logits)[np.arange(len(targets)), targets].mean()),
+        "accuracy": float(accuracy_score(targets, predictions)),
+        "macro_f1": float(f1_score(targets, predictions, labels=labels, average="macro", zero_division=0)),
+        "mcc": float(matthews_corrcoef(targets, predictions)),
+    }
 
 
 __all__ = ["CLASSIFICATION_METRICS", "REGRESSION_METRICS", "compute_metrics"]

@@ -5,6 +5,7 @@ The Ray edge (pipelines/finetune.py) hands in Ray Tune's results as they are (th
 `metrics`, `error`, `best_checkpoints` and `metrics_dataframe`) and a function that turns a
 checkpoint path of the search's storage into a checkpoint, or None once it was deleted.
 """
+
 from __future__ import annotations
 
 import csv
@@ -37,8 +38,12 @@ def kept_epochs(result: Any, checkpoint_at: CheckpointAt, path_key: str) -> list
     return kept
 
 
-def best_kept_epoch(result: Any, metric: str, checkpoint_at: CheckpointAt, path_key: str,
-                    ) -> tuple[dict[str, Any], Any] | tuple[None, None]:
+def best_kept_epoch(
+    result: Any,
+    metric: str,
+    checkpoint_at: CheckpointAt,
+    path_key: str,
+) -> tuple[dict[str, Any], Any] | tuple[None, None]:
     """The trial's best epoch (highest metric, then lowest eval_loss) among those with a checkpoint."""
     kept = [(m, c) for m, c in kept_epochs(result, checkpoint_at, path_key) if metric in m]
     if not kept:
@@ -46,8 +51,9 @@ def best_kept_epoch(result: Any, metric: str, checkpoint_at: CheckpointAt, path_
     return max(kept, key=lambda mc: (mc[0][metric], -mc[0].get("eval_loss", 0.0)))
 
 
-def summarize_trials(results: Iterable[Any], config: Config, metric: str, checkpoint_at: CheckpointAt,
-                     path_key: str) -> list[dict[str, Any]]:
+def summarize_trials(
+    results: Iterable[Any], config: Config, metric: str, checkpoint_at: CheckpointAt, path_key: str
+) -> list[dict[str, Any]]:
     """One row per trial: its hyperparameters, how it ended, and its best epoch's metrics (plus,
     under `_checkpoint` and `_finetune`, that epoch's checkpoint and the trial's settings)."""
     rows = []
@@ -57,10 +63,14 @@ def summarize_trials(results: Iterable[Any], config: Config, metric: str, checkp
         best, checkpoint = best_kept_epoch(result, metric, checkpoint_at, path_key)
         epochs_run = int(result.metrics.get("epoch", 0)) if result.metrics else 0
         status = "error" if result.error else ("completed" if epochs_run >= cfg.epochs else "stopped_early")
-        row: dict[str, Any] = {"trial_id": (result.metrics or {}).get("trial_id", ""), "status": status,
-                               "stopped_early": status == "stopped_early", "epochs_run": epochs_run,
-                               **{key: getattr(cfg, key.partition(".")[2]) for key in config.tune.space},
-                               "best_epoch": int(best["epoch"]) if best else None}
+        row: dict[str, Any] = {
+            "trial_id": (result.metrics or {}).get("trial_id", ""),
+            "status": status,
+            "stopped_early": status == "stopped_early",
+            "epochs_run": epochs_run,
+            **{key: getattr(cfg, key.partition(".")[2]) for key in config.tune.space},
+            "best_epoch": int(best["epoch"]) if best else None,
+        }
         for name in SUMMARY_METRICS:
             if best and name in best:
                 row[name] = float(best[name])
@@ -80,15 +90,25 @@ def pick_best(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
 
 
 def best_json(best: dict[str, Any], metric: str, label_names: list[str] | None, eval_examples: int) -> dict:
-    return {"trial_id": best["trial_id"], "epoch": best["best_epoch"], "metric": metric, "value": best[metric],
-            "metrics": {k: best[k] for k in SUMMARY_METRICS if k in best},
-            "finetune": config_to_dict(best["_finetune"]), "label_names": label_names,
-            "eval_examples": eval_examples}
+    return {
+        "trial_id": best["trial_id"],
+        "epoch": best["best_epoch"],
+        "metric": metric,
+        "value": best[metric],
+        "metrics": {k: best[k] for k in SUMMARY_METRICS if k in best},
+        "finetune": config_to_dict(best["_finetune"]),
+        "label_names": label_names,
+        "eval_examples": eval_examples,
+    }
 
 
 def trial_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-    return {"total": len(rows), "completed": sum(r["status"] == "completed" for r in rows),
-            "stopped_early": sum(r["stopped_early"] for r in rows), "failed": sum(r["status"] == "error" for r in rows)}
+    return {
+        "total": len(rows),
+        "completed": sum(r["status"] == "completed" for r in rows),
+        "stopped_early": sum(r["stopped_early"] for r in rows),
+        "failed": sum(r["status"] == "error" for r in rows),
+    }
 
 
 def trials_csv(rows: list[dict[str, Any]]) -> str:
@@ -103,18 +123,35 @@ def trials_csv(rows: list[dict[str, Any]]) -> str:
 def summary_text(rows: list[dict[str, Any]], best: dict[str, Any], metric: str, out_dir: str) -> str:
     """The table printed at the end of the search."""
     keys = [k for k in rows[0] if k.startswith("finetune.")]
-    lines = [f"fine-tuning: {len(rows)} trials, {sum(r['stopped_early'] for r in rows)} stopped early by the "
-             f"scheduler, {sum(r['status'] == 'error' for r in rows)} failed; metric {metric} (eval)"]
+    lines = [
+        f"fine-tuning: {len(rows)} trials, {sum(r['stopped_early'] for r in rows)} stopped early by the "
+        f"scheduler, {sum(r['status'] == 'error' for r in rows)} failed; metric {metric} (eval)"
+    ]
     for r in sorted(rows, key=lambda r: -r.get(metric, -math.inf)):
-        params = " ".join(f"{k.partition('.')[2]}={r[k]:g}" if isinstance(r[k], float)
-                          else f"{k.partition('.')[2]}={r[k]}" for k in keys)
+        params = " ".join(
+            f"{k.partition('.')[2]}={r[k]:g}" if isinstance(r[k], float) else f"{k.partition('.')[2]}={r[k]}"
+            for k in keys
+        )
         score = f"{r[metric]:.4f}" if metric in r else "-"
-        lines.append(f"  {'*' if r is best else ' '} {r['trial_id']:>14} {r['status']:<13} epochs {r['epochs_run']:>2}"
-                     f"  {metric} {score}  {params}")
-    lines.append(f"best: trial {best['trial_id']} epoch {best['best_epoch']}: {metric} {best[metric]:.4f}; "
-                 f"exported to {join(out_dir, 'best')}")
+        lines.append(
+            f"  {'*' if r is best else ' '} {r['trial_id']:>14} {r['status']:<13} epochs {r['epochs_run']:>2}"
+            f"  {metric} {score}  {params}"
+        )
+    lines.append(
+        f"best: trial {best['trial_id']} epoch {best['best_epoch']}: {metric} {best[metric]:.4f}; "
+        f"exported to {join(out_dir, 'best')}"
+    )
     return "\n".join(lines)
 
 
-__all__ = ["SUMMARY_METRICS", "best_json", "best_kept_epoch", "kept_epochs", "pick_best", "summarize_trials",
-           "summary_text", "trial_counts", "trials_csv"]
+__all__ = [
+    "SUMMARY_METRICS",
+    "best_json",
+    "best_kept_epoch",
+    "kept_epochs",
+    "pick_best",
+    "summarize_trials",
+    "summary_text",
+    "trial_counts",
+    "trials_csv",
+]

@@ -1,5 +1,6 @@
 """Text/label tables (csv, tsv, jsonl, parquet; local or s3://) and the embedded BBC News task,
 read into examples with every row either used or counted under a rejection reason."""
+
 from __future__ import annotations
 
 import hashlib
@@ -47,14 +48,23 @@ class Examples:
 
     def select(self, indices: list[int]) -> Examples:
         """The examples at `indices`, in that order (the source's row accounting stays with `self`)."""
-        return Examples(self.source, [self.texts[i] for i in indices],
-                        None if self.pairs is None else [self.pairs[i] for i in indices],
-                        [self.labels[i] for i in indices], [self.rows[i] for i in indices])
+        return Examples(
+            self.source,
+            [self.texts[i] for i in indices],
+            None if self.pairs is None else [self.pairs[i] for i in indices],
+            [self.labels[i] for i in indices],
+            [self.rows[i] for i in indices],
+        )
 
     def summary(self) -> dict[str, Any]:
         """The source's account for the manifest: read = usable + sum(rejected)."""
-        return {"source": self.source, "read": self.read, "usable": len(self), "rejected": dict(self.rejected),
-                "rejection_examples": self.rejection_examples}
+        return {
+            "source": self.source,
+            "read": self.read,
+            "usable": len(self),
+            "rejected": dict(self.rejected),
+            "rejection_examples": self.rejection_examples,
+        }
 
 
 def table_format(path: str) -> str:
@@ -92,8 +102,11 @@ def read_table(path: str) -> dict[str, list[Any]]:
         with fs.open(p, "rb", compression="infer") as f:
             if fmt in ("csv", "tsv"):
                 # tsv as GLUE writes it: no quoting, so a stray quote is text.
-                parse = pacsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",",
-                                           quote_char=False if fmt == "tsv" else '"', newlines_in_values=True)
+                parse = pacsv.ParseOptions(
+                    delimiter="\t" if fmt == "tsv" else ",",
+                    quote_char=False if fmt == "tsv" else '"',
+                    newlines_in_values=True,
+                )
                 columns = pacsv.read_csv(f, parse_options=parse).to_pydict()
             elif fmt == "jsonl":
                 columns = _read_jsonl(f, path)
@@ -121,8 +134,9 @@ def _as_text(value: Any) -> str | None:
     return text if text.strip() else None
 
 
-def table_examples(path: str, text_column: str, label_column: str, text_pair_column: str | None,
-                   regression: bool) -> Examples:
+def table_examples(
+    path: str, text_column: str, label_column: str, text_pair_column: str | None, regression: bool
+) -> Examples:
     """A table's rows as examples; empty texts and missing labels are rejected and counted, a
     regression target that is no number is an error naming the file, column and row."""
     table = read_table(path)
@@ -158,8 +172,10 @@ def _number(value: Any, path: str, column: str, row: int) -> float:
     except (TypeError, ValueError):
         number = math.nan
     if not math.isfinite(number):
-        raise BadInput(f"{path}: column {column!r} row {row}: {value!r} is not a finite number "
-                         f"(finetune.task=regression needs numeric targets)")
+        raise BadInput(
+            f"{path}: column {column!r} row {row}: {value!r} is not a finite number "
+            f"(finetune.task=regression needs numeric targets)"
+        )
     return number
 
 
@@ -221,5 +237,13 @@ def sample_indices(examples: Examples, k: int, seed: int, stratify: bool) -> lis
     return sorted(i for _, _, i in sorted(ranked)[:k])
 
 
-__all__ = ["BBC_NEWS", "Examples", "bbc_news_examples", "read_table", "sample_indices", "split_indices",
-           "table_examples", "table_format"]
+__all__ = [
+    "BBC_NEWS",
+    "Examples",
+    "bbc_news_examples",
+    "read_table",
+    "sample_indices",
+    "split_indices",
+    "table_examples",
+    "table_format",
+]

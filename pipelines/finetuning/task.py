@@ -1,5 +1,6 @@
 """The task one fine-tuning run learns: train and eval examples, targets, class names, and the
 account of every input row (used, rejected with a reason, or left out by a subsample cap)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,8 +30,10 @@ class Task:
 
 def _require_rows(examples: Examples, cfg: FinetuneSection) -> None:
     if not len(examples):
-        raise BadInput(f"{examples.source}: no usable rows in column {cfg.text_column!r} / {cfg.label_column!r} "
-                         f"(of {examples.read} rows, rejected: {dict(examples.rejected)})")
+        raise BadInput(
+            f"{examples.source}: no usable rows in column {cfg.text_column!r} / {cfg.label_column!r} "
+            f"(of {examples.read} rows, rejected: {dict(examples.rejected)})"
+        )
 
 
 def _cap(examples: Examples, cap: int | None, cfg: FinetuneSection, stratify: bool) -> tuple[Examples, int]:
@@ -44,26 +47,33 @@ def load_task(cfg: FinetuneSection) -> Task:
     classification = cfg.task == "classification"
     if cfg.train_path is None:
         if cfg.text_pair_column or not classification:
-            raise BadInput(f"the embedded BBC News task ({BBC_NEWS}) is single-text classification: set "
-                             f"finetune.train_path for finetune.task={cfg.task} or finetune.text_pair_column")
+            raise BadInput(
+                f"the embedded BBC News task ({BBC_NEWS}) is single-text classification: set "
+                f"finetune.train_path for finetune.task={cfg.task} or finetune.text_pair_column"
+            )
         source = bbc_news_examples()
     else:
-        source = table_examples(cfg.train_path, cfg.text_column, cfg.label_column, cfg.text_pair_column,
-                                regression=not classification)
+        source = table_examples(
+            cfg.train_path, cfg.text_column, cfg.label_column, cfg.text_pair_column, regression=not classification
+        )
     _require_rows(source, cfg)
     sources = [source]
     if cfg.eval_path is None:
         train_idx, eval_idx = split_indices(source, cfg.eval_fraction, cfg.seed, stratify=classification)
         train, evaluation = source.select(train_idx), source.select(eval_idx)
-        eval_from = f"{cfg.eval_fraction:g} of {source.source} (seed {cfg.seed}" + (", stratified)" if classification
-                                                                                   else ")")
+        eval_from = f"{cfg.eval_fraction:g} of {source.source} (seed {cfg.seed}" + (
+            ", stratified)" if classification else ")"
+        )
         if not len(train) or not len(evaluation):
-            raise BadInput(f"{source.source}: {len(source)} usable rows are too few to hold out "
-                             f"finetune.eval_fraction={cfg.eval_fraction:g}")
+            raise BadInput(
+                f"{source.source}: {len(source)} usable rows are too few to hold out "
+                f"finetune.eval_fraction={cfg.eval_fraction:g}"
+            )
     else:
         train = source
-        evaluation = table_examples(cfg.eval_path, cfg.text_column, cfg.label_column, cfg.text_pair_column,
-                                    regression=not classification)
+        evaluation = table_examples(
+            cfg.eval_path, cfg.text_column, cfg.label_column, cfg.text_pair_column, regression=not classification
+        )
         _require_rows(evaluation, cfg)
         sources.append(evaluation)
         eval_from = cfg.eval_path
@@ -73,15 +83,20 @@ def load_task(cfg: FinetuneSection) -> Task:
     if classification:
         names = label_names(train)
         if len(names) < 2:
-            raise BadInput(f"{train.source}: column {cfg.label_column!r} has a single class ({names[0]!r}) "
-                             f"in the training examples; classification needs two or more")
+            raise BadInput(
+                f"{train.source}: column {cfg.label_column!r} has a single class ({names[0]!r}) "
+                f"in the training examples; classification needs two or more"
+            )
         train_targets = encode_labels(train, names, cfg.label_column)
         eval_targets = encode_labels(evaluation, names, cfg.label_column)
     else:
         train_targets, eval_targets = list(train.labels), list(evaluation.labels)
-    accounting = {"inputs": [s.summary() for s in sources], "eval_from": eval_from,
-                  "train": {"used": len(train), "unsampled": train_unsampled},
-                  "eval": {"used": len(evaluation), "unsampled": eval_unsampled}}
+    accounting = {
+        "inputs": [s.summary() for s in sources],
+        "eval_from": eval_from,
+        "train": {"used": len(train), "unsampled": train_unsampled},
+        "eval": {"used": len(evaluation), "unsampled": eval_unsampled},
+    }
     return Task(train, evaluation, train_targets, eval_targets, names, accounting)
 
 

@@ -1,10 +1,12 @@
 """ALBERT's input encoding for fine-tuning: SentencePiece from the pretrained directory,
 `[CLS] a [SEP] (b [SEP])`, truncated like transformers' `AlbertTokenizer` (longest first)."""
+
 from __future__ import annotations
 
 import json
 import os
 import unicodedata
+from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
@@ -21,7 +23,7 @@ class PairTokenizer:
         if not os.path.exists(model_file):
             raise MissingInput(f"{model_file}: not found (the pretrained directory needs its SentencePiece model)")
         config_file = os.path.join(directory, "tokenizer_config.json")
-        config = json.loads(open(config_file).read()) if os.path.exists(config_file) else {}
+        config = json.loads(Path(config_file).read_text()) if os.path.exists(config_file) else {}
         self.lowercase = bool(config.get("do_lower_case", True))
         self.keep_accents = bool(config.get("keep_accents", False))
         self.sp = spm.SentencePieceProcessor(model_file=model_file)
@@ -47,11 +49,11 @@ class PairTokenizer:
         # budget, the longer side the rest (so the odd token goes to the longer one).
         if len(a) + len(b) > budget:
             if len(a) > len(b):
-                b = b[:budget // 2]
-                a = a[:budget - len(b)]
+                b = b[: budget // 2]
+                a = a[: budget - len(b)]
             else:
-                a = a[:budget // 2]
-                b = b[:budget - len(a)]
+                a = a[: budget // 2]
+                b = b[: budget - len(a)]
         ids = [self.cls_id, *a, self.sep_id]
         types = [0] * len(ids)
         if pair is not None:
@@ -63,13 +65,15 @@ class PairTokenizer:
 def pad_batch(encoded: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, np.ndarray]:
     """Right-padded `input_ids`, `token_type_ids` and `attention_mask` ([B, longest])."""
     width = max(len(ids) for ids, _ in encoded)
-    batch = {"input_ids": np.full((len(encoded), width), pad_id, np.int64),
-             "token_type_ids": np.zeros((len(encoded), width), np.int64),
-             "attention_mask": np.zeros((len(encoded), width), np.int64)}
+    batch = {
+        "input_ids": np.full((len(encoded), width), pad_id, np.int64),
+        "token_type_ids": np.zeros((len(encoded), width), np.int64),
+        "attention_mask": np.zeros((len(encoded), width), np.int64),
+    }
     for row, (ids, types) in enumerate(encoded):
-        batch["input_ids"][row, :len(ids)] = ids
-        batch["token_type_ids"][row, :len(types)] = types
-        batch["attention_mask"][row, :len(ids)] = 1
+        batch["input_ids"][row, : len(ids)] = ids
+        batch["token_type_ids"][row, : len(types)] = types
+        batch["attention_mask"][row, : len(ids)] = 1
     return batch
 
 

@@ -1,5 +1,6 @@
 """One trial's training run, free of Ray: its finetune settings, the data it receives, and the
 epoch loop that reports metrics and a transformers-format checkpoint after every epoch."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,6 +19,7 @@ from albert_model.hf import save_hf_pretrained
 
 from ..config import FinetuneSection, config_to_dict
 from ..errors import MissingInput
+from ..models import require_model_dir
 from ..storage import filesystem
 from ..train.build import build_optimizer
 from .loop import build_classifier, build_schedule, epoch_batches, predict, steps_per_epoch, train_epoch
@@ -59,14 +61,16 @@ def read_pretrained_files(directory: str) -> dict[str, bytes]:
     """config.json, the weights (single or sharded safetensors, or pytorch_model.bin), spiece.model
     and tokenizer_config.json, local or s3://."""
     fs, root = filesystem(directory)
-    if not fs.exists(f"{root}/config.json"):
-        raise MissingInput(f"finetune.pretrained: {directory} has no config.json (not a transformers "
-                           f"ALBERT directory; the default {{run_dir}}/pretrain/hf needs the pretrain stage)")
+    require_model_dir(directory, "finetune.pretrained", "; the default {run_dir}/pretrain/hf needs the pretrain stage")
     names = {os.path.basename(p) for p in fs.ls(root, detail=False)}
     if "spiece.model" not in names:
         raise MissingInput(f"finetune.pretrained: {directory} has no spiece.model (the tokenizer)")
-    wanted = [n for n in names if n in ("config.json", "spiece.model", "tokenizer_config.json", *WEIGHT_FILES)
-              or (n.startswith("model-") and n.endswith(".safetensors"))]
+    wanted = [
+        n
+        for n in names
+        if n in ("config.json", "spiece.model", "tokenizer_config.json", *WEIGHT_FILES)
+        or (n.startswith("model-") and n.endswith(".safetensors"))
+    ]
     return {n: fs.cat_file(f"{root}/{n}") for n in sorted(wanted)}
 
 
@@ -82,8 +86,17 @@ def encode_task(cfg: FinetuneSection, files: dict[str, bytes]) -> tuple[TrialDat
         pairs = examples.pairs if examples.pairs is not None else [None] * len(examples)
         return [tokenizer.encode(text, pair, length) for text, pair in zip(examples.texts, pairs)]
 
-    data = TrialData(cfg.task, task.num_labels, task.label_names, encode(task.train), encode(task.eval),
-                     task.train_targets, task.eval_targets, tokenizer.pad_id, files)
+    data = TrialData(
+        cfg.task,
+        task.num_labels,
+        task.label_names,
+        encode(task.train),
+        encode(task.eval),
+        task.train_targets,
+        task.eval_targets,
+        tokenizer.pad_id,
+        files,
+    )
     truncated = {split: sum(len(ids) >= length for ids, _ in getattr(data, split)) for split in ("train", "eval")}
     return data, task, truncated
 
@@ -110,9 +123,17 @@ def save_classifier(model: nn.Module, pretrained_dir: str, directory: str, label
 Report = Callable[[dict[str, Any], "str | None"], None]
 
 
-def fit_trial(cfg: FinetuneSection, data: TrialData, pretrained_dir: str, checkpoint_root: str, report: Report,
-              rank: int = 0, world: int = 1, device: torch.device | None = None,
-              wrap: Callable[[nn.Module], nn.Module] = lambda m: m) -> None:
+def fit_trial(
+    cfg: FinetuneSection,
+    data: TrialData,
+    pretrained_dir: str,
+    checkpoint_root: str,
+    report: Report,
+    rank: int = 0,
+    world: int = 1,
+    device: torch.device | None = None,
+    wrap: Callable[[nn.Module], nn.Module] = lambda m: m,
+) -> None:
     """Train for cfg.epochs, calling `report(metrics, checkpoint_dir)` after each epoch on every
     worker (the checkpoint only from rank 0). `wrap` is DDP under Ray Train."""
     device = device or torch.device("cpu")
@@ -120,19 +141,35 @@ def fit_trial(cfg: FinetuneSection, data: TrialData, pretrained_dir: str, checkp
     model = build_classifier(pretrained_dir, data.num_labels, cfg.classifier_dropout, cfg.init, cfg.seed).to(device)
     trained = wrap(model)
     optimizer = build_optimizer(trained, "adamw", cfg.lr, cfg.weight_decay)
-    schedule = build_schedule(optimizer, cfg.epochs * steps_per_epoch(len(data.train), cfg.batch_size, world),
-                              cfg.warmup_ratio)
+    schedule = build_schedule(
+        optimizer, cfg.epochs * steps_per_epoch(len(data.train), cfg.batch_size, world), cfg.warmup_ratio
+    )
     targets = np.asarray(data.eval_targets)
     for epoch in range(cfg.epochs):
         started = time.time()
         batches = epoch_batches(len(data.train), cfg.batch_size, cfg.seed, epoch, world)
-        train_loss = train_epoch(trained, optimizer, schedule, data.train, data.train_targets, batches, data.pad_id,
-                                 cfg.max_grad_norm, regression, rank, world, device)
+        train_loss = train_epoch(
+            trained,
+            optimizer,
+            schedule,
+            data.train,
+            data.train_targets,
+            batches,
+            data.pad_id,
+            cfg.max_grad_norm,
+            regression,
+            rank,
+            world,
+            device,
+        )
         # The bare model: DDP's forward would sync buffers across workers' unequal eval shards.
         logits = predict(model, data.eval, cfg.eval_batch_size, data.pad_id, rank, world, device)
-        metrics = {"epoch": epoch + 1, "train_loss": train_loss,
-                   **compute_metrics(data.task, logits, targets, data.num_labels),
-                   "epoch_seconds": time.time() - started}
+        metrics = {
+            "epoch": epoch + 1,
+            "train_loss": train_loss,
+            **compute_metrics(data.task, logits, targets, data.num_labels),
+            "epoch_seconds": time.time() - started,
+        }
         checkpoint = None
         if rank == 0:
             checkpoint = os.path.join(checkpoint_root, f"epoch_{epoch + 1}")
@@ -140,5 +177,12 @@ def fit_trial(cfg: FinetuneSection, data: TrialData, pretrained_dir: str, checkp
         report(metrics, checkpoint)
 
 
-__all__ = ["TrialData", "encode_task", "fit_trial", "materialize", "read_pretrained_files", "save_classifier",
-           "trial_finetune"]
+__all__ = [
+    "TrialData",
+    "encode_task",
+    "fit_trial",
+    "materialize",
+    "read_pretrained_files",
+    "save_classifier",
+    "trial_finetune",
+]

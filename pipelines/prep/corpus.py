@@ -4,6 +4,7 @@ Formats: `text` (a file is a document), `text_blank_line_docs` (one sentence per
 between documents: the original BERT/ALBERT input), `jsonl` (a line is a document) and `parquet`
 (a row is a document). `.gz` files are decompressed on the fly; `auto` picks by extension.
 """
+
 from __future__ import annotations
 
 import glob as globlib
@@ -23,7 +24,13 @@ _SAMPLE_BYTES = 8192  # enough to tell a binary file from text
 
 # Reasons a document is not used; the manifest counts each.
 EMPTY, BINARY, MALFORMED_JSON, MISSING_FIELD, NOT_TEXT, TOO_SHORT = (
-    "empty", "binary", "malformed_json", "missing_field", "not_text", "too_short")
+    "empty",
+    "binary",
+    "malformed_json",
+    "missing_field",
+    "not_text",
+    "too_short",
+)
 
 
 @dataclass(frozen=True)
@@ -58,8 +65,9 @@ def _detect_format(url: str, configured: str) -> str:
     name = url[:-3] if url.endswith(".gz") else url
     ext = posixpath.splitext(name)[1].lower()
     if ext not in _BY_EXTENSION:
-        raise BadInput(f"{url}: cannot tell the format from extension {ext or '(none)'!r}; "
-                         f"set corpus.format to one of {FORMATS}")
+        raise BadInput(
+            f"{url}: cannot tell the format from extension {ext or '(none)'!r}; set corpus.format to one of {FORMATS}"
+        )
     return _BY_EXTENSION[ext]
 
 
@@ -74,7 +82,7 @@ def list_inputs(paths: list[str], configured_format: str) -> list[InputFile]:
             # Sources are named from the folder holding the input on down ("speeches/x.txt"), so
             # the same tree gives the same names (and so the same examples) locally and on s3.
             if globlib.has_magic(p):
-                literal_prefix = p[:min(p.find(c) for c in "*?[" if c in p)]
+                literal_prefix = p[: min(p.find(c) for c in "*?[" if c in p)]
                 base = posixpath.dirname(posixpath.dirname(literal_prefix))
                 matches = [m for m in fs.glob(p) if fs.isfile(m)]
             elif fs.isdir(p):
@@ -96,11 +104,13 @@ def list_inputs(paths: list[str], configured_format: str) -> list[InputFile]:
         for m in kept:
             source = posixpath.relpath(m, base or ".")
             if source in files:
-                raise BadInput(f"corpus.paths: two inputs share the name {source!r}: "
-                                 f"{files[source].url} and {protocol}{m}")
+                raise BadInput(
+                    f"corpus.paths: two inputs share the name {source!r}: {files[source].url} and {protocol}{m}"
+                )
             url = protocol + m
-            files[source] = InputFile(url, source, int(details[m].get("size") or 0),
-                                      _detect_format(url, configured_format))
+            files[source] = InputFile(
+                url, source, int(details[m].get("size") or 0), _detect_format(url, configured_format)
+            )
     return [files[s] for s in sorted(files)]
 
 
@@ -124,8 +134,12 @@ def _looks_binary(data: bytes) -> bool:
 
 def read_documents(file: InputFile, text_field: str = "text") -> Iterator[Document | Rejected]:
     """Every document of one file, or a Rejected record naming the file, line or row and why."""
-    reader = {"text": _read_text, "text_blank_line_docs": _read_blank_line_docs,
-              "jsonl": _read_jsonl, "parquet": _read_parquet}[file.format]
+    reader = {
+        "text": _read_text,
+        "text_blank_line_docs": _read_blank_line_docs,
+        "jsonl": _read_jsonl,
+        "parquet": _read_parquet,
+    }[file.format]
     yield from reader(file, text_field)
 
 
@@ -225,10 +239,8 @@ class _Prepend(io.RawIOBase):
             buffer[:n], self._head = self._head[:n], self._head[n:]
             return n
         data = self._rest.read(len(buffer))
-        buffer[:len(data)] = data
+        buffer[: len(data)] = data
         return len(data)
-
-
 
 
 def pack_units(files: list[InputFile], num_workers: int, max_unit_bytes: int = 64 << 20) -> list[list[InputFile]]:

@@ -5,6 +5,7 @@ a document are the same whichever worker or block processes it. SOP pairs always
 document: a chunk needs at least two segments, never a segment from another document (that would
 be the original's NSP fallback, not sentence order).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,12 +71,13 @@ def split_long_segments(segments: list[np.ndarray], max_tokens: int) -> list[np.
         if len(seg) <= max_tokens:
             out.append(seg)
         else:
-            out.extend(seg[i:i + max_tokens] for i in range(0, len(seg), max_tokens))
+            out.extend(seg[i : i + max_tokens] for i in range(0, len(seg), max_tokens))
     return [seg for seg in out if len(seg)]
 
 
-def truncate_pair(a: np.ndarray, b: np.ndarray, max_num_tokens: int,
-                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def truncate_pair(
+    a: np.ndarray, b: np.ndarray, max_num_tokens: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Remove tokens from the longer segment until the pair fits, each from the front or the
     back at random (the original's truncate_seq_pair, with the counts computed directly)."""
     la, lb = len(a), len(b)
@@ -90,7 +92,7 @@ def truncate_pair(a: np.ndarray, b: np.ndarray, max_num_tokens: int,
     ra += rest // 2
     rb += rest - rest // 2
     fa, fb = rng.binomial(ra, 0.5), rng.binomial(rb, 0.5)
-    return a[fa:la - (ra - fa)], b[fb:lb - (rb - fb)]
+    return a[fa : la - (ra - fa)], b[fb : lb - (rb - fb)]
 
 
 def create_pairs(segments: list[np.ndarray], spec: PairingSpec, rng: np.random.Generator) -> list[Pair]:
@@ -122,12 +124,18 @@ def create_pairs(segments: list[np.ndarray], spec: PairingSpec, rng: np.random.G
 def assemble(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ids = np.concatenate([[CLS_ID], a, [SEP_ID], b, [SEP_ID]]).astype(np.int32)
     token_types = np.zeros(len(ids), dtype=np.int8)
-    token_types[len(a) + 2:] = 1
+    token_types[len(a) + 2 :] = 1
     return ids, token_types
 
 
-def document_examples(segments: list[np.ndarray], pairing: PairingSpec, masking: MaskingSpec,
-                      word_start_table: np.ndarray, rng: np.random.Generator, static: bool) -> list[Example]:
+def document_examples(
+    segments: list[np.ndarray],
+    pairing: PairingSpec,
+    masking: MaskingSpec,
+    word_start_table: np.ndarray,
+    rng: np.random.Generator,
+    static: bool,
+) -> list[Example]:
     """All examples of one document for one dupe. `segments` are its sentences' token ids, already
     cut to `pairing.max_segment_tokens` (split_long_segments)."""
     examples = []
@@ -136,12 +144,24 @@ def document_examples(segments: list[np.ndarray], pairing: PairingSpec, masking:
         word_starts = word_start_table[ids]
         if static:
             masked = mask_tokens(ids, word_starts, masking, rng)
-            examples.append(Example(masked.input_ids, token_types, pair.sentence_order_label, masked, None,
-                                    pair.is_short))
+            examples.append(
+                Example(masked.input_ids, token_types, pair.sentence_order_label, masked, None, pair.is_short)
+            )
         else:
             examples.append(Example(ids, token_types, pair.sentence_order_label, None, word_starts, pair.is_short))
     return examples
 
 
-__all__ = ["PairingSpec", "Pair", "Example", "create_pairs", "truncate_pair", "split_long_segments",
-           "assemble", "document_examples", "document_rng", "is_validation_document", "stable_hash"]
+__all__ = [
+    "PairingSpec",
+    "Pair",
+    "Example",
+    "create_pairs",
+    "truncate_pair",
+    "split_long_segments",
+    "assemble",
+    "document_examples",
+    "document_rng",
+    "is_validation_document",
+    "stable_hash",
+]

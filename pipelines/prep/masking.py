@@ -4,6 +4,7 @@ The original's known bugs are fixed here: the n-gram length comes from the calle
 generator (the original used numpy's unseeded global RNG), and random replacements are drawn
 only from ordinary pieces, never from the control symbols.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,13 +16,12 @@ FIRST_ORDINARY_ID = 5  # ids below are <pad>, <unk>, [CLS], [SEP], [MASK]
 
 # A piece starts a word when it begins with the SentencePiece space marker, is a control or
 # user symbol written <...>, or is one punctuation character (as in the original).
-_PUNCTUATION = set('!"#$%&\'()*+,-./:;?@[\\]^_`{|}~')
+_PUNCTUATION = set("!\"#$%&'()*+,-./:;?@[\\]^_`{|}~")
 
 
 def word_start_table(pieces: list[str]) -> np.ndarray:
     """For every vocabulary id: does this piece begin a new word?"""
-    return np.array([p.startswith("\u2581") or p.startswith("<") or p in _PUNCTUATION for p in pieces],
-                    dtype=bool)
+    return np.array([p.startswith("\u2581") or p.startswith("<") or p in _PUNCTUATION for p in pieces], dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,9 @@ def word_spans(input_ids: np.ndarray, word_starts: np.ndarray) -> np.ndarray:
     # A word ends where the next word starts or at the next non-maskable token.
     boundaries = np.flatnonzero(starts | ~maskable)
     next_boundary = np.searchsorted(boundaries, start_idx, side="right")
-    ends = np.where(next_boundary < len(boundaries), boundaries[np.minimum(next_boundary, len(boundaries) - 1)],
-                    len(input_ids))
+    ends = np.where(
+        next_boundary < len(boundaries), boundaries[np.minimum(next_boundary, len(boundaries) - 1)], len(input_ids)
+    )
     return np.stack([start_idx, ends], axis=1) if len(start_idx) else np.zeros((0, 2), dtype=np.int64)
 
 
@@ -72,14 +73,15 @@ def adjacent_run_lengths(spans: np.ndarray, longest: int) -> np.ndarray:
     alive = np.ones(n, dtype=bool)
     for k in range(1, longest):
         step = np.zeros(n, dtype=bool)
-        step[:n - k] = adjacent[k - 1:n - 1]
+        step[: n - k] = adjacent[k - 1 : n - 1]
         alive &= step
         run += alive
     return run
 
 
-def mask_tokens(input_ids: np.ndarray, word_starts: np.ndarray, spec: MaskingSpec,
-                rng: np.random.Generator) -> MaskedExample:
+def mask_tokens(
+    input_ids: np.ndarray, word_starts: np.ndarray, spec: MaskingSpec, rng: np.random.Generator
+) -> MaskedExample:
     """Mask whole-word n-grams until num_to_predict tokens are chosen (no overlaps), then replace
     each chosen token with [MASK] (80%), itself (10%) or a random ordinary piece (10%)."""
     spans = word_spans(input_ids, word_starts)
@@ -121,5 +123,16 @@ def mask_tokens(input_ids: np.ndarray, word_starts: np.ndarray, spec: MaskingSpe
     return MaskedExample(masked, positions, labels, np.asarray(lengths, dtype=np.int8), replacement)
 
 
-__all__ = ["MaskingSpec", "MaskedExample", "mask_tokens", "word_spans", "word_start_table",
-           "PAD_ID", "UNK_ID", "CLS_ID", "SEP_ID", "MASK_ID", "FIRST_ORDINARY_ID"]
+__all__ = [
+    "MaskingSpec",
+    "MaskedExample",
+    "mask_tokens",
+    "word_spans",
+    "word_start_table",
+    "PAD_ID",
+    "UNK_ID",
+    "CLS_ID",
+    "SEP_ID",
+    "MASK_ID",
+    "FIRST_ORDINARY_ID",
+]

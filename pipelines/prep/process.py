@@ -2,6 +2,7 @@
 
 Pure (no Ray): the data stage's Ray Data UDF holds one DocumentProcessor and delegates here.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -64,7 +65,7 @@ class PrepStats:
         if len(details) < MAX_REJECTION_DETAILS:
             details.append(rejected.detail)
 
-    def merge(self, other: "PrepStats") -> None:
+    def merge(self, other: PrepStats) -> None:
         for name, value in vars(other).items():
             mine = getattr(self, name)
             if name == "rejection_examples":
@@ -80,7 +81,7 @@ class PrepStats:
         return {k: dict(v) if isinstance(v, Counter) else v for k, v in vars(self).items()}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "PrepStats":
+    def from_dict(cls, d: dict) -> PrepStats:
         stats = cls()
         for k, v in d.items():
             setattr(stats, k, Counter(v) if isinstance(getattr(stats, k), Counter) else v)
@@ -97,7 +98,12 @@ class ShardBuffer:
     def clear(self) -> None:
         self.ids: list[str] = []
         self.columns: dict[str, list[np.ndarray]] = {
-            "input_ids": [], "token_type_ids": [], "masked_lm_positions": [], "masked_lm_ids": [], "word_starts": []}
+            "input_ids": [],
+            "token_type_ids": [],
+            "masked_lm_positions": [],
+            "masked_lm_ids": [],
+            "word_starts": [],
+        }
         self.labels: list[int] = []
 
     def __len__(self) -> int:
@@ -147,13 +153,16 @@ class DocumentProcessor:
         segments = self.segments(doc)
         if len(segments) < 2:
             tokens = sum(len(s) for s in segments)
-            stats.reject(Rejected(doc.key, TOO_SHORT,
-                                  f"{doc.key}: {tokens} tokens in one sentence; a sentence pair needs two"))
+            stats.reject(
+                Rejected(doc.key, TOO_SHORT, f"{doc.key}: {tokens} tokens in one sentence; a sentence pair needs two")
+            )
             return
         stats.documents_used += 1
         stats.documents_with_replaced_bytes += doc.replaced_bytes
         stats.text_bytes += text_len
-        split = "validation" if is_validation_document(self.cfg.seed, doc.key, self.cfg.validation_fraction) else "train"
+        split = (
+            "validation" if is_validation_document(self.cfg.seed, doc.key, self.cfg.validation_fraction) else "train"
+        )
         buffer = buffers[split]
         for dupe in range(self.cfg.dupe_factor):
             rng = document_rng(self.cfg.seed, doc.key, dupe)
@@ -173,8 +182,11 @@ class DocumentProcessor:
                     stats.masked_tokens += len(ex.masked.positions)
                     stats.maskable_tokens += len(ex.input_ids)
                     stats.replacements.update(
-                        dict(zip(("mask", "keep", "random"), np.bincount(ex.masked.replacement, minlength=3).tolist())))
-                    stats.ngram_lengths.update({str(n): c for n, c in Counter(ex.masked.ngram_lengths.tolist()).items()})
+                        dict(zip(("mask", "keep", "random"), np.bincount(ex.masked.replacement, minlength=3).tolist()))
+                    )
+                    stats.ngram_lengths.update(
+                        {str(n): c for n, c in Counter(ex.masked.ngram_lengths.tolist()).items()}
+                    )
                 else:
                     empty = np.zeros(0, dtype=np.int32)
                     buffer.columns["masked_lm_positions"].append(empty)

@@ -1,4 +1,5 @@
 """Raw document text to paragraphs and sentences, and ALBERT's text normalisation."""
+
 from __future__ import annotations
 
 import re

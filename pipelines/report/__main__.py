@@ -1,4 +1,5 @@
 """`python -m pipelines.report`: the report stage on its own."""
+
 import sys
 
 from ..cli import stage_main

@@ -6,6 +6,7 @@ during a stage is that stage's. The record lives in `{run_dir}/costs/<stage>.jso
 the fingerprint of the output it paid for, so a later report can tell a current record from a
 stale one (a stage rerun standalone leaves the old record behind).
 """
+
 from __future__ import annotations
 
 import json
@@ -44,7 +45,7 @@ class ReservationMeter:
             if stopped:
                 return
 
-    def __enter__(self) -> "ReservationMeter":
+    def __enter__(self) -> ReservationMeter:
         self._thread.start()
         return self
 
@@ -68,9 +69,17 @@ def read_cost(run_dir: str, stage: str) -> dict[str, Any] | None:
     return read_json(cost_path(run_dir, stage))
 
 
-def cost_record(fingerprint: str, started: float, wall_s: float, meter: ReservationMeter,
-                cluster: dict[str, float]) -> dict[str, Any]:
-    return {"fingerprint": fingerprint, "started": started, "wall_s": round(wall_s, 3),
-            "cpu_hours": meter.cpu_seconds / 3600, "gpu_hours": meter.gpu_seconds / 3600,
-            "peak_cpus": meter.peak_cpus, "peak_gpus": meter.peak_gpus,
-            "cluster_cpus": cluster.get("CPU", 0.0), "cluster_gpus": cluster.get("GPU", 0.0)}
+def cost_record(
+    fingerprint: str, started: float, wall_s: float, meter: ReservationMeter, cluster: dict[str, float]
+) -> dict[str, Any]:
+    return {
+        "fingerprint": fingerprint,
+        "started": started,
+        "wall_s": round(wall_s, 3),
+        "cpu_hours": meter.cpu_seconds / 3600,
+        "gpu_hours": meter.gpu_seconds / 3600,
+        "peak_cpus": meter.peak_cpus,
+        "peak_gpus": meter.peak_gpus,
+        "cluster_cpus": cluster.get("CPU", 0.0),
+        "cluster_gpus": cluster.get("GPU", 0.0),
+    }

@@ -4,6 +4,7 @@ For every depth step the step's input and output hidden states are compared toke
 left out) and averaged over tokens. With cross-layer sharing the paper finds the transitions
 smoother than BERT's: distances and similarities oscillate rather than converge.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,8 +26,9 @@ class LayerTransition:
 
 
 @torch.no_grad()
-def layer_transitions(model: torch.nn.Module, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
-                      attention_mask: torch.Tensor) -> list[LayerTransition]:
+def layer_transitions(
+    model: torch.nn.Module, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> list[LayerTransition]:
     """Drive the embeddings and each depth step of `model` (AlbertModel or a model holding one as
     `.albert`) over a padded batch [B, S] and compare every step's input with its output."""
     albert = getattr(model, "albert", model)

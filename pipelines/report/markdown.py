@@ -1,4 +1,5 @@
 """report.md, section by section, from the stages' manifests and outputs (pure: data in, text out)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -52,30 +53,52 @@ def data_section(vocab: dict | None, data: dict | None) -> str:
     parts = ["## Data"]
     if vocab is not None:
         sample = vocab.get("sample", {})
-        parts.append(f"Vocabulary: {fmt(vocab['vocab_size'])} SentencePiece pieces, trained on "
-                     f"{fmt(sample.get('sampled_sentences'))} of {fmt(sample.get('sentences'))} sentences."
-                     if "sampled_sentences" in sample else
-                     f"Vocabulary: {fmt(vocab['vocab_size'])} pieces, reused from {sample.get('reused')}.")
+        parts.append(
+            f"Vocabulary: {fmt(vocab['vocab_size'])} SentencePiece pieces, trained on "
+            f"{fmt(sample.get('sampled_sentences'))} of {fmt(sample.get('sentences'))} sentences."
+            if "sampled_sentences" in sample
+            else f"Vocabulary: {fmt(vocab['vocab_size'])} pieces, reused from {sample.get('reused')}."
+        )
     if data is None:
         return "\n\n".join(parts + [not_run("data")])
     docs, stats = data["documents"], data.get("statistics", {})
     rejected = ", ".join(f"{k} {v:,}" for k, v in sorted(docs["rejected"].items())) or "none"
-    parts.append(f"{len(data['inputs']):,} input files, {sum(i['bytes'] for i in data['inputs']) / 1e6:.1f} MB; "
-                 f"{docs['read']:,} documents read, {docs['used']:,} used, rejected: {rejected}.")
+    parts.append(
+        f"{len(data['inputs']):,} input files, {sum(i['bytes'] for i in data['inputs']) / 1e6:.1f} MB; "
+        f"{docs['read']:,} documents read, {docs['used']:,} used, rejected: {rejected}."
+    )
     splits = list(data["examples"])
-    parts.append(table(["split", "examples", "tokens", "tokens / example"],
-                       [[s, data["examples"][s], data["tokens"][s], data["tokens"][s] / max(1, data["examples"][s])]
-                        for s in splits]))
+    parts.append(
+        table(
+            ["split", "examples", "tokens", "tokens / example"],
+            [
+                [s, data["examples"][s], data["tokens"][s], data["tokens"][s] / max(1, data["examples"][s])]
+                for s in splits
+            ],
+        )
+    )
     config = data.get("config", {}).get("data", {})
-    parts.append(table(["statistic", "value"], [
-        ["max_seq_length", config.get("max_seq_length")], ["masking", data["masking"]["mode"]],
-        ["masked share of tokens", stats.get("masked_share")],
-        ["[MASK] / keep / random replacement shares",
-         " / ".join(fmt(stats.get("replacement_shares", {}).get(k)) for k in ("mask", "keep", "random"))],
-        ["n-gram length shares", ", ".join(f"{k}: {fmt(v)}" for k, v in stats.get("ngram_length_shares", {}).items())],
-        ["swapped (SOP label 1) share", stats.get("swapped_share")],
-        ["short-sequence share", stats.get("short_share")],
-        ["data stage workers / seconds", f"{data.get('num_workers')} / {fmt(data.get('seconds'))}"]]))
+    parts.append(
+        table(
+            ["statistic", "value"],
+            [
+                ["max_seq_length", config.get("max_seq_length")],
+                ["masking", data["masking"]["mode"]],
+                ["masked share of tokens", stats.get("masked_share")],
+                [
+                    "[MASK] / keep / random replacement shares",
+                    " / ".join(fmt(stats.get("replacement_shares", {}).get(k)) for k in ("mask", "keep", "random")),
+                ],
+                [
+                    "n-gram length shares",
+                    ", ".join(f"{k}: {fmt(v)}" for k, v in stats.get("ngram_length_shares", {}).items()),
+                ],
+                ["swapped (SOP label 1) share", stats.get("swapped_share")],
+                ["short-sequence share", stats.get("short_share")],
+                ["data stage workers / seconds", f"{data.get('num_workers')} / {fmt(data.get('seconds'))}"],
+            ],
+        )
+    )
     return "\n\n".join(parts)
 
 
@@ -87,8 +110,18 @@ def pretrain_section(manifest: dict | None, train: list[dict], final_eval: dict 
         parts.append(f"![Pretraining curves]({curves})")
     if train:
         last = train[-1]
-        keys = ["step", "mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy", "lr", "grad_norm",
-                "tokens_per_s", "mfu", "peak_memory_gb"]
+        keys = [
+            "step",
+            "mlm_loss",
+            "mlm_accuracy",
+            "sop_loss",
+            "sop_accuracy",
+            "lr",
+            "grad_norm",
+            "tokens_per_s",
+            "mfu",
+            "peak_memory_gb",
+        ]
         parts.append("Last training log line:\n\n" + table(keys, [[last.get(k) for k in keys]]))
     if final_eval:
         flat = flatten(final_eval)
@@ -100,12 +133,18 @@ def figure1_section(transitions: list[LayerTransition], figure: str | None, exam
     parts = ["## Layer transitions (the ALBERT paper's Figure 1)"]
     if not transitions:
         return "\n\n".join(parts + [not_run("pretrain")])
-    parts.append(f"L2 distance and cosine similarity between each layer's input and output embeddings of the "
-                 f"pretrained model, averaged over the tokens of {examples} validation examples.")
+    parts.append(
+        f"L2 distance and cosine similarity between each layer's input and output embeddings of the "
+        f"pretrained model, averaged over the tokens of {examples} validation examples."
+    )
     if figure:
         parts.append(f"![L2 distance and cosine similarity per layer]({figure})")
-    parts.append(table(["layer", "L2 distance", "cosine similarity"],
-                       [[t.step + 1, t.l2_distance, t.cosine_similarity] for t in transitions]))
+    parts.append(
+        table(
+            ["layer", "L2 distance", "cosine similarity"],
+            [[t.step + 1, t.l2_distance, t.cosine_similarity] for t in transitions],
+        )
+    )
     return "\n\n".join(parts)
 
 
@@ -119,21 +158,38 @@ def finetune_section(manifest: dict | None, trials: list[dict[str, str]], best: 
     if trials:
         headers = list(trials[0])
         shown = trials[:MAX_TRIAL_ROWS]
-        more = f"\n\n({len(trials) - len(shown)} more trials in finetune/trials.csv)" if len(trials) > len(shown) else ""
+        more = (
+            f"\n\n({len(trials) - len(shown)} more trials in finetune/trials.csv)" if len(trials) > len(shown) else ""
+        )
         parts.append(f"{len(trials)} trials:\n\n" + table(headers, [[t.get(h) for h in headers] for t in shown]) + more)
     return "\n\n".join(parts)
 
 
 def cost_section(rows: list[dict[str, Any]]) -> str:
     """`rows`: stage, wall_s, cpu_hours, gpu_hours, note."""
-    body = table(["stage", "wall time (s)", "CPU hours", "GPU hours", "note"],
-                 [[r["stage"], r.get("wall_s"), r.get("cpu_hours"),
-                   r.get("gpu_hours"), r.get("note", "")] for r in rows])
+    body = table(
+        ["stage", "wall time (s)", "CPU hours", "GPU hours", "note"],
+        [[r["stage"], r.get("wall_s"), r.get("cpu_hours"), r.get("gpu_hours"), r.get("note", "")] for r in rows],
+    )
     known = [r for r in rows if r.get("wall_s") is not None]
-    total = table(["total", "wall time (s)", "CPU hours", "GPU hours"],
-                  [["all stages", sum(r["wall_s"] for r in known),
-                    sum(r.get("cpu_hours") or 0.0 for r in known), sum(r.get("gpu_hours") or 0.0 for r in known)]])
-    return "\n\n".join(["## Cost per stage",
-                        "CPU and GPU hours are the logical CPUs and GPUs Ray reserved for the stage's tasks, actors "
-                        "and trainers, integrated over its wall time (sampled once a second by the DAG). A stage "
-                        "that ran outside the DAG has its wall time from its manifest only.", body, total])
+    total = table(
+        ["total", "wall time (s)", "CPU hours", "GPU hours"],
+        [
+            [
+                "all stages",
+                sum(r["wall_s"] for r in known),
+                sum(r.get("cpu_hours") or 0.0 for r in known),
+                sum(r.get("gpu_hours") or 0.0 for r in known),
+            ]
+        ],
+    )
+    return "\n\n".join(
+        [
+            "## Cost per stage",
+            "CPU and GPU hours are the logical CPUs and GPUs Ray reserved for the stage's tasks, actors "
+            "and trainers, integrated over its wall time (sampled once a second by the DAG). A stage "
+            "that ran outside the DAG has its wall time from its manifest only.",
+            body,
+            total,
+        ]
+    )

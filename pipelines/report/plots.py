@@ -1,4 +1,5 @@
 """The report's figures as PNG bytes (matplotlib, no display needed)."""
+
 from __future__ import annotations
 
 import io
@@ -11,10 +12,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 from .layers import LayerTransition  # noqa: E402
 
 # (title, training key, validation key or None)
-CURVES = [("MLM loss", "mlm_loss", "mlm_loss"), ("SOP loss", "sop_loss", "sop_loss"),
-          ("MLM accuracy", "mlm_accuracy", "mlm_accuracy"), ("SOP accuracy", "sop_accuracy", "sop_accuracy"),
-          ("learning rate", "lr", None), ("gradient norm (before clipping)", "grad_norm", None),
-          ("tokens / s", "tokens_per_s", None), ("peak memory (GB)", "peak_memory_gb", None)]
+CURVES = [
+    ("MLM loss", "mlm_loss", "mlm_loss"),
+    ("SOP loss", "sop_loss", "sop_loss"),
+    ("MLM accuracy", "mlm_accuracy", "mlm_accuracy"),
+    ("SOP accuracy", "sop_accuracy", "sop_accuracy"),
+    ("learning rate", "lr", None),
+    ("gradient norm (before clipping)", "grad_norm", None),
+    ("tokens / s", "tokens_per_s", None),
+    ("peak memory (GB)", "peak_memory_gb", None),
+]
 
 
 def _png(fig) -> bytes:

@@ -1,4 +1,5 @@
 """`python -m pipelines.report`: {run_dir}/report/report.md and its figures from the other stages' outputs."""
+
 from __future__ import annotations
 
 import csv
@@ -34,8 +35,10 @@ REPORT = "report.md"
 def read_metrics(path: str) -> tuple[list[dict], list[dict]]:
     """metrics.jsonl as (training lines, validation lines)."""
     records = read_jsonl(path)
-    return ([r for r in records if r.get("split", "train") == "train" and "event" not in r],
-            [r for r in records if r.get("split") == "validation"])
+    return (
+        [r for r in records if r.get("split", "train") == "train" and "event" not in r],
+        [r for r in records if r.get("split") == "validation"],
+    )
 
 
 def read_csv(path: str) -> list[dict[str, str]]:
@@ -82,8 +85,14 @@ def cost_rows(config: Config, manifests: dict[str, dict | None]) -> list[dict]:
         if manifest is None:
             rows.append({"stage": name, "note": "not run"})
         elif cost is not None and cost.get("fingerprint") == manifest.get("fingerprint"):
-            rows.append({"stage": name, **cost, "note": f"ran {datetime.fromtimestamp(cost['started'], timezone.utc):%Y-%m-%d %H:%M} UTC"
-                         f" on {cost['cluster_cpus']:g} CPUs, {cost['cluster_gpus']:g} GPUs"})
+            rows.append(
+                {
+                    "stage": name,
+                    **cost,
+                    "note": f"ran {datetime.fromtimestamp(cost['started'], timezone.utc):%Y-%m-%d %H:%M} UTC"
+                    f" on {cost['cluster_cpus']:g} CPUs, {cost['cluster_gpus']:g} GPUs",
+                }
+            )
         else:
             rows.append({"stage": name, "wall_s": manifest.get("seconds"), "note": "ran outside the DAG"})
     return rows
@@ -111,18 +120,28 @@ def build_report(run: StageRun) -> dict:
         f"Models (transformers format): pretrained `{join(pretrain_dir, 'hf')}`, "
         f"fine-tuned `{join(finetune_dir, 'best')}`.",
         markdown.data_section(manifests["vocab"], manifests["data"]),
-        markdown.pretrain_section(manifests["pretrain"], train, read_json(join(pretrain_dir, "eval.json")),
-                                  CURVES_PNG if CURVES_PNG in figures else None),
+        markdown.pretrain_section(
+            manifests["pretrain"],
+            train,
+            read_json(join(pretrain_dir, "eval.json")),
+            CURVES_PNG if CURVES_PNG in figures else None,
+        ),
         markdown.figure1_section(transitions, FIGURE1_PNG if transitions else None, examples),
-        markdown.finetune_section(manifests["finetune"], read_csv(join(finetune_dir, "trials.csv")),
-                                  read_json(join(finetune_dir, "best.json"))),
+        markdown.finetune_section(
+            manifests["finetune"],
+            read_csv(join(finetune_dir, "trials.csv")),
+            read_json(join(finetune_dir, "best.json")),
+        ),
         markdown.cost_section(cost_rows(config, manifests)),
         f"## Configuration\n\n```yaml\n{dump_yaml(config)}```",
     ]
     write_text(run.path(REPORT), "\n\n".join(sections) + "\n")
     log.info("report in %s", join(run.current, REPORT))
-    return {"report": join(run.current, REPORT), "figures": figures,
-            "inputs": {dep: (manifests[dep] or {}).get("fingerprint", "") for dep in STAGES["report"].inputs}}
+    return {
+        "report": join(run.current, REPORT),
+        "figures": figures,
+        "inputs": {dep: (manifests[dep] or {}).get("fingerprint", "") for dep in STAGES["report"].inputs},
+    }
 
 
 run_report = stage_runner("report")

@@ -4,6 +4,7 @@ Batch keys are transformers' (`input_ids`, `token_type_ids`, `attention_mask`) p
 targets at fixed width `max_predictions_per_seq` (`masked_positions`, `masked_lm_ids`,
 `masked_lm_weights`, weight 0 on padding) and `sentence_order_label`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,8 +21,14 @@ def dynamic_mask_rng(seed: int, epoch: int, example_id: str) -> np.random.Genera
     return np.random.default_rng([seed, epoch, stable_hash(example_id) & 0xFFFFFFFF])
 
 
-def collate(rows: dict[str, Sequence], max_predictions: int, pad_to_multiple: int = 8,
-            masking: MaskingSpec | None = None, seed: int = 0, epoch: int = 0) -> dict[str, torch.Tensor]:
+def collate(
+    rows: dict[str, Sequence],
+    max_predictions: int,
+    pad_to_multiple: int = 8,
+    masking: MaskingSpec | None = None,
+    seed: int = 0,
+    epoch: int = 0,
+) -> dict[str, torch.Tensor]:
     """Columns of a batch of examples -> padded tensors. With `masking`, rows hold unmasked ids and
     `word_starts`, and the masks are drawn here (dynamic masking)."""
     n = len(rows["input_ids"])
@@ -29,8 +36,12 @@ def collate(rows: dict[str, Sequence], max_predictions: int, pad_to_multiple: in
     if masking is not None:
         positions_list, labels_list = [], []
         for i in range(n):
-            ex = mask_tokens(ids_list[i], np.asarray(rows["word_starts"][i], dtype=bool), masking,
-                             dynamic_mask_rng(seed, epoch, str(rows["example_id"][i])))
+            ex = mask_tokens(
+                ids_list[i],
+                np.asarray(rows["word_starts"][i], dtype=bool),
+                masking,
+                dynamic_mask_rng(seed, epoch, str(rows["example_id"][i])),
+            )
             ids_list[i] = ex.input_ids.astype(np.int64)
             positions_list.append(ex.positions)
             labels_list.append(ex.labels)
@@ -48,8 +59,9 @@ def collate(rows: dict[str, Sequence], max_predictions: int, pad_to_multiple: in
     for i in range(n):
         length, p = len(ids_list[i]), len(positions_list[i])
         if p > max_predictions:
-            raise ValueError(f"example {rows['example_id'][i]}: {p} masked positions > max_predictions_per_seq "
-                             f"{max_predictions}")
+            raise ValueError(
+                f"example {rows['example_id'][i]}: {p} masked positions > max_predictions_per_seq {max_predictions}"
+            )
         input_ids[i, :length] = ids_list[i]
         token_type_ids[i, :length] = rows["token_type_ids"][i]
         attention_mask[i, :length] = 1

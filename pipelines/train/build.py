@@ -1,4 +1,5 @@
 """The pretraining model and optimizer from their config sections."""
+
 from __future__ import annotations
 
 import torch

@@ -11,6 +11,7 @@ Train uploads all ranks' folders into one checkpoint):
 Nothing here is unpickled. DCP's `.metadata` is (torch.distributed.checkpoint writes it with
 pickle), so a run_dir must be writable only by principals you trust.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,23 +23,25 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from .distributed import rank, world_size
+
 TRAIN_STATE = "train_state.json"
-
-
-def _rank() -> int:
-    return torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
 
 
 def _rng_state() -> tuple[dict, dict]:
     """(JSON-ready python and numpy states, tensors of the torch and CUDA generators)."""
     version, mt, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    plain = {"python": [version, list(mt), gauss],
-             "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+    plain = {
+        "python": [version, list(mt), gauss],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+    }
     # this rank's device only: ranks on one node may see all its GPUs, and a resume on fewer ranks
     # would find fewer devices than states
-    tensors = {"torch": torch.get_rng_state(),
-               "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else []}
+    tensors = {
+        "torch": torch.get_rng_state(),
+        "cuda": [torch.cuda.get_rng_state()] if torch.cuda.is_available() else [],
+    }
     return plain, tensors
 
 
@@ -52,25 +55,29 @@ def _set_rng_state(plain: dict, tensors: dict) -> None:
         torch.cuda.set_rng_state(tensors["cuda"][0])
 
 
-def save_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
-                    step: int, extra: dict | None = None) -> None:
+def save_checkpoint(
+    directory: str,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    step: int,
+    extra: dict | None = None,
+) -> None:
     os.makedirs(directory, exist_ok=True)
     model_state, optimizer_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
-    rank = _rank()
+    this_rank = rank()
     plain, tensors = _rng_state()
-    with open(os.path.join(directory, f"rng_rank{rank}.json"), "w") as f:
+    with open(os.path.join(directory, f"rng_rank{this_rank}.json"), "w") as f:
         json.dump(plain, f)
-    torch.save(tensors, os.path.join(directory, f"rng_rank{rank}.pt"))
-    if rank == 0:
-        world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-        state = {"step": step, "scheduler": scheduler.state_dict(), "world_size": world, **(extra or {})}
+    torch.save(tensors, os.path.join(directory, f"rng_rank{this_rank}.pt"))
+    if this_rank == 0:
+        state = {"step": step, "scheduler": scheduler.state_dict(), "world_size": world_size(), **(extra or {})}
         with open(os.path.join(directory, TRAIN_STATE), "w") as f:
             json.dump(state, f)
 
 
-def load_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    scheduler) -> dict:
+def load_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> dict:
     """Restore everything `save_checkpoint` wrote, on any number of ranks (DCP reshards); returns
     train_state.json (its "step" is the number of optimizer steps already taken). The learning
     rate is recomputed from `scheduler`'s schedule at that step, so a run continued with a larger
@@ -84,7 +91,7 @@ def load_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.opt
     scheduler.load_state_dict(train_state["scheduler"])
     for group, factor, base_lr in zip(optimizer.param_groups, scheduler.lr_lambdas, scheduler.base_lrs):
         group["lr"] = base_lr * factor(scheduler.last_epoch)
-    prefix = os.path.join(directory, f"rng_rank{_rank()}")
+    prefix = os.path.join(directory, f"rng_rank{rank()}")
     if os.path.exists(prefix + ".json"):  # absent when resuming on more ranks than saved
         with open(prefix + ".json") as f:
             plain = json.load(f)

@@ -1,5 +1,6 @@
 """LAMB as in the ALBERT paper's code: Adam moments without bias correction, then a layer-wise trust
 ratio ||w|| / ||update||. Norms are of the full parameters even when FSDP2 shards them (DTensor)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -29,13 +30,22 @@ def parameter_groups(named_params: Iterable[tuple[str, torch.nn.Parameter]], wei
     for name, p in named_params:
         if p.requires_grad:
             (plain if any(m in name for m in NO_DECAY_MARKERS) else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay, "adapt": True},
-            {"params": plain, "weight_decay": 0.0, "adapt": False}]
+    return [
+        {"params": decay, "weight_decay": weight_decay, "adapt": True},
+        {"params": plain, "weight_decay": 0.0, "adapt": False},
+    ]
 
 
 class Lamb(torch.optim.Optimizer):
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.01, adapt: bool = True):
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        adapt: bool = True,
+    ):
         if lr < 0 or eps <= 0 or not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1:
             raise ValueError(f"Lamb: bad hyperparameters lr={lr}, betas={betas}, eps={eps}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adapt=adapt))

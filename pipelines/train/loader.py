@@ -4,6 +4,7 @@ Every worker reads the same global batches in the same order and keeps its own c
 slice, so which examples form step k's global batch does not depend on the number of workers:
 1 worker and N workers (and any gradient accumulation) see the same data at every step.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,23 +24,31 @@ def table_columns(table: pa.Table) -> dict[str, list]:
         if pa.types.is_list(column.type):
             offsets = column.offsets.to_numpy()
             values = column.values.to_numpy(zero_copy_only=False)
-            out[name] = [values[offsets[i]:offsets[i + 1]] for i in range(len(column))]
+            out[name] = [values[offsets[i] : offsets[i + 1]] for i in range(len(column))]
         else:
             out[name] = column.to_pylist()
     return out
 
 
-def rank_micro_batches(table: pa.Table, rank: int, world: int, micro_batch: int, max_predictions: int,
-                       masking: MaskingSpec | None = None, seed: int = 0, epoch: int = 0,
-                       ) -> list[dict[str, torch.Tensor]]:
+def rank_micro_batches(
+    table: pa.Table,
+    rank: int,
+    world: int,
+    micro_batch: int,
+    max_predictions: int,
+    masking: MaskingSpec | None = None,
+    seed: int = 0,
+    epoch: int = 0,
+) -> list[dict[str, torch.Tensor]]:
     """This rank's share of a global batch, split into micro-batches of `micro_batch` rows."""
     if len(table) % world:
         raise ValueError(f"a global batch of {len(table)} rows does not split over {world} workers")
     share = len(table) // world
     mine = table.slice(rank * share, share)
-    return [collate(table_columns(mine.slice(start, micro_batch)), max_predictions, masking=masking,
-                    seed=seed, epoch=epoch)
-            for start in range(0, share, micro_batch)]
+    return [
+        collate(table_columns(mine.slice(start, micro_batch)), max_predictions, masking=masking, seed=seed, epoch=epoch)
+        for start in range(0, share, micro_batch)
+    ]
 
 
 def position_of_step(step: int, batches_per_epoch: int) -> tuple[int, int]:

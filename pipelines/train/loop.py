@@ -4,6 +4,7 @@ start from a checkpoint, step through the global batches, log, validate, checkpo
 Its host supplies the data and takes the reports through a small interface (LoopIO): the Ray Train
 worker in pipelines/pretrain.py, or a plain process (the tests run it on 2 gloo processes).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -105,8 +106,13 @@ class Validation:
                     break
                 seen += len(table)
                 self.tables.append(table.slice(self.rank * micro, micro))
-        batches = (mb for table in self.tables for mb in rank_micro_batches(
-            table, 0, 1, micro, self.plan.max_predictions, self.plan.masking, train.seed, 0))
+        batches = (
+            mb
+            for table in self.tables
+            for mb in rank_micro_batches(
+                table, 0, 1, micro, self.plan.max_predictions, self.plan.masking, train.seed, 0
+            )
+        )
         return evaluate(model, batches, device)
 
 
@@ -138,14 +144,18 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         result = validation.run(model, device)
         records.append({"step": step, "split": "validation", **result, **({"final": True} if final else {})})
         if rank == 0:
-            print(f"step {step} validation: mlm_acc {result['mlm_accuracy']:.3f} sop_acc {result['sop_accuracy']:.3f} "
-                  f"mlm_loss {result['mlm_loss']:.3f} sop_loss {result['sop_loss']:.3f}", flush=True)
+            print(
+                f"step {step} validation: mlm_acc {result['mlm_accuracy']:.3f} sop_acc {result['sop_accuracy']:.3f} "
+                f"mlm_loss {result['mlm_loss']:.3f} sop_loss {result['sop_loss']:.3f}",
+                flush=True,
+            )
         report.update({f"validation_{k}": v for k, v in result.items()})
         return result
 
     for epoch, table in global_batches(io, plan, step) if step < train.max_steps else ():
-        micro_batches = rank_micro_batches(table, rank, world, train.micro_batch, plan.max_predictions,
-                                           plan.masking, train.seed, epoch)
+        micro_batches = rank_micro_batches(
+            table, rank, world, train.micro_batch, plan.max_predictions, plan.masking, train.seed, epoch
+        )
         width = mean_width(micro_batches)
         micro_batches = [{k: v.to(device, non_blocking=True) for k, v in mb.items()} for mb in micro_batches]
         window.add(train_step(model, optimizer, scheduler, micro_batches, train.max_grad_norm), width)

@@ -1,4 +1,5 @@
 """Training metrics: windows of steps to tokens/s and MFU, validation passes, peak memory, the progress line."""
+
 from __future__ import annotations
 
 import resource
@@ -6,12 +7,12 @@ import time
 from collections.abc import Iterable
 
 import torch
-import torch.distributed as dist
 
 from albert_model import AlbertConfig
 from albert_model.flops import mfu, training_flops_per_token
 from albert_model.losses import pretraining_sums
 
+from .distributed import all_reduce_sum
 from .step import StepMetrics
 
 # Dense bf16 peak FLOP/s per device (vendor datasheets), looked up by CUDA device name.
@@ -61,13 +62,15 @@ class MetricsWindow:
         flops_per_token = training_flops_per_token(self.config, round(sum(self.widths) / n), min(1.0, masked_share))
         tokens_per_s = tokens / seconds
         return {
-            "step": step, "lr": last.lr,
+            "step": step,
+            "lr": last.lr,
             "mlm_loss": sum(m.mlm_loss for m in self.steps) / n,
             "mlm_accuracy": sum(m.mlm_accuracy for m in self.steps) / n,
             "sop_loss": sum(m.sop_loss for m in self.steps) / n,
             "sop_accuracy": sum(m.sop_accuracy for m in self.steps) / n,
             "grad_norm": last.grad_norm,
-            "tokens_per_s": tokens_per_s, "sequences_per_s": sequences / seconds,
+            "tokens_per_s": tokens_per_s,
+            "sequences_per_s": sequences / seconds,
             "mfu": mfu(tokens_per_s, flops_per_token, self.peak * self.world_size) if self.peak else None,
             "peak_memory_gb": peak_memory_gb(device),
         }
@@ -82,25 +85,45 @@ def evaluate(model: torch.nn.Module, micro_batches: Iterable[dict[str, torch.Ten
     for mb in micro_batches:
         mb = {k: v.to(device) for k, v in mb.items()}
         out = model(mb["input_ids"], mb["token_type_ids"], mb["attention_mask"], mb["masked_positions"])
-        s = pretraining_sums(out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"],
-                             mb["sentence_order_label"])
-        sums += torch.stack([s.mlm_ce, s.sop_ce, s.mlm_correct, s.mlm_weight, s.sop_correct,
-                             torch.tensor(float(len(mb["input_ids"])), device=device)]).double().cpu()
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(sums)
+        s = pretraining_sums(
+            out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb["sentence_order_label"]
+        )
+        sums += (
+            torch.stack(
+                [
+                    s.mlm_ce,
+                    s.sop_ce,
+                    s.mlm_correct,
+                    s.mlm_weight,
+                    s.sop_correct,
+                    torch.tensor(float(len(mb["input_ids"])), device=device),
+                ]
+            )
+            .double()
+            .cpu()
+        )
+    all_reduce_sum(sums)
     model.train(was_training)
     mlm_ce, sop_ce, mlm_correct, mlm_weight, sop_correct, sequences = sums.tolist()
     if sequences == 0:
-        raise ValueError("the validation split is empty: set data.validation_fraction > 0 or train.eval_every "
-                         "beyond train.max_steps")
-    return {"mlm_loss": mlm_ce / (mlm_weight + 1e-5), "mlm_accuracy": mlm_correct / max(mlm_weight, 1.0),
-            "sop_loss": sop_ce / sequences, "sop_accuracy": sop_correct / sequences, "sequences": int(sequences)}
+        raise ValueError(
+            "the validation split is empty: set data.validation_fraction > 0 or train.eval_every beyond train.max_steps"
+        )
+    return {
+        "mlm_loss": mlm_ce / (mlm_weight + 1e-5),
+        "mlm_accuracy": mlm_correct / max(mlm_weight, 1.0),
+        "sop_loss": sop_ce / sequences,
+        "sop_accuracy": sop_correct / sequences,
+        "sequences": int(sequences),
+    }
 
 
 def progress_line(record: dict, max_steps: int, elapsed: float) -> str:
     step = record["step"]
     eta = elapsed / max(step, 1) * (max_steps - step)
     mfu_text = f" mfu {record['mfu']:.1%}" if record.get("mfu") is not None else ""
-    return (f"step {step}/{max_steps} ({step / max_steps:.0%}) loss {record['mlm_loss'] + record['sop_loss']:.3f} "
-            f"mlm_acc {record['mlm_accuracy']:.3f} sop_acc {record['sop_accuracy']:.3f} lr {record['lr']:.2e} "
-            f"{record['tokens_per_s']:,.0f} tok/s{mfu_text} mem {record['peak_memory_gb']:.2f} GB eta {eta / 60:.1f} min")
+    return (
+        f"step {step}/{max_steps} ({step / max_steps:.0%}) loss {record['mlm_loss'] + record['sop_loss']:.3f} "
+        f"mlm_acc {record['mlm_accuracy']:.3f} sop_acc {record['sop_accuracy']:.3f} lr {record['lr']:.2e} "
+        f"{record['tokens_per_s']:,.0f} tok/s{mfu_text} mem {record['peak_memory_gb']:.2f} GB eta {eta / 60:.1f} min"
+    )

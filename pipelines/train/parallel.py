@@ -1,6 +1,7 @@
 """Parallelism and memory/speed transforms for ALBERT, in torchtitan's order: activation
 checkpointing, then compile, then FSDP2 (the layer groups sharded once, the tied word embedding /
 MLM decoder in the root group)."""
+
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,7 @@
 """What a pretraining run is, decided by the driver before any worker starts: the checks on its
 inputs (the data and vocabulary manifests, the parquet schema, the batch arithmetic, the GPUs),
 the frozen plan handed to every worker, and what it continues or resumes from."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,6 +15,7 @@ from albert_model import AlbertConfig
 from ..config import Config, TrainSection
 from ..errors import BadInput, MissingInput
 from ..lifecycle import StageRun
+from ..models import read_model_config
 from ..prep.masking import MaskingSpec
 from ..prep.process import example_schema
 from ..stages import read_manifest, stage_dir
@@ -52,11 +54,7 @@ def _albert_config(config: Config, vocab_size: int) -> AlbertConfig:
     """The model to train: train.init_from's architecture when set, else the model section's."""
     if config.train.init_from is None:
         return config.model.albert_config(vocab_size)
-    path = join(config.train.init_from, "config.json")
-    if not exists(path):
-        raise MissingInput(f"train.init_from={config.train.init_from}: no config.json there "
-                           "(expected a transformers ALBERT directory)")
-    return AlbertConfig.from_hf_dict(read_json(path))
+    return AlbertConfig.from_hf_dict(read_model_config(config.train.init_from, "train.init_from"))
 
 
 def check_schema(split_dir: str, dynamic: bool) -> None:
@@ -69,64 +67,95 @@ def check_schema(split_dir: str, dynamic: bool) -> None:
         schema = pq.read_schema(f)
     for expected in example_schema(dynamic):
         if expected.name not in schema.names:
-            raise BadInput(f"{files[0]}: column {expected.name!r} missing (found {schema.names}); "
-                           "the data was written by another version: rerun the data stage")
+            raise BadInput(
+                f"{files[0]}: column {expected.name!r} missing (found {schema.names}); "
+                "the data was written by another version: rerun the data stage"
+            )
         if schema.field(expected.name).type != expected.type:
-            raise BadInput(f"{files[0]}: column {expected.name!r} has type {schema.field(expected.name).type}, "
-                           f"expected {expected.type}")
+            raise BadInput(
+                f"{files[0]}: column {expected.name!r} has type {schema.field(expected.name).type}, "
+                f"expected {expected.type}"
+            )
 
 
 def plan_pretraining(config: Config, out_dir: str, cluster_gpus: int, fault_step: int = 0) -> PretrainPlan:
     """Every up-front check, before any worker starts; returns what the workers need."""
     data, data_dir = read_manifest(config, "data"), stage_dir(config, "data")
     if data is None:
-        raise MissingInput(f"no examples in {data_dir} (no manifest.json): run `python -m pipelines.data` "
-                           "with the same run_dir first")
+        raise MissingInput(
+            f"no examples in {data_dir} (no manifest.json): run `python -m pipelines.data` with the same run_dir first"
+        )
     n_train, n_validation = data["examples"]["train"], data["examples"]["validation"]
     if n_train == 0:
-        raise BadInput(f"{data_dir}: the train split is empty (0 examples); check the data stage's manifest "
-                       "for rejected documents")
+        raise BadInput(
+            f"{data_dir}: the train split is empty (0 examples); check the data stage's manifest for rejected documents"
+        )
     vocab = read_manifest(config, "vocab")
     if vocab is None:
         raise MissingInput(f"no vocabulary in {stage_dir(config, 'vocab')}: run `python -m pipelines.vocab`")
     if data.get("vocab_sha256") != vocab["sha256"]:
-        raise BadInput(f"{data_dir} was made with another vocabulary (sha256 {data.get('vocab_sha256')}) than "
-                       f"{stage_dir(config, 'vocab')}/spiece.model ({vocab['sha256']}): rerun the data stage")
+        raise BadInput(
+            f"{data_dir} was made with another vocabulary (sha256 {data.get('vocab_sha256')}) than "
+            f"{stage_dir(config, 'vocab')}/spiece.model ({vocab['sha256']}): rerun the data stage"
+        )
     dynamic = data["masking"]["mode"] == "dynamic"
     check_schema(join(data_dir, "train"), dynamic)
     if n_validation:
         check_schema(join(data_dir, "validation"), dynamic)
     albert = _albert_config(config, vocab["vocab_size"])
     if albert.vocab_size != vocab["vocab_size"]:
-        raise BadInput(f"train.init_from={config.train.init_from}: vocab_size {albert.vocab_size} differs from "
-                       f"the vocabulary's {vocab['vocab_size']} pieces")
+        raise BadInput(
+            f"train.init_from={config.train.init_from}: vocab_size {albert.vocab_size} differs from "
+            f"the vocabulary's {vocab['vocab_size']} pieces"
+        )
     written = data["config"]["data"]  # what the examples were made with
     if written["max_seq_length"] > albert.max_position_embeddings:
-        raise BadInput(f"data.max_seq_length={written['max_seq_length']} of {data_dir} exceeds "
-                       f"model.max_position_embeddings={albert.max_position_embeddings}")
+        raise BadInput(
+            f"data.max_seq_length={written['max_seq_length']} of {data_dir} exceeds "
+            f"model.max_position_embeddings={albert.max_position_embeddings}"
+        )
     train = config.train
     if train.global_batch_size > n_train:
-        raise BadInput(f"train.global_batch_size={train.global_batch_size} exceeds the {n_train} training "
-                       f"examples in {data_dir}: not one full batch")
+        raise BadInput(
+            f"train.global_batch_size={train.global_batch_size} exceeds the {n_train} training "
+            f"examples in {data_dir}: not one full batch"
+        )
     if n_validation < train.micro_batch * train.num_workers:
-        raise BadInput(f"{data_dir}: {n_validation} validation examples, fewer than one evaluation batch "
-                       f"(train.num_workers x micro batch = {train.micro_batch * train.num_workers}); "
-                       "raise data.validation_fraction")
+        raise BadInput(
+            f"{data_dir}: {n_validation} validation examples, fewer than one evaluation batch "
+            f"(train.num_workers x micro batch = {train.micro_batch * train.num_workers}); "
+            "raise data.validation_fraction"
+        )
     # auto: GPUs when the cluster has any (not "when it has enough": that would make the worker
     # count, a setting, decide the precision of a run)
     use_gpu = train.use_gpu if isinstance(train.use_gpu, bool) else cluster_gpus > 0
     if use_gpu and cluster_gpus < train.num_workers:
-        raise BadInput(f"train.use_gpu={str(train.use_gpu).lower()} with train.num_workers={train.num_workers}, but "
-                       f"the cluster has {cluster_gpus} GPUs" + ("; set train.use_gpu=false to train on CPUs"
-                                                                if train.use_gpu == "auto" else ""))
-    masking = MaskingSpec(written["masked_lm_prob"], written["max_predictions_per_seq"], written["ngram"],
-                          vocab["vocab_size"]) if dynamic else None
+        raise BadInput(
+            f"train.use_gpu={str(train.use_gpu).lower()} with train.num_workers={train.num_workers}, but "
+            f"the cluster has {cluster_gpus} GPUs"
+            + ("; set train.use_gpu=false to train on CPUs" if train.use_gpu == "auto" else "")
+        )
+    masking = (
+        MaskingSpec(
+            written["masked_lm_prob"], written["max_predictions_per_seq"], written["ngram"], vocab["vocab_size"]
+        )
+        if dynamic
+        else None
+    )
     return PretrainPlan(
-        albert=albert, train=train, use_gpu=use_gpu,
+        albert=albert,
+        train=train,
+        use_gpu=use_gpu,
         precision=train.precision if train.precision != "auto" else ("bf16" if use_gpu else "fp32"),
-        masking=masking, max_predictions=written["max_predictions_per_seq"], n_train=n_train,
-        n_validation=n_validation, batches_per_epoch=n_train // train.global_batch_size, out_dir=out_dir,
-        spiece_model=join(stage_dir(config, "vocab"), "spiece.model"), fault_step=fault_step)
+        masking=masking,
+        max_predictions=written["max_predictions_per_seq"],
+        n_train=n_train,
+        n_validation=n_validation,
+        batches_per_epoch=n_train // train.global_batch_size,
+        out_dir=out_dir,
+        spiece_model=join(stage_dir(config, "vocab"), "spiece.model"),
+        fault_step=fault_step,
+    )
 
 
 def read_metrics(path: str, up_to_step: int) -> list[dict]:
@@ -142,15 +171,23 @@ def continuation(run: StageRun) -> str | None:
     if previous is None:
         return None
     if previous["steps"] >= max_steps or not previous.get("checkpoint"):
-        why = (f"has {previous['steps']} steps, not fewer than train.max_steps={max_steps}"
-               if previous.get("checkpoint") else "records no checkpoint")
+        why = (
+            f"has {previous['steps']} steps, not fewer than train.max_steps={max_steps}"
+            if previous.get("checkpoint")
+            else "records no checkpoint"
+        )
         print(f"pretrain: the complete output in {run.current} {why}: training anew", flush=True)
         return None
-    print(f"pretrain: continuing the complete run in {run.current} from step {previous['steps']} to {max_steps} "
-          f"(the learning-rate schedule is recomputed for {max_steps} steps)", flush=True)
+    print(
+        f"pretrain: continuing the complete run in {run.current} from step {previous['steps']} to {max_steps} "
+        f"(the learning-rate schedule is recomputed for {max_steps} steps)",
+        flush=True,
+    )
     if not exists(join(run.out, METRICS)):
-        write_text(join(run.out, METRICS), "".join(json.dumps(r) + "\n" for r in
-                                                    read_metrics(join(run.current, METRICS), previous["steps"])))
+        write_text(
+            join(run.out, METRICS),
+            "".join(json.dumps(r) + "\n" for r in read_metrics(join(run.current, METRICS), previous["steps"])),
+        )
     return join(run.current, previous["checkpoint"])
 
 
@@ -160,8 +197,10 @@ def check_resolved(run: StageRun, plan: PretrainPlan) -> None:
     path, resolved = join(run.out, RESOLVED), {"use_gpu": plan.use_gpu, "precision": plan.precision}
     before = read_json(path) if run.resumed else None
     if before is not None and before != resolved:
-        raise BadInput(f"{run.out}: the unfinished run trained with {before}, this cluster gives {resolved}: set "
-                       "train.use_gpu and train.precision to match, or --force to start over")
+        raise BadInput(
+            f"{run.out}: the unfinished run trained with {before}, this cluster gives {resolved}: set "
+            "train.use_gpu and train.precision to match, or --force to start over"
+        )
     write_text(path, json.dumps(resolved) + "\n")
 
 
@@ -169,23 +208,44 @@ def segments(records: list[dict], final_step: int) -> list[dict]:
     """The runs the model went through, from the metrics' start/resume/continue events: each with
     its first step, last step, total (max_steps) and workers."""
     events = [r for r in records if r.get("event")]
-    return [{"event": e["event"], "start_step": e["step"],
-             "end_step": events[i + 1]["step"] if i + 1 < len(events) else final_step,
-             "max_steps": e.get("max_steps"), "num_workers": e.get("num_workers")} for i, e in enumerate(events)]
+    return [
+        {
+            "event": e["event"],
+            "start_step": e["step"],
+            "end_step": events[i + 1]["step"] if i + 1 < len(events) else final_step,
+            "max_steps": e.get("max_steps"),
+            "num_workers": e.get("num_workers"),
+        }
+        for i, e in enumerate(events)
+    ]
 
 
 def manifest_fields(plan: PretrainPlan, config: Config, checkpoint: str | None) -> dict:
     """The pretrain stage's own manifest fields, once the run is complete."""
     train = plan.train
     return {
-        "steps": train.max_steps, "sequences_seen": train.max_steps * train.global_batch_size,
-        "epochs": train.max_steps / plan.batches_per_epoch, "num_workers": train.num_workers,
-        "use_gpu": plan.use_gpu, "precision": plan.precision, "model": dataclasses.asdict(plan.albert),
-        "eval": read_json(join(plan.out_dir, "eval.json")), "checkpoint": checkpoint,
+        "steps": train.max_steps,
+        "sequences_seen": train.max_steps * train.global_batch_size,
+        "epochs": train.max_steps / plan.batches_per_epoch,
+        "num_workers": train.num_workers,
+        "use_gpu": plan.use_gpu,
+        "precision": plan.precision,
+        "model": dataclasses.asdict(plan.albert),
+        "eval": read_json(join(plan.out_dir, "eval.json")),
+        "checkpoint": checkpoint,
         "segments": segments(read_jsonl(join(plan.out_dir, METRICS)), train.max_steps),
         "config": dataclasses.asdict(config),
     }
 
 
-__all__ = ["METRICS", "PretrainPlan", "check_resolved", "check_schema", "continuation", "manifest_fields",
-           "plan_pretraining", "read_metrics", "segments"]
+__all__ = [
+    "METRICS",
+    "PretrainPlan",
+    "check_resolved",
+    "check_schema",
+    "continuation",
+    "manifest_fields",
+    "plan_pretraining",
+    "read_metrics",
+    "segments",
+]

@@ -1,4 +1,5 @@
 """The ALBERT/BERT learning-rate schedule: linear warmup, then polynomial decay to 0."""
+
 from __future__ import annotations
 
 import torch
@@ -16,5 +17,4 @@ def albert_lr_factor(step: int, warmup_steps: int, total_steps: int, power: floa
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int):
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: albert_lr_factor(step, warmup_steps, total_steps))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: albert_lr_factor(step, warmup_steps, total_steps))

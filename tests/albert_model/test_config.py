@@ -6,7 +6,11 @@ from albert_model import PRESETS, AlbertConfig
 def test_presets_build_and_match_paper_sizes():
     base = AlbertConfig.from_preset("base")
     assert (base.hidden_size, base.num_hidden_layers, base.num_attention_heads, base.intermediate_size) == (
-        768, 12, 12, 3072)
+        768,
+        12,
+        12,
+        3072,
+    )
     xxl = AlbertConfig.from_preset("xxlarge")
     assert (xxl.hidden_size, xxl.num_attention_heads, xxl.intermediate_size) == (4096, 64, 16384)
     for name in PRESETS:
@@ -21,15 +25,18 @@ def test_preset_overrides_and_unknown_preset():
         AlbertConfig.from_preset("huge")
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(hidden_size=100, num_attention_heads=12), "hidden_size=100"),
-    (dict(sharing="layers"), "sharing='layers'"),
-    (dict(hidden_act="swish2"), "hidden_act='swish2'"),
-    (dict(num_hidden_layers=0), "num_hidden_layers=0"),
-    (dict(num_hidden_groups=13), "num_hidden_groups=13"),
-    (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob=1.5"),
-    (dict(vocab_size=3.5), "vocab_size=3.5"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(hidden_size=100, num_attention_heads=12), "hidden_size=100"),
+        (dict(sharing="layers"), "sharing='layers'"),
+        (dict(hidden_act="swish2"), "hidden_act='swish2'"),
+        (dict(num_hidden_layers=0), "num_hidden_layers=0"),
+        (dict(num_hidden_groups=13), "num_hidden_groups=13"),
+        (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob=1.5"),
+        (dict(vocab_size=3.5), "vocab_size=3.5"),
+    ],
+)
 def test_validation_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"AlbertConfig.{field}"):
         AlbertConfig(**kwargs)

@@ -16,8 +16,9 @@ def test_flops_count_every_application_of_shared_weights():
     deep = shallow.replace(num_hidden_layers=8)
     assert num_parameters(AlbertModel(shallow)) == num_parameters(AlbertModel(deep))
     per_layer = training_flops_per_token(deep, 64) - training_flops_per_token(shallow, 64)
-    assert per_layer == pytest.approx(6 * (training_flops_per_token(shallow, 64)
-                                           - training_flops_per_token(shallow.replace(num_hidden_layers=1), 64)))
+    assert per_layer == pytest.approx(
+        6 * (training_flops_per_token(shallow, 64) - training_flops_per_token(shallow.replace(num_hidden_layers=1), 64))
+    )
     inner = shallow.replace(inner_group_num=2)
     assert training_flops_per_token(inner, 64) > training_flops_per_token(shallow, 64)
 

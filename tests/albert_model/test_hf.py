@@ -1,4 +1,5 @@
 """Checkpoint parity against the real transformers ALBERT, in both directions."""
+
 import json
 
 import pytest
@@ -16,15 +17,22 @@ CONFIGS = {
     "E==H": dict(embedding_size=48, hidden_size=48),
     "groups>1": dict(embedding_size=16, hidden_size=48, num_hidden_layers=6, num_hidden_groups=3),
     "inner>1": dict(embedding_size=16, hidden_size=48, num_hidden_layers=3, inner_group_num=2),
-    "groups+inner": dict(embedding_size=24, hidden_size=48, num_hidden_layers=4, num_hidden_groups=2,
-                         inner_group_num=2, hidden_act="gelu"),
+    "groups+inner": dict(
+        embedding_size=24,
+        hidden_size=48,
+        num_hidden_layers=4,
+        num_hidden_groups=2,
+        inner_group_num=2,
+        hidden_act="gelu",
+    ),
     "unshared": dict(embedding_size=16, hidden_size=48, num_hidden_layers=3, sharing="none"),
 }
 
 
 def make_config(**kw) -> AlbertConfig:
-    base = dict(vocab_size=113, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96,
-                max_position_embeddings=32)
+    base = dict(
+        vocab_size=113, num_hidden_layers=3, num_attention_heads=4, intermediate_size=96, max_position_embeddings=32
+    )
     return AlbertConfig(**{**base, **kw})
 
 
@@ -81,8 +89,9 @@ def test_our_export_loads_in_transformers_with_no_missing_keys(name, tmp_path):
         for p in ours.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     save_hf_pretrained(ours, tmp_path)
-    hf, info = transformers.AlbertForPreTraining.from_pretrained(tmp_path, output_loading_info=True,
-                                                                 attn_implementation="sdpa")
+    hf, info = transformers.AlbertForPreTraining.from_pretrained(
+        tmp_path, output_loading_info=True, attn_implementation="sdpa"
+    )
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     assert_pretraining_parity(hf.eval(), ours)
 
@@ -103,13 +112,17 @@ def test_bare_model_and_classifier_round_trip(tmp_path):
     ours_cls = AlbertForSequenceClassification(config).eval()
     save_hf_pretrained(ours_cls, tmp_path / "cls", id2label={0: "a", 1: "b", 2: "c"})
     hf_cls, info = transformers.AlbertForSequenceClassification.from_pretrained(
-        tmp_path / "cls", output_loading_info=True)
+        tmp_path / "cls", output_loading_info=True
+    )
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert hf_cls.config.id2label == {0: "a", 1: "b", 2: "c"}
     with torch.no_grad():
-        torch.testing.assert_close(ours_cls(ids, token_types, mask),
-                                   hf_cls.eval()(input_ids=ids, token_type_ids=token_types,
-                                                 attention_mask=mask).logits, atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            ours_cls(ids, token_types, mask),
+            hf_cls.eval()(input_ids=ids, token_type_ids=token_types, attention_mask=mask).logits,
+            atol=ATOL,
+            rtol=0,
+        )
     assert isinstance(load_hf_pretrained(tmp_path / "cls"), AlbertForSequenceClassification)
 
 

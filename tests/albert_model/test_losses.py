@@ -28,6 +28,5 @@ def test_padding_positions_do_not_change_the_loss_or_accuracy():
     out = pretraining_loss(logits, torch.zeros(1, 2), ids, torch.tensor([[1.0, 0.0]]), torch.tensor([0]))
     assert out.mlm_loss.item() < 1e-3
     assert out.mlm_correct.item() == 1.0
-    uniform = pretraining_loss(torch.zeros(1, 1, 5), torch.zeros(1, 2), ids[:, :1], torch.ones(1, 1),
-                               torch.tensor([0]))
+    uniform = pretraining_loss(torch.zeros(1, 1, 5), torch.zeros(1, 2), ids[:, :1], torch.ones(1, 1), torch.tensor([0]))
     assert math.isclose(uniform.mlm_loss.item(), math.log(5), rel_tol=1e-4)

@@ -3,15 +3,26 @@ import torch
 from transformers import AlbertConfig as HFConfig
 from transformers import AlbertModel as HFAlbertModel
 
-from albert_model import (AlbertConfig, AlbertForPreTraining, AlbertForSequenceClassification, AlbertModel,
-                          num_parameters)
+from albert_model import (
+    AlbertConfig,
+    AlbertForPreTraining,
+    AlbertForSequenceClassification,
+    AlbertModel,
+    num_parameters,
+)
 
 PAPER_COUNTS = {"base": 11_683_584, "large": 17_683_968, "xlarge": 58_724_864, "xxlarge": 222_595_584}
 
 
 def tiny(**kw) -> AlbertConfig:
-    defaults = dict(vocab_size=97, embedding_size=16, hidden_size=32, num_hidden_layers=4,
-                    num_attention_heads=4, intermediate_size=64)
+    defaults = dict(
+        vocab_size=97,
+        embedding_size=16,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        intermediate_size=64,
+    )
     return AlbertConfig(**{**defaults, **kw})
 
 
@@ -31,19 +42,23 @@ def sublayer_sizes(config: AlbertConfig) -> tuple[int, int]:
     return attention, ffn
 
 
-@pytest.mark.parametrize("sharing, attention_copies, ffn_copies", [
-    ("all", lambda L, G: G, lambda L, G: G),
-    ("attention", lambda L, G: G, lambda L, G: L),
-    ("ffn", lambda L, G: L, lambda L, G: G),
-    ("none", lambda L, G: L, lambda L, G: L),
-])
+@pytest.mark.parametrize(
+    "sharing, attention_copies, ffn_copies",
+    [
+        ("all", lambda L, G: G, lambda L, G: G),
+        ("attention", lambda L, G: G, lambda L, G: L),
+        ("ffn", lambda L, G: L, lambda L, G: G),
+        ("none", lambda L, G: L, lambda L, G: L),
+    ],
+)
 @pytest.mark.parametrize("layers, groups, inner", [(2, 1, 1), (6, 1, 1), (6, 2, 1), (6, 3, 2)])
 def test_sharing_modes_count_what_they_share(sharing, attention_copies, ffn_copies, layers, groups, inner):
     config = tiny(num_hidden_layers=layers, num_hidden_groups=groups, inner_group_num=inner, sharing=sharing)
     attention, ffn = sublayer_sizes(config)
     outside_layers = num_parameters(AlbertModel(tiny(num_hidden_layers=1))) - (attention + ffn)
-    expected = outside_layers + inner * (attention_copies(layers, groups) * attention
-                                         + ffn_copies(layers, groups) * ffn)
+    expected = outside_layers + inner * (
+        attention_copies(layers, groups) * attention + ffn_copies(layers, groups) * ffn
+    )
     assert num_parameters(AlbertModel(config)) == expected
 
 

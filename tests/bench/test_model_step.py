@@ -1,4 +1,5 @@
 """The model-step benchmark runs end to end (numbers are recorded in docs/, never asserted)."""
+
 import json
 import subprocess
 import sys
@@ -12,13 +13,35 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "model_step.py"
 @pytest.mark.slow
 def test_model_step_bench_reports_both_models(tmp_path):
     out = tmp_path / "result.json"
-    subprocess.run([sys.executable, str(SCRIPT), "--preset", "tiny", "--vocab-size", "500", "--seq", "32",
-                    "--batch", "2", "--steps", "1", "--rounds", "1", "--json", str(out)],
-                   check=True, capture_output=True, text=True, timeout=240)
+    subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--preset",
+            "tiny",
+            "--vocab-size",
+            "500",
+            "--seq",
+            "32",
+            "--batch",
+            "2",
+            "--steps",
+            "1",
+            "--rounds",
+            "1",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     result = json.loads(out.read_text())
     assert result["predictions"] == 5  # round(0.15 * 32)
     for name in ("ours", "transformers"):
         assert result["speed"][name]["tokens_per_s"] > 0
         assert result["peak_memory_bytes"][name] > 0
     assert result["speed"]["speedup"] == pytest.approx(
-        result["speed"]["ours"]["tokens_per_s"] / result["speed"]["transformers"]["tokens_per_s"])
+        result["speed"]["ours"]["tokens_per_s"] / result["speed"]["transformers"]["tokens_per_s"]
+    )

@@ -1,5 +1,6 @@
 """The pretraining-step benchmark runs end to end and times the same work for both models
 (numbers are recorded in docs/, never asserted)."""
+
 from pathlib import Path
 
 import pytest
@@ -12,14 +13,33 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 def bench(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))  # as when the script runs: it imports model_step beside it
     import pretrain_throughput
+
     return pretrain_throughput
 
 
 @pytest.mark.slow
 def test_reports_speed_mfu_and_memory_for_both_models(bench, tmp_path):
     out = tmp_path / "result.json"
-    result = bench.main(["--device", "cpu", "--configs", "tiny-64", "--batch-size", "2", "--steps", "1",
-                         "--warmup", "1", "--rounds", "2", "--peak-tflops", "1.0", "--json", str(out)])
+    result = bench.main(
+        [
+            "--device",
+            "cpu",
+            "--configs",
+            "tiny-64",
+            "--batch-size",
+            "2",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--rounds",
+            "2",
+            "--peak-tflops",
+            "1.0",
+            "--json",
+            str(out),
+        ]
+    )
     assert out.exists()
     assert [row["impl"] for row in result["rows"]] == ["ours", "transformers"]
     for row in result["rows"]:

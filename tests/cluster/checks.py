@@ -1,4 +1,5 @@
 """Security and scaling rules for cluster/: pure functions over parsed configs, shared by the tests."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -68,9 +69,13 @@ def public_ray_port_rules(config: dict) -> list[dict]:
 
 def launcher_gpu_types_not_from_zero(config: dict) -> list[str]:
     """Launcher node types that provide GPUs but keep min_workers above 0."""
-    return [name for name, node in config["available_node_types"].items()
-            if name != config["head_node_type"] and node.get("resources", {}).get("GPU", 0) > 0
-            and node.get("min_workers", 0) != 0]
+    return [
+        name
+        for name, node in config["available_node_types"].items()
+        if name != config["head_node_type"]
+        and node.get("resources", {}).get("GPU", 0) > 0
+        and node.get("min_workers", 0) != 0
+    ]
 
 
 def pod_gpus(template: dict) -> int:
@@ -80,8 +85,11 @@ def pod_gpus(template: dict) -> int:
 
 def kuberay_gpu_groups_not_from_zero(cluster_spec: dict) -> list[str]:
     """KubeRay worker groups with GPUs whose minReplicas (or initial replicas) is not 0."""
-    return [g["groupName"] for g in cluster_spec.get("workerGroupSpecs", [])
-            if pod_gpus(g["template"]) > 0 and (g.get("minReplicas", 0) != 0 or g.get("replicas", 0) != 0)]
+    return [
+        g["groupName"]
+        for g in cluster_spec.get("workerGroupSpecs", [])
+        if pod_gpus(g["template"]) > 0 and (g.get("minReplicas", 0) != 0 or g.get("replicas", 0) != 0)
+    ]
 
 
 def kuberay_exposures(doc: dict) -> list[str]:
@@ -92,8 +100,10 @@ def kuberay_exposures(doc: dict) -> list[str]:
     for node in walk(doc):
         if node.get("serviceType") in PUBLIC_SERVICE_TYPES:
             found.append(f"serviceType {node['serviceType']}")
-        if isinstance(node.get("headService"), dict) and \
-                node["headService"].get("spec", {}).get("type") in PUBLIC_SERVICE_TYPES:
+        if (
+            isinstance(node.get("headService"), dict)
+            and node["headService"].get("spec", {}).get("type") in PUBLIC_SERVICE_TYPES
+        ):
             found.append("headService of a public type")
         if node.get("enableIngress") is True:
             found.append("enableIngress")

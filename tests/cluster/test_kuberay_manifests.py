@@ -1,4 +1,5 @@
 """cluster/kuberay/: every key checked against KubeRay's and Kubernetes' schemas, scaling, security."""
+
 import copy
 import json
 from pathlib import Path
@@ -21,8 +22,10 @@ def load(name: str) -> dict:
 
 def errors(doc: dict, kind: str | None = None) -> list[str]:
     schema = {**SCHEMA, "$ref": f"#/$defs/{kind or doc['kind']}"}
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-            for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in jsonschema.Draft202012Validator(schema).iter_errors(doc)
+    ]
 
 
 def resolve(node: dict) -> dict:
@@ -121,8 +124,12 @@ def test_exposure_rule_catches_a_public_endpoint(change):
     if change != "service":
         assert errors(doc) == []  # a manifest the API server would accept
     else:
-        doc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "albert-ray-dashboard"},
-               "spec": {"type": "LoadBalancer", "ports": [{"port": 8265}]}}
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "albert-ray-dashboard"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 8265}]},
+        }
     assert kuberay_exposures(doc)
 
 

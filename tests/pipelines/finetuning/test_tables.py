@@ -1,4 +1,5 @@
 """Reading tasks from tables: formats, rejection accounting, clear errors, splits and subsamples."""
+
 import json
 from collections import Counter
 
@@ -11,8 +12,14 @@ from pipelines.finetuning.labels import label_names
 from pipelines.finetuning.tables import Examples, bbc_news_examples, sample_indices, split_indices
 from pipelines.finetuning.task import load_task
 
-ROWS = [("a great film", "pos"), ("dull and slow", "neg"), ("   ", "pos"), ("loved it", None),
-        ("terrible", "neg"), ("wonderful acting", "pos")]
+ROWS = [
+    ("a great film", "pos"),
+    ("dull and slow", "neg"),
+    ("   ", "pos"),
+    ("loved it", None),
+    ("terrible", "neg"),
+    ("wonderful acting", "pos"),
+]
 
 
 def write_csv(path, rows, header=("text", "label")):
@@ -58,15 +65,18 @@ def test_integer_labels_in_csv_match_string_labels_in_jsonl(tmp_path):
 def test_text_pairs_reject_an_empty_second_text(tmp_path):
     rows = [("a", "b", "x"), ("c", "", "y"), ("e", "f", "y"), ("g", "h", "x")]
     path = write_jsonl(tmp_path / "p.jsonl", rows, keys=("q", "a", "y"))
-    task = load_task(FinetuneSection(train_path=path, eval_path=path, text_column="q", text_pair_column="a",
-                                    label_column="y"))
+    task = load_task(
+        FinetuneSection(train_path=path, eval_path=path, text_column="q", text_pair_column="a", label_column="y")
+    )
     assert task.train.pairs == ["b", "f", "h"]
     assert task.accounting["inputs"][0]["rejected"] == {"empty_text_pair": 1}
 
 
 def test_missing_column_names_the_file_and_column(tmp_path):
     path = write_csv(tmp_path / "t.csv", ROWS, header=("sentence", "label"))
-    with pytest.raises(ValueError, match=r"t\.csv: no column 'text' \(finetune.text_column\); its columns are sentence, label"):
+    with pytest.raises(
+        ValueError, match=r"t\.csv: no column 'text' \(finetune.text_column\); its columns are sentence, label"
+    ):
         load_task(FinetuneSection(train_path=path))
     with pytest.raises(ValueError, match=r"no column 'y' \(finetune.label_column\)"):
         load_task(FinetuneSection(train_path=path, text_column="sentence", label_column="y"))
@@ -75,8 +85,11 @@ def test_missing_column_names_the_file_and_column(tmp_path):
 def test_eval_label_unseen_in_training_is_an_error(tmp_path):
     train = write_csv(tmp_path / "t.csv", [("x", "pos"), ("y", "neg")])
     evaluation = write_csv(tmp_path / "e.csv", [("x", "pos"), ("z", "neutral")])
-    with pytest.raises(ValueError, match=r"e\.csv: column 'label' has 1 labels that never appear in the training "
-                                         r"data: 'neutral' \(row 1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"e\.csv: column 'label' has 1 labels that never appear in the training "
+        r"data: 'neutral' \(row 1\)",
+    ):
         load_task(FinetuneSection(train_path=train, eval_path=evaluation))
 
 

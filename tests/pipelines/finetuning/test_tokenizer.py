@@ -1,4 +1,5 @@
 """Our fine-tuning encoding gives transformers' AlbertTokenizer ids, truncation included."""
+
 import json
 import shutil
 
@@ -7,7 +8,6 @@ from transformers import AlbertTokenizer
 
 from pipelines.finetuning.tables import bbc_news_examples
 from pipelines.finetuning.tokenizer import PairTokenizer, pad_batch
-
 
 
 @pytest.fixture(scope="module")

@@ -62,14 +62,19 @@ def test_bad_text_files_are_counted_not_crashed(tmp_path):
 
 def test_jsonl_lines_are_documents_and_bad_lines_name_the_line(tmp_path):
     path = tmp_path / "docs.jsonl"
-    path.write_text("\n".join([
-        json.dumps({"text": "A good one. Two sentences."}),
-        "{not json",
-        json.dumps({"body": "wrong field"}),
-        json.dumps({"text": 42}),
-        "",
-        json.dumps({"text": ""}),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"text": "A good one. Two sentences."}),
+                "{not json",
+                json.dumps({"body": "wrong field"}),
+                json.dumps({"text": 42}),
+                "",
+                json.dumps({"text": ""}),
+            ]
+        )
+        + "\n"
+    )
     out = docs_of(path)
     assert isinstance(out[0], Document) and out[0].key == f"{tmp_path.name}/docs.jsonl:1"
     reasons = [(r.reason, r.detail.split(": ")[0]) for r in out[1:]]

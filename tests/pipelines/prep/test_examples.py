@@ -1,7 +1,14 @@
 import numpy as np
 
-from pipelines.prep.examples import (PairingSpec, assemble, create_pairs, document_rng, is_validation_document,
-                                     split_long_segments, truncate_pair)
+from pipelines.prep.examples import (
+    PairingSpec,
+    assemble,
+    create_pairs,
+    document_rng,
+    is_validation_document,
+    split_long_segments,
+    truncate_pair,
+)
 from pipelines.prep.masking import CLS_ID, SEP_ID
 
 

@@ -3,8 +3,16 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pipelines.prep.masking import (CLS_ID, FIRST_ORDINARY_ID, MASK_ID, SEP_ID, MaskingSpec, mask_tokens,
-                                    word_spans, word_start_table)
+from pipelines.prep.masking import (
+    CLS_ID,
+    FIRST_ORDINARY_ID,
+    MASK_ID,
+    SEP_ID,
+    MaskingSpec,
+    mask_tokens,
+    word_spans,
+    word_start_table,
+)
 
 
 def test_word_start_table_marks_space_pieces_punctuation_and_symbols():

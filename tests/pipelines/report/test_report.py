@@ -1,7 +1,9 @@
 """The report stage without Ray: Figure 1 against transformers' hidden states, the markdown, and
 report.md + figures from a synthetic run, locally and on s3:// (moto)."""
+
 import json
 import tempfile
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,8 +30,12 @@ def tiny_model(seed=0, layers=3):
 
 
 def batch():
-    return pad_examples([{"input_ids": [2, 10, 11, 12, 3, 20, 21, 3], "token_type_ids": [0, 0, 0, 0, 0, 1, 1, 1]},
-                      {"input_ids": [2, 30, 3, 40, 3], "token_type_ids": [0, 0, 0, 1, 1]}])
+    return pad_examples(
+        [
+            {"input_ids": [2, 10, 11, 12, 3, 20, 21, 3], "token_type_ids": [0, 0, 0, 0, 0, 1, 1, 1]},
+            {"input_ids": [2, 30, 3, 40, 3], "token_type_ids": [0, 0, 0, 1, 1]},
+        ]
+    )
 
 
 def test_layer_transitions_match_transformers_hidden_states(tmp_path):
@@ -57,8 +63,9 @@ def test_padding_is_left_out_of_attention_and_averages():
     together = layer_transitions(model, **pad_examples([a, b]))  # a padded to b's 9 tokens
     for ta, tb, t in zip(alone_a, alone_b, together):  # token-weighted means of the two
         assert t.l2_distance == pytest.approx((5 * ta.l2_distance + 9 * tb.l2_distance) / 14, rel=1e-4)
-        assert t.cosine_similarity == pytest.approx((5 * ta.cosine_similarity + 9 * tb.cosine_similarity) / 14,
-                                                    rel=1e-4)
+        assert t.cosine_similarity == pytest.approx(
+            (5 * ta.cosine_similarity + 9 * tb.cosine_similarity) / 14, rel=1e-4
+        )
 
 
 def test_unmask_restores_the_original_tokens():
@@ -69,21 +76,34 @@ def test_unmask_restores_the_original_tokens():
 
 def test_markdown_cells_and_tables():
     assert [markdown.fmt(v) for v in (None, 3, 12345, 0.123456, 123456.7, "0.5", "a|b", True)] == [
-        "–", "3", "12,345", "0.1235", "123,457", "0.5", "a\\|b", "true"]
+        "–",
+        "3",
+        "12,345",
+        "0.1235",
+        "123,457",
+        "0.5",
+        "a\\|b",
+        "true",
+    ]
     assert markdown.table(["a", "b"], [[1, 2.5]]) == "| a | b |\n|---|---|\n| 1 | 2.5 |"
     assert markdown.flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
     trials = [{"trial": str(i), "accuracy": "0.5"} for i in range(markdown.MAX_TRIAL_ROWS + 3)]
     text = markdown.finetune_section({"fingerprint": "x"}, trials, {"accuracy": 0.9})
     assert f"{markdown.MAX_TRIAL_ROWS + 3} trials" in text and "(3 more trials in finetune/trials.csv)" in text
-    costs = markdown.cost_section([{"stage": "vocab", "wall_s": 60.0, "cpu_hours": 0.5, "gpu_hours": 0.0},
-                                   {"stage": "data", "wall_s": 30.0, "cpu_hours": 0.25, "gpu_hours": 0.0},
-                                   {"stage": "pretrain", "note": "not run"}])
+    costs = markdown.cost_section(
+        [
+            {"stage": "vocab", "wall_s": 60.0, "cpu_hours": 0.5, "gpu_hours": 0.0},
+            {"stage": "data", "wall_s": 30.0, "cpu_hours": 0.25, "gpu_hours": 0.0},
+            {"stage": "pretrain", "note": "not run"},
+        ]
+    )
     assert "| all stages | 90 | 0.75 | 0 |" in costs
 
 
 def test_reservation_meter_integrates_over_time():
     with ReservationMeter(lambda: (2.0, 1.0), interval_s=0.01) as meter:
         import time
+
         time.sleep(0.2)
     assert 0.3 < meter.cpu_seconds < 0.6 and meter.gpu_seconds == pytest.approx(meter.cpu_seconds / 2)
     assert meter.peak_cpus == 2.0
@@ -98,40 +118,79 @@ def write_json(path, value):
 def synthetic_run(run_dir: str, with_finetune: bool = True):
     """The outputs the other stages leave, small and made up, written through storage."""
     config = load_config(None, [f"run_dir={run_dir}", "model.preset=tiny", "model.num_hidden_layers=3"])
-    write_json(join(run_dir, "vocab", "manifest.json"), {
-        "vocab_size": 100, "sample": {"sentences": 50, "sampled_sentences": 50},
-        "fingerprint": stage_fingerprint(config, "vocab")})
-    rows = [{"input_ids": [2, 4, 11, 3, 20, 3], "token_type_ids": [0, 0, 0, 0, 1, 1], "masked_lm_positions": [1],
-             "masked_lm_ids": [10]} for _ in range(3)]
+    write_json(
+        join(run_dir, "vocab", "manifest.json"),
+        {
+            "vocab_size": 100,
+            "sample": {"sentences": 50, "sampled_sentences": 50},
+            "fingerprint": stage_fingerprint(config, "vocab"),
+        },
+    )
+    rows = [
+        {
+            "input_ids": [2, 4, 11, 3, 20, 3],
+            "token_type_ids": [0, 0, 0, 0, 1, 1],
+            "masked_lm_positions": [1],
+            "masked_lm_ids": [10],
+        }
+        for _ in range(3)
+    ]
     fs, path = filesystem(join(run_dir, "data", "validation", "part-00000-000.parquet"))
     fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path, filesystem=fs)
-    write_json(join(run_dir, "data", "manifest.json"), {
-        "inputs": [{"path": "a.txt", "bytes": 1000}], "examples": {"train": 30, "validation": 3},
-        "tokens": {"train": 180, "validation": 18},
-        "documents": {"read": 5, "used": 4, "rejected": {"empty": 1}},
-        "masking": {"mode": "static"}, "statistics": {"masked_share": 0.15, "swapped_share": 0.5},
-        "config": {"data": {"max_seq_length": 64}}, "num_workers": 2, "seconds": 3.0,
-        "fingerprint": stage_fingerprint(config, "data")})
-    metrics = [{"step": s, "lr": 0.01, "mlm_loss": 5.0 - s, "mlm_accuracy": 0.1 * s, "sop_loss": 0.7,
-                "sop_accuracy": 0.5, "grad_norm": 1.0, "tokens_per_s": 1000.0, "mfu": None, "peak_memory_gb": 1.0}
-               for s in (1, 2, 3)] + [{"split": "validation", "step": 3, "mlm_loss": 2.5, "mlm_accuracy": 0.3,
-                                       "sop_loss": 0.69, "sop_accuracy": 0.55}]
+    write_json(
+        join(run_dir, "data", "manifest.json"),
+        {
+            "inputs": [{"path": "a.txt", "bytes": 1000}],
+            "examples": {"train": 30, "validation": 3},
+            "tokens": {"train": 180, "validation": 18},
+            "documents": {"read": 5, "used": 4, "rejected": {"empty": 1}},
+            "masking": {"mode": "static"},
+            "statistics": {"masked_share": 0.15, "swapped_share": 0.5},
+            "config": {"data": {"max_seq_length": 64}},
+            "num_workers": 2,
+            "seconds": 3.0,
+            "fingerprint": stage_fingerprint(config, "data"),
+        },
+    )
+    metrics = [
+        {
+            "step": s,
+            "lr": 0.01,
+            "mlm_loss": 5.0 - s,
+            "mlm_accuracy": 0.1 * s,
+            "sop_loss": 0.7,
+            "sop_accuracy": 0.5,
+            "grad_norm": 1.0,
+            "tokens_per_s": 1000.0,
+            "mfu": None,
+            "peak_memory_gb": 1.0,
+        }
+        for s in (1, 2, 3)
+    ] + [
+        {"split": "validation", "step": 3, "mlm_loss": 2.5, "mlm_accuracy": 0.3, "sop_loss": 0.69, "sop_accuracy": 0.55}
+    ]
     write_text(join(run_dir, "pretrain", "metrics.jsonl"), "".join(json.dumps(m) + "\n" for m in metrics))
     write_json(join(run_dir, "pretrain", "eval.json"), {"mlm_loss": 2.5, "mlm_accuracy": 0.3, "sequences": 3})
     with tempfile.TemporaryDirectory() as local:
         save_hf_pretrained(tiny_model(), local)
         for name in ("config.json", "model.safetensors"):
-            write_bytes(join(run_dir, "pretrain", "hf", name), open(f"{local}/{name}", "rb").read())
-    write_json(join(run_dir, "pretrain", "manifest.json"), {"seconds": 12.0,
-                                                            "fingerprint": stage_fingerprint(config, "pretrain")})
+            write_bytes(join(run_dir, "pretrain", "hf", name), Path(local, name).read_bytes())
+    write_json(
+        join(run_dir, "pretrain", "manifest.json"),
+        {"seconds": 12.0, "fingerprint": stage_fingerprint(config, "pretrain")},
+    )
     if with_finetune:
-        write_text(join(run_dir, "finetune", "trials.csv"), "trial,finetune.lr,accuracy\nt0,0.0001,0.8\nt1,0.0003,0.9\n")
+        write_text(
+            join(run_dir, "finetune", "trials.csv"), "trial,finetune.lr,accuracy\nt0,0.0001,0.8\nt1,0.0003,0.9\n"
+        )
         write_json(join(run_dir, "finetune", "best.json"), {"trial": "t1", "metrics": {"accuracy": 0.9}})
-        write_json(join(run_dir, "finetune", "manifest.json"), {"seconds": 8.0,
-                                                                "fingerprint": stage_fingerprint(config, "finetune")})
+        write_json(
+            join(run_dir, "finetune", "manifest.json"),
+            {"seconds": 8.0, "fingerprint": stage_fingerprint(config, "finetune")},
+        )
     write_marker(run_dir, "run")  # what the stages leave: folders marked as albert-ray's
-    for stage in ("vocab", "data", "pretrain", "finetune")[:4 if with_finetune else 3]:
+    for stage in ("vocab", "data", "pretrain", "finetune")[: 4 if with_finetune else 3]:
         write_marker(join(run_dir, stage), "stage", stage=stage)
     return config
 
@@ -141,8 +200,14 @@ def check_report(config):
     out = run_report(config)
     assert out == join(run_dir, "report")
     text = read_bytes(join(out, "report.md")).decode()
-    for heading in ("## Data", "## Pretraining", "## Layer transitions (the ALBERT paper's Figure 1)",
-                    "## Fine-tuning search", "## Cost per stage", "## Configuration"):
+    for heading in (
+        "## Data",
+        "## Pretraining",
+        "## Layer transitions (the ALBERT paper's Figure 1)",
+        "## Fine-tuning search",
+        "## Cost per stage",
+        "## Configuration",
+    ):
         assert heading in text
     assert "![Pretraining curves](pretraining_curves.png)" in text
     assert "![L2 distance and cosine similarity per layer](layer_transitions.png)" in text
@@ -160,9 +225,19 @@ def check_report(config):
 
 def test_report_from_a_synthetic_run(tmp_path, capsys):
     config = synthetic_run(str(tmp_path / "run"))
-    write_cost(config.run_dir, "data", {"fingerprint": stage_fingerprint(config, "data"), "started": 0.0,
-                                        "wall_s": 30.0, "cpu_hours": 0.5, "gpu_hours": 0.0,
-                                        "cluster_cpus": 4.0, "cluster_gpus": 0.0})
+    write_cost(
+        config.run_dir,
+        "data",
+        {
+            "fingerprint": stage_fingerprint(config, "data"),
+            "started": 0.0,
+            "wall_s": 30.0,
+            "cpu_hours": 0.5,
+            "gpu_hours": 0.0,
+            "cluster_cpus": 4.0,
+            "cluster_gpus": 0.0,
+        },
+    )
     write_cost(config.run_dir, "vocab", {"fingerprint": "stale", "started": 0.0, "wall_s": 99.0})
     text = check_report(config)
     assert "| data | 30 | 0.5 | 0 | ran 1970-01-01 00:00 UTC on 4 CPUs, 0 GPUs |" in text

@@ -1,6 +1,7 @@
 """The pretraining loop itself, without Ray: plain processes on gloo drive pipelines/train/loop.py
 through LoopIO. Two processes equal one, with and without gradient accumulation, and a run stopped
 after its step-2 checkpoint on two processes resumes on one to the same parameters."""
+
 import dataclasses
 import os
 import shutil
@@ -37,9 +38,16 @@ def examples(n: int, seed: int) -> pa.Table:
         labels = [ids[p] for p in positions]
         for p in positions:
             ids[p] = 4
-        rows.append({"example_id": f"doc{i}/0/0", "input_ids": ids,
-                     "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1), "masked_lm_positions": positions,
-                     "masked_lm_ids": labels, "sentence_order_label": int(rng.integers(0, 2))})
+        rows.append(
+            {
+                "example_id": f"doc{i}/0/0",
+                "input_ids": ids,
+                "token_type_ids": [0] * (len(a) + 2) + [1] * (len(b) + 1),
+                "masked_lm_positions": positions,
+                "masked_lm_ids": labels,
+                "sentence_order_label": int(rng.integers(0, 2)),
+            }
+        )
     return pa.Table.from_pylist(rows, schema=example_schema(False))
 
 
@@ -64,7 +72,7 @@ class PlainIO:
     def train_batches(self, epoch: int):
         order = np.random.default_rng(epoch).permutation(len(TRAIN))
         size = self.plan.train.global_batch_size
-        return [TRAIN.take(order[i:i + size]) for i in range(0, len(TRAIN) - size + 1, size)]
+        return [TRAIN.take(order[i : i + size]) for i in range(0, len(TRAIN) - size + 1, size)]
 
     def validation_batches(self):
         size = self.plan.train.micro_batch * self.world
@@ -96,17 +104,45 @@ def _process(rank: int, world: int, plan: PretrainPlan, checkpoints: str, stop_a
 
 
 def make_plan(out_dir: Path, world: int, **train) -> PretrainPlan:
-    albert = AlbertConfig(vocab_size=VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=3,
-                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
-    section = TrainSection(num_workers=world, global_batch_size=8, max_steps=4, lr=0.01, warmup_steps=1,
-                           checkpoint_every=2, log_every=1, eval_every=100, eval_max_sequences=8, **train)
-    return PretrainPlan(albert=albert, train=section, use_gpu=False, precision="fp32", masking=None,
-                        max_predictions=MASKED, n_train=len(TRAIN), n_validation=len(VALIDATION),
-                        batches_per_epoch=len(TRAIN) // 8, out_dir=str(out_dir), spiece_model=None)
+    albert = AlbertConfig(
+        vocab_size=VOCAB,
+        embedding_size=16,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    section = TrainSection(
+        num_workers=world,
+        global_batch_size=8,
+        max_steps=4,
+        lr=0.01,
+        warmup_steps=1,
+        checkpoint_every=2,
+        log_every=1,
+        eval_every=100,
+        eval_max_sequences=8,
+        **train,
+    )
+    return PretrainPlan(
+        albert=albert,
+        train=section,
+        use_gpu=False,
+        precision="fp32",
+        masking=None,
+        max_predictions=MASKED,
+        n_train=len(TRAIN),
+        n_validation=len(VALIDATION),
+        batches_per_epoch=len(TRAIN) // 8,
+        out_dir=str(out_dir),
+        spiece_model=None,
+    )
 
 
-def run(tmp_path: Path, name: str, world: int, stop_after: int | None = None, out: str | None = None,
-        **train) -> dict[str, torch.Tensor]:
+def run(
+    tmp_path: Path, name: str, world: int, stop_after: int | None = None, out: str | None = None, **train
+) -> dict[str, torch.Tensor]:
     """The loop on `world` processes; the exported weights (None when stopped early)."""
     out_dir = tmp_path / (out or name)
     plan = make_plan(out_dir, world, **train)
@@ -140,7 +176,9 @@ def test_a_run_stopped_on_two_processes_resumes_on_one(one_process, tmp_path):
 
     events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(e["event"], e["step"], e["num_workers"]) for e in events if "event" in e] == [
-        ("started", 0, 2), ("resumed", 2, 1)]
+        ("started", 0, 2),
+        ("resumed", 2, 1),
+    ]
     assert [e["step"] for e in events if "event" not in e and "split" not in e] == [1, 2, 3, 4]
 
 
@@ -150,7 +188,11 @@ def test_the_ray_worker_and_the_tune_trainable_stay_wiring():
 
     from pipelines import finetune, pretrain
 
-    for function in (pretrain.train_worker, finetune.single_process_trial, finetune.multi_worker_trial,
-                     finetune.ray_train_trial_worker):
+    for function in (
+        pretrain.train_worker,
+        finetune.single_process_trial,
+        finetune.multi_worker_trial,
+        finetune.ray_train_trial_worker,
+    ):
         assert len(inspect.getsource(function).splitlines()) < 60, function.__name__
     assert dataclasses.is_dataclass(PretrainPlan) and PretrainPlan.__dataclass_params__.frozen

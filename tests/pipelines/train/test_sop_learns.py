@@ -7,6 +7,7 @@ bench/sop_plateau.py (the first segment's pieces from ids 10-99, the second's fr
 real SOP it starts on a plateau at ln 2; the budget here (2 applications of the shared layer,
 hidden 64, AdamW 1e-3, 600 steps, seed 0) leaves it with a margin measured in BENCHMARKS.
 """
+
 import math
 
 import numpy as np
@@ -14,7 +15,6 @@ import pytest
 import torch
 
 from albert_model import AlbertForPreTraining
-
 from bench import sop_plateau as task
 
 CONFIG = task.model_config(hidden=64, layers=2)

@@ -1,4 +1,5 @@
 """The pretraining step is exact: 1 vs 2 FSDP2 workers (gloo), and accumulation vs one batch."""
+
 import numpy as np
 import pytest
 import torch
@@ -12,16 +13,29 @@ from pipelines.train.lamb import Lamb, parameter_groups
 from pipelines.train.schedule import albert_lr_factor, build_scheduler
 from pipelines.train.step import train_step
 
-CONFIG = AlbertConfig(vocab_size=211, embedding_size=16, hidden_size=32, num_hidden_layers=3,
-                      num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)
+CONFIG = AlbertConfig(
+    vocab_size=211,
+    embedding_size=16,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
 STEPS, BATCH, PREDICTIONS = 3, 8, 5
 
 
 def global_batch(step: int) -> dict:
     """Variable-length static-masked examples, the same in every process."""
     rng = np.random.default_rng(step)
-    rows = {"example_id": [], "input_ids": [], "token_type_ids": [], "masked_lm_positions": [],
-            "masked_lm_ids": [], "sentence_order_label": []}
+    rows = {
+        "example_id": [],
+        "input_ids": [],
+        "token_type_ids": [],
+        "masked_lm_positions": [],
+        "masked_lm_ids": [],
+        "sentence_order_label": [],
+    }
     for i in range(BATCH):
         length = int(rng.integers(12, 40))
         ids = rng.integers(5, CONFIG.vocab_size, length)
@@ -55,8 +69,12 @@ def fresh_model() -> AlbertForPreTraining:
 
 def single_process(micro: int) -> dict[str, torch.Tensor]:
     model = fresh_model()
-    train(model, lambda step: [collate(rows_slice(global_batch(step), i, i + micro), PREDICTIONS)
-                               for i in range(0, BATCH, micro)])
+    train(
+        model,
+        lambda step: [
+            collate(rows_slice(global_batch(step), i, i + micro), PREDICTIONS) for i in range(0, BATCH, micro)
+        ],
+    )
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -70,10 +88,10 @@ def _fsdp_worker(rank: int, world: int, store_path: str, out_path: str) -> None:
     model = fresh_model()
     apply_fsdp(model, init_device_mesh("cpu", (world,)))
     share = BATCH // world
-    train(model, lambda step: [collate(rows_slice(global_batch(step), rank * share, (rank + 1) * share),
-                                       PREDICTIONS)])
-    full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
-            for k, v in model.state_dict().items()}
+    train(model, lambda step: [collate(rows_slice(global_batch(step), rank * share, (rank + 1) * share), PREDICTIONS)])
+    full = {
+        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.state_dict().items()
+    }
     if rank == 0:
         torch.save(full, out_path)
     dist.destroy_process_group()
@@ -108,13 +126,15 @@ def test_schedule_warms_up_then_decays_to_zero():
 def test_lamb_trust_ratio_and_exclusions():
     w = torch.nn.Parameter(torch.full((4,), 2.0))
     b = torch.nn.Parameter(torch.zeros(4))
-    opt = Lamb([{"params": [w], "weight_decay": 0.0, "adapt": True},
-                {"params": [b], "weight_decay": 0.0, "adapt": False}], lr=0.1)
+    opt = Lamb(
+        [{"params": [w], "weight_decay": 0.0, "adapt": True}, {"params": [b], "weight_decay": 0.0, "adapt": False}],
+        lr=0.1,
+    )
     w.grad = torch.tensor([1.0, -1.0, 1.0, -1.0])
     b.grad = torch.tensor([1.0, 1.0, 1.0, 1.0])
     opt.step()
     # update = m / (sqrt(v) + eps) = 0.1 g / (sqrt(0.001) |g|) per element, no bias correction.
-    update = 0.1 / (0.001 ** 0.5 + 1e-6)
+    update = 0.1 / (0.001**0.5 + 1e-6)
     ratio = 4.0 / (update * 2)  # ||w|| = 4, ||update|| = 2 * update
     torch.testing.assert_close(w.detach(), 2.0 - 0.1 * ratio * update * torch.tensor([1.0, -1, 1, -1]))
     torch.testing.assert_close(b.detach(), -0.1 * update * torch.ones(4))  # no adaptation for biases
@@ -124,9 +144,13 @@ def test_lamb_trust_ratio_and_exclusions():
 
 
 def test_dynamic_masking_in_the_loader_is_seeded_by_epoch():
-    rows = {"example_id": ["a"], "input_ids": [np.r_[2, np.arange(10, 60), 3, np.arange(60, 90), 3]],
-            "token_type_ids": [np.zeros(83)], "sentence_order_label": [0],
-            "word_starts": [np.r_[False, np.ones(50, bool), False, np.ones(30, bool), False]]}
+    rows = {
+        "example_id": ["a"],
+        "input_ids": [np.r_[2, np.arange(10, 60), 3, np.arange(60, 90), 3]],
+        "token_type_ids": [np.zeros(83)],
+        "sentence_order_label": [0],
+        "word_starts": [np.r_[False, np.ones(50, bool), False, np.ones(30, bool), False]],
+    }
     spec = MaskingSpec(0.15, 20, 3, 211)
     e0 = collate(rows, 20, masking=spec, seed=1, epoch=0)
     again = collate(rows, 20, masking=spec, seed=1, epoch=0)
