@@ -39,6 +39,7 @@ from .train.plan import PretrainPlan, check_resolved, continuation, manifest_fie
 # Test-only fault injection: once per run, the last worker exits hard after this optimizer step.
 FAULT_ENV = "ALBERT_TEST_FAIL_AT_STEP"
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
+HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"  # how often Ray Train's controller polls its workers
 
 
 class RayTrainIO:
@@ -82,12 +83,12 @@ class RayTrainIO:
 
     def crash(self) -> None:
         """Exit hard, once per run (a marker file remembers). It first waits for Ray Train's
-        controller to poll the earlier reports (every 2 s): a checkpoint reported but not yet
-        registered when a worker dies is not resumed from."""
+        controller to poll the earlier reports (every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, 2 s by
+        default): a checkpoint reported but not yet registered when a worker dies is not resumed from."""
         marker = join(self.plan.out_dir, "fault_injected")
         if not exists(marker):
             write_text(marker, "")
-            time.sleep(5)
+            time.sleep(2.5 * float(os.environ.get(HEALTH_CHECK_ENV, 2.0)))
             os._exit(1)
 
 

@@ -21,6 +21,10 @@ from pipelines.vocab import train_sentencepiece
 VOCAB_SIZE = 1000
 
 
+# Ray Train's controller polls its workers every 2 s by default; each report waits for it, and a
+# tiny test run reports every step. Polled every 0.25 s, a 4-step pretraining takes ~25 s, not ~37.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+
 RAY_FIXTURES = {"ray_session", "head"}  # a Ray session in this process, or a Ray head of its own
 
 
