@@ -1,10 +1,11 @@
 """`python -m pipelines.pretrain`: ALBERT pretraining on Ray Train (FSDP2), from {run_dir}/data to
 {run_dir}/pretrain/. This module is the Ray wiring only: the driver plans the run
 (pipelines/train/plan.py: every check before a worker starts) and starts a TorchTrainer whose
-thin worker hands the pure loop (pipelines/train/loop.py) Ray Data batches, Ray Train checkpoints
-and reports. A failed worker restarts from the latest checkpoint (FailureConfig); a re-run of an
-unfinished run resumes from it (on any number of workers: DCP reshards); a raised
-`train.max_steps` continues the complete output from its last checkpoint.
+thin worker hands the pure loop (pipelines/train/loop.py) the data stage's parquet (read with
+pyarrow: pipelines/train/input.py), Ray Train checkpoints and reports. A failed worker restarts
+from the latest checkpoint (FailureConfig); a re-run of an unfinished run resumes from it (on any
+number of workers: DCP reshards); a raised `train.max_steps` continues the complete output from
+its last checkpoint.
 
 Output layout (documented in the README): `train/checkpoint_*/` (DCP checkpoints, the newest few
 kept), `metrics.jsonl` (a line per log step, per validation pass and per start, resume or
@@ -28,11 +29,10 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from .cli import stage_main
-from .config import Config
 from .lifecycle import StageRun, stage_runner
 from .ray_runtime import init_ray
-from .stages import stage_dir
 from .storage import arrow_filesystem, exists, join, path_inside, write_text
+from .train.input import ordered_batches, shuffled_batches
 from .train.loop import StartPoint, pretrain_loop
 from .train.plan import PretrainPlan, check_resolved, continuation, manifest_fields, plan_pretraining
 
@@ -43,11 +43,10 @@ HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"  # how often Ray Train's 
 
 
 class RayTrainIO:
-    """The loop's host on a Ray Train worker: the Ray Data shards, Ray Train's checkpoints and reports."""
+    """The loop's host on a Ray Train worker: the data splits, Ray Train's checkpoints and reports."""
 
     def __init__(self, plan: PretrainPlan, world: int):
         self.plan, self.world = plan, world
-        self.train, self.validation = ray.train.get_dataset_shard("train"), ray.train.get_dataset_shard("validation")
 
     @contextlib.contextmanager
     def start_point(self) -> Iterator[StartPoint | None]:
@@ -62,21 +61,17 @@ class RayTrainIO:
             yield StartPoint(directory, checkpoint.path, event)
 
     def train_batches(self, epoch: int):
-        # the whole dataset on every worker, in order, shuffled with a per-epoch seed
+        # the whole split on every worker, in order, shuffled with a per-epoch seed
         train = self.plan.train
-        return self.train.iter_batches(
-            batch_size=train.global_batch_size,
-            batch_format="pyarrow",
-            drop_last=True,
-            prefetch_batches=2,
-            local_shuffle_buffer_size=max(train.shuffle_buffer, train.global_batch_size),
-            local_shuffle_seed=train.seed * 1_000_003 + epoch,
+        return shuffled_batches(
+            join(self.plan.data_dir, "train"),
+            train.global_batch_size,
+            train.shuffle_buffer,
+            train.seed * 1_000_003 + epoch,
         )
 
     def validation_batches(self):
-        return self.validation.iter_batches(
-            batch_size=self.plan.train.micro_batch * self.world, batch_format="pyarrow", drop_last=True
-        )
+        return ordered_batches(join(self.plan.data_dir, "validation"), self.plan.train.micro_batch * self.world)
 
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         ray.train.report(metrics, checkpoint=Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)
@@ -106,11 +101,6 @@ def train_worker(loop_config: dict) -> None:
     )
 
 
-def _read_split(config: Config, split: str) -> ray.data.Dataset:
-    fs, path = arrow_filesystem(join(stage_dir(config, "data"), split))
-    return ray.data.read_parquet(path, filesystem=fs, file_extensions=["parquet"])
-
-
 def build_pretrain(run: StageRun) -> dict:
     """Pretrain on {run_dir}/data into the stage's folder; returns the manifest's fields."""
     config, out_dir, train = run.config, run.out, run.config.train
@@ -125,8 +115,6 @@ def build_pretrain(run: StageRun) -> dict:
     storage_fs, storage_path = arrow_filesystem(out_dir)
     if isinstance(storage_fs, pafs.LocalFileSystem):
         os.makedirs(storage_path, exist_ok=True)
-    ingest = ray.train.DataConfig.default_ingest_options()
-    ingest.preserve_order = True  # the same batches in the same order on every worker and every attempt
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"plan": plan},
@@ -142,8 +130,6 @@ def build_pretrain(run: StageRun) -> dict:
             failure_config=FailureConfig(max_failures=train.max_failures, controller_failure_limit=train.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=train.checkpoints_to_keep),
         ),
-        datasets={"train": _read_split(config, "train"), "validation": _read_split(config, "validation")},
-        dataset_config=ray.train.DataConfig(datasets_to_split=[], execution_options=ingest),
     )
     print(
         f"pretrain: {config.model.preset} (hidden {plan.albert.hidden_size}) on {train.num_workers} "

@@ -40,6 +40,8 @@ class PretrainPlan:
     n_train: int
     n_validation: int
     batches_per_epoch: int
+    data_dir: str
+    """The data stage's output: its train/ and validation/ parquet splits."""
     out_dir: str
     """Where the run writes: the folder being built (metrics, checkpoints, export)."""
     spiece_model: str | None
@@ -152,6 +154,7 @@ def plan_pretraining(config: Config, out_dir: str, cluster_gpus: int, fault_step
         n_train=n_train,
         n_validation=n_validation,
         batches_per_epoch=n_train // train.global_batch_size,
+        data_dir=data_dir,
         out_dir=out_dir,
         spiece_model=join(stage_dir(config, "vocab"), "spiece.model"),
         fault_step=fault_step,

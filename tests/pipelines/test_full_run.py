@@ -177,7 +177,8 @@ def head(tmp_path_factory):
 
     head = start_head(tmp_path_factory.mktemp("ray-head"), num_cpus=4)
     yield head
-    head.stop()
+    # a 10 s grace, then SIGKILL to its process group: `ray start --block` takes ~30 s to stop gracefully
+    head.stop(timeout_s=10)
     assert not _group_alive(head.pid)  # this head, and only it: its own process group
 
 

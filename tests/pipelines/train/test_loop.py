@@ -135,6 +135,7 @@ def make_plan(out_dir: Path, world: int, **train) -> PretrainPlan:
         n_train=len(TRAIN),
         n_validation=len(VALIDATION),
         batches_per_epoch=len(TRAIN) // 8,
+        data_dir="",  # PlainIO holds its tables in memory
         out_dir=str(out_dir),
         spiece_model=None,
     )
