@@ -19,6 +19,8 @@ import pyarrow.parquet as pq
 
 from ..storage import arrow_filesystem
 
+MAX_CHUNKS = 64  # row groups held in the shuffle buffer before it is copied into one
+
 
 def split_files(split_dir: str) -> tuple[pafs.FileSystem, list[str]]:
     """The split's parquet files, in name order (the data stage's part numbers)."""
@@ -68,8 +70,13 @@ def shuffled_batches(split_dir: str, batch_size: int, buffer_size: int, seed: in
         return table.take(rows)
 
     for chunk in row_groups(split_dir):
-        table = chunk if table is None else pa.concat_tables([table.take(live), chunk])
-        live = np.arange(table.num_rows, dtype=np.int64)
+        if table is None:
+            table, live = chunk, np.arange(chunk.num_rows, dtype=np.int64)
+        else:  # appended without a copy; copied once drawn rows outnumber the rest or chunks pile up
+            live = np.concatenate([live, np.arange(table.num_rows, table.num_rows + chunk.num_rows)])
+            table = pa.concat_tables([table, chunk])
+            if table.num_rows > 2 * len(live) + fill or table.column(0).num_chunks > MAX_CHUNKS:
+                table, live = table.take(live), np.arange(len(live), dtype=np.int64)
         while len(live) >= fill:
             yield draw()
     while table is not None and len(live) >= batch_size:

@@ -58,3 +58,11 @@ def test_a_split_without_parquet_is_named(tmp_path):
     (tmp_path / "validation").mkdir()
     with pytest.raises(FileNotFoundError, match=r"validation: no parquet files"):
         next(ordered_batches(str(tmp_path / "validation"), 4))
+
+
+def test_copying_the_buffer_together_does_not_change_the_batches(split, monkeypatch):
+    import pipelines.train.input as input_module
+
+    expected = rows_of(shuffled_batches(split, 8, buffer_size=40, seed=3))
+    monkeypatch.setattr(input_module, "MAX_CHUNKS", 1)  # copied at every row group
+    assert rows_of(shuffled_batches(split, 8, buffer_size=40, seed=3)) == expected
