@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from albert_model import AlbertConfig, AlbertForPreTraining
+from pipelines.prep.process import example_schema
 from pipelines.train.batching import collate
 from pipelines.train.schedule import build_scheduler
 from pipelines.train.step import StepMetrics, train_step
@@ -43,14 +44,7 @@ def ordered_pairs(seed: int, batch: int = 32, lengths: tuple[int, int] = (3, 7),
     """One batch of example rows (the parquet schema, static masks): segments of lengths[0] to
     lengths[1] - 1 pieces. swap_labels rotates the labels to other rows: nothing left to learn."""
     rng = np.random.default_rng(seed)
-    rows = {
-        "example_id": [],
-        "input_ids": [],
-        "token_type_ids": [],
-        "masked_lm_positions": [],
-        "masked_lm_ids": [],
-        "sentence_order_label": [],
-    }
+    rows: dict[str, list] = {name: [] for name in example_schema(False).names}
     for i in range(batch):
         a, b = rng.integers(10, 100, int(rng.integers(*lengths))), rng.integers(110, 200, int(rng.integers(*lengths)))
         label = int(rng.integers(0, 2))

@@ -141,6 +141,16 @@ def read_jsonl(path: str) -> list[dict]:
     return [json.loads(line) for line in read_bytes(path).decode().splitlines() if line.strip()]
 
 
+def parquet_files(folder: str) -> tuple[Any, list[str]]:
+    """(pyarrow filesystem, the `*.parquet` files below `folder` in name order); [] when it does
+    not exist."""
+    import pyarrow.fs as pafs
+
+    fs, root = arrow_filesystem(folder)
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    return fs, sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
+
+
 def list_names(path: str) -> list[str]:
     """The names directly inside a folder (files and sub-folders), sorted; [] when it does not exist."""
     fs, p = filesystem(path)

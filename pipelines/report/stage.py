@@ -17,7 +17,17 @@ from albert_model.hf import load_hf_pretrained
 from ..config import Config, dump_yaml
 from ..lifecycle import StageRun, stage_runner
 from ..stages import STAGES, read_manifest, stage_dir
-from ..storage import exists, filesystem, join, read_bytes, read_json, read_jsonl, write_bytes, write_text
+from ..storage import (
+    exists,
+    filesystem,
+    join,
+    parquet_files,
+    read_bytes,
+    read_json,
+    read_jsonl,
+    write_bytes,
+    write_text,
+)
 from . import markdown
 from .costs import read_cost
 from .layers import LayerTransition, layer_transitions, pad_examples, unmask
@@ -48,8 +58,7 @@ def read_csv(path: str) -> list[dict[str, str]]:
 def first_examples(data_dir: str, n: int) -> list[dict]:
     """The first `n` examples of the validation split (the train split if it has none)."""
     for split in ("validation", "train"):
-        fs, folder = filesystem(join(data_dir, split))
-        files = sorted(f for f in fs.find(folder) if f.endswith(".parquet")) if fs.exists(folder) else []
+        fs, files = parquet_files(join(data_dir, split))
         rows: list[dict] = []
         for f in files:
             rows += pq.read_table(f, filesystem=fs).slice(0, n - len(rows)).to_pylist()

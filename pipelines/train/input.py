@@ -17,18 +17,17 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..storage import arrow_filesystem
+from ..errors import MissingInput
+from ..storage import parquet_files
 
 MAX_CHUNKS = 64  # row groups held in the shuffle buffer before it is copied into one
 
 
 def split_files(split_dir: str) -> tuple[pafs.FileSystem, list[str]]:
     """The split's parquet files, in name order (the data stage's part numbers)."""
-    fs, root = arrow_filesystem(split_dir)
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-    files = sorted(i.path for i in infos if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
+    fs, files = parquet_files(split_dir)
     if not files:
-        raise FileNotFoundError(f"{split_dir}: no parquet files")
+        raise MissingInput(f"{split_dir}: no parquet files")
     return fs, files
 
 

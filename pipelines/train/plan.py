@@ -19,7 +19,8 @@ from ..models import read_model_config
 from ..prep.masking import MaskingSpec
 from ..prep.process import example_schema
 from ..stages import read_manifest, stage_dir
-from ..storage import exists, filesystem, join, read_json, read_jsonl, write_text
+from ..storage import exists, join, read_json, read_jsonl, write_text
+from .input import split_files
 
 METRICS = "metrics.jsonl"
 RESOLVED = "resolved.json"  # the arithmetic a run trains with: {use_gpu, precision}
@@ -61,11 +62,8 @@ def _albert_config(config: Config, vocab_size: int) -> AlbertConfig:
 
 def check_schema(split_dir: str, dynamic: bool) -> None:
     """The first parquet file of a split has the data stage's columns and types."""
-    fs, path = filesystem(split_dir)
-    files = sorted(f for f in fs.find(path) if f.endswith(".parquet"))
-    if not files:
-        raise MissingInput(f"{split_dir}: no parquet files")
-    with fs.open(files[0], "rb") as f:
+    fs, files = split_files(split_dir)
+    with fs.open_input_file(files[0]) as f:
         schema = pq.read_schema(f)
     for expected in example_schema(dynamic):
         if expected.name not in schema.names:

@@ -8,6 +8,7 @@ import torch.multiprocessing as mp
 
 from albert_model import AlbertConfig, AlbertForPreTraining
 from pipelines.prep.masking import MaskingSpec
+from pipelines.prep.process import example_schema
 from pipelines.train.batching import collate
 from pipelines.train.lamb import Lamb, parameter_groups
 from pipelines.train.schedule import albert_lr_factor, build_scheduler
@@ -28,14 +29,7 @@ STEPS, BATCH, PREDICTIONS = 3, 8, 5
 def global_batch(step: int) -> dict:
     """Variable-length static-masked examples, the same in every process."""
     rng = np.random.default_rng(step)
-    rows = {
-        "example_id": [],
-        "input_ids": [],
-        "token_type_ids": [],
-        "masked_lm_positions": [],
-        "masked_lm_ids": [],
-        "sentence_order_label": [],
-    }
+    rows: dict[str, list] = {name: [] for name in example_schema(False).names}
     for i in range(BATCH):
         length = int(rng.integers(12, 40))
         ids = rng.integers(5, CONFIG.vocab_size, length)
