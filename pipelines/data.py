@@ -3,7 +3,8 @@
 Each Ray Data actor holds the tokenizer and turns one work unit (a group of files) at a time into
 examples, writing its own shards into the folder being built (pipelines/lifecycle.py: it replaces
 the current output only when complete); nothing but counters comes back to the driver, so memory
-does not grow with the corpus.
+does not grow with the corpus. A shard's rows are written in a seeded order, in row groups of
+data.row_group_rows rows: the unit in which pretraining shuffles and reads (pipelines/train/input.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class CreateExamplesFn:
     def __init__(self, spiece_model: bytes, data: DataSection, lowercase: bool, text_field: str, out_dir: str):
         self.processor = DocumentProcessor(spiece_model, data, lowercase)
         self.text_field, self.out_dir = text_field, out_dir
+        self.seed, self.row_group_rows = data.seed, data.row_group_rows
         self.dynamic = data.masking == "dynamic"
 
     def __call__(self, batch):
@@ -48,7 +50,11 @@ class CreateExamplesFn:
             if len(buffers[split]):
                 fs, path = filesystem(join(self.out_dir, split, f"part-{unit:05d}-{parts[split]:03d}.parquet"))
                 fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-                pq.write_table(buffers[split].to_table(), path, filesystem=fs)
+                # rows in a seeded order, so that a row group mixes the shard's documents
+                table = buffers[split].to_table()
+                order = np.random.default_rng([self.seed, unit, SPLITS.index(split), parts[split]])
+                table = table.take(order.permutation(table.num_rows))
+                pq.write_table(table, path, filesystem=fs, row_group_size=self.row_group_rows)
                 parts[split] += 1
                 buffers[split].clear()
 

@@ -1,8 +1,8 @@
 """`python -m pipelines.pretrain`: ALBERT pretraining on Ray Train (FSDP2), from {run_dir}/data to
 {run_dir}/pretrain/. This module is the Ray wiring only: the driver plans the run
 (pipelines/train/plan.py: every check before a worker starts) and starts a TorchTrainer whose
-thin worker hands the pure loop (pipelines/train/loop.py) the data stage's parquet (read with
-pyarrow: pipelines/train/input.py), Ray Train checkpoints and reports. A failed worker restarts
+thin worker hands the pure loop (pipelines/train/loop.py) its share of the data stage's parquet
+(read with pyarrow: pipelines/train/input.py), Ray Train checkpoints and reports. A failed worker restarts
 from the latest checkpoint (FailureConfig); a re-run of an unfinished run resumes from it (on any
 number of workers: DCP reshards); a raised `train.max_steps` continues the complete output from
 its last checkpoint.
@@ -29,10 +29,11 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from .cli import stage_main
+from .errors import BadInput
 from .lifecycle import StageRun, stage_runner
 from .ray_runtime import init_ray
 from .storage import arrow_filesystem, exists, join, path_inside, write_text
-from .train.input import ordered_batches, shuffled_batches
+from .train.input import SliceReader, ordered_batches
 from .train.loop import StartPoint, pretrain_loop
 from .train.plan import PretrainPlan, check_resolved, continuation, manifest_fields, plan_pretraining
 
@@ -45,8 +46,9 @@ HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"  # how often Ray Train's 
 class RayTrainIO:
     """The loop's host on a Ray Train worker: the data splits, Ray Train's checkpoints and reports."""
 
-    def __init__(self, plan: PretrainPlan, world: int):
-        self.plan, self.world = plan, world
+    def __init__(self, plan: PretrainPlan, rank: int, world: int):
+        self.plan, self.rank, self.world = plan, rank, world
+        self.reader: SliceReader | None = None
 
     @contextlib.contextmanager
     def start_point(self) -> Iterator[StartPoint | None]:
@@ -60,15 +62,17 @@ class RayTrainIO:
         with checkpoint.as_directory() as directory:
             yield StartPoint(directory, checkpoint.path, event)
 
-    def train_batches(self, epoch: int):
-        # the whole split on every worker, in order, shuffled with a per-epoch seed
-        train = self.plan.train
-        return shuffled_batches(
-            join(self.plan.data_dir, "train"),
-            train.global_batch_size,
-            train.shuffle_buffer,
-            train.seed * 1_000_003 + epoch,
-        )
+    def train_shares(self, epoch: int, first_batch: int):
+        if self.reader is None:  # reads the split's parquet footers once
+            train = self.plan.train
+            split = join(self.plan.data_dir, "train")
+            self.reader = SliceReader(split, train.global_batch_size, self.rank, self.world, train.seed)
+            if self.reader.batches_per_epoch != self.plan.batches_per_epoch:
+                raise BadInput(
+                    f"{split} holds {self.reader.index.num_rows} rows, not the {self.plan.n_train} of its "
+                    "manifest.json: rerun the data stage"
+                )
+        return self.reader.epoch(epoch, first_batch)
 
     def validation_batches(self):
         return ordered_batches(join(self.plan.data_dir, "validation"), self.plan.train.micro_batch * self.world)
@@ -96,9 +100,8 @@ def train_worker(loop_config: dict) -> None:
     # a machine where nothing else computes while it trains): torch_threads says otherwise.
     torch.set_num_threads(plan.train.torch_threads or max(1, int(plan.train.cpus_per_worker)))
     device = ray.train.torch.get_device() if plan.use_gpu else torch.device("cpu")
-    pretrain_loop(
-        plan, context.get_world_rank(), context.get_world_size(), device, RayTrainIO(plan, context.get_world_size())
-    )
+    rank, world = context.get_world_rank(), context.get_world_size()
+    pretrain_loop(plan, rank, world, device, RayTrainIO(plan, rank, world))
 
 
 def build_pretrain(run: StageRun) -> dict:

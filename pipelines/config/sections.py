@@ -93,6 +93,10 @@ class DataSection(Section):
     """Parallel data workers; null uses the cluster's CPUs."""
     masking: str = "static"
     """static (masks written with the data) or dynamic (masks drawn anew as batches are read)."""
+    row_group_rows: int = 64
+    """Rows per parquet row group, the unit pretraining decodes and shuffles: smaller groups make a
+    resume cheaper (one group per lane) and the lanes' overlaps too (at most one group per lane per
+    epoch beyond a worker's share); larger ones compress and decode more efficiently."""
 
     def __post_init__(self) -> None:
         self.require("max_seq_length", self.max_seq_length >= 8, "must be >= 8")
@@ -109,6 +113,7 @@ class DataSection(Section):
         self.require("validation_fraction", 0 <= self.validation_fraction < 1, "must be in [0, 1)")
         self.require("num_workers", self.num_workers is None or self.num_workers >= 1, "must be >= 1 or null")
         self.require("masking", self.masking in MASKING_MODES, f"must be one of {', '.join(MASKING_MODES)}")
+        self.require("row_group_rows", self.row_group_rows >= 1, "must be >= 1")
 
 
 @dataclass(config=STRICT)
@@ -213,10 +218,8 @@ class TrainSection(Section):
     """Validation sequences per pass; null uses the whole validation split."""
     log_every: int = 100
     """Steps between metrics lines (metrics.jsonl, Ray Train report, progress line)."""
-    shuffle_buffer: int = 10_000
-    """Examples in the loader's seeded shuffle buffer."""
     seed: int = 42
-    """Seed of the initialisation, the shuffle order and dynamic masks."""
+    """Seed of the initialisation, the epochs' order of the examples and dynamic masks."""
     max_failures: int = 3
     """Worker failures Ray Train recovers from (restarting from the latest checkpoint); -1 = forever."""
     peak_tflops: float | None = None
@@ -247,7 +250,7 @@ class TrainSection(Section):
         self.require("weight_decay", self.weight_decay >= 0, "must be >= 0")
         self.require("max_grad_norm", self.max_grad_norm > 0, "must be > 0")
         self.require("precision", self.precision in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}")
-        for name in ("checkpoint_every", "checkpoints_to_keep", "eval_every", "log_every", "shuffle_buffer"):
+        for name in ("checkpoint_every", "checkpoints_to_keep", "eval_every", "log_every"):
             self.require(name, getattr(self, name) >= 1, "must be >= 1")
         self.require(
             "eval_max_sequences",

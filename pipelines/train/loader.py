@@ -1,8 +1,8 @@
 """A global batch (an Arrow table of example rows) to this worker's collated micro-batches.
 
-Every worker reads the same global batches in the same order and keeps its own contiguous
-slice, so which examples form step k's global batch does not depend on the number of workers:
-1 worker and N workers (and any gradient accumulation) see the same data at every step.
+Each worker reads its own contiguous share of step k's global batch (pipelines/train/input.py),
+so which examples form the batch does not depend on the number of workers: 1 worker and N
+workers (and any gradient accumulation) see the same data at every step.
 """
 
 from __future__ import annotations

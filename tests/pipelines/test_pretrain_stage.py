@@ -40,7 +40,6 @@ TRAIN = [
     "train.eval_every=100",
     "train.eval_max_sequences=16",
     "train.max_failures=0",
-    "train.shuffle_buffer=64",
 ]
 
 
