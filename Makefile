@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 900
 SUITE_TIMEOUT ?= 3600
 
-.PHONY: setup test test-fast lint format bench lock run clean
+.PHONY: setup test test-fast lint format bench gpu-suite lock run clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,11 @@ format: setup
 bench: setup
 	$(PY) bench/model_step.py
 	$(PY) bench/pretrain_throughput.py --device cpu --configs base-128,base-512,large-512 --batch-size 8,2,1
+
+# On a CUDA machine: the gpu tests, a short bf16 + compile + FSDP2 pretraining with a resume, ours vs
+# transformers per model size, the loader, a profile (bench/gpu_suite.py; GPU_ARGS e.g. --data DIR).
+gpu-suite: setup
+	$(PY) bench/gpu_suite.py --out gpu-suite-out $(GPU_ARGS)
 
 # Re-resolve the full lock from the top-level pins.
 lock:

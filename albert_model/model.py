@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree
 from torch import nn
 
 from .config import AlbertConfig
@@ -246,6 +247,14 @@ class AlbertPreTrainingOutput:
     mlm_logits: torch.Tensor  # (B, P, V) with masked_positions, else (B, S, V)
     sop_logits: torch.Tensor  # (B, 2)
     last_hidden_state: torch.Tensor  # (B, P, H) with masked_positions, else (B, S, H)
+
+
+# The outputs are pytree nodes, so that what walks a module's outputs finds their tensors: FSDP2
+# registers its pre-backward hook on them, and on torch 2.11 (which walks pytrees, not dataclasses)
+# a model wrapped as one FSDP2 unit otherwise never ran its post-backward: no gradient reached the
+# sharded parameters and the model did not learn (tests/pipelines/train/test_gpu.py, on an H100).
+for _output in (AlbertModelOutput, AlbertPreTrainingOutput):
+    torch.utils._pytree.register_dataclass(_output)
 
 
 class AlbertForPreTraining(nn.Module):

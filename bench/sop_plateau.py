@@ -67,7 +67,7 @@ def train(model: AlbertForPreTraining, steps: int, lr: float, **pairs) -> list[S
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     scheduler = build_scheduler(optimizer, warmup_steps=10, total_steps=steps)
     return [
-        train_step(model, optimizer, scheduler, [collate(ordered_pairs(step, **pairs), 1)], max_grad_norm=1.0)
+        train_step(model, optimizer, scheduler, [collate(ordered_pairs(step, **pairs), 1)], max_grad_norm=1.0).get()
         for step in range(steps)
     ]
 

@@ -16,7 +16,6 @@ from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.hf import save_hf_pretrained
 from pipelines.finetuning.tables import bbc_news_examples
 from pipelines.prep.text import normalize_text
-from pipelines.vocab import train_sentencepiece
 
 VOCAB_SIZE = 1000
 
@@ -97,6 +96,8 @@ def ray_session(s3_endpoint):
 def tiny_pretrained(tmp_path_factory):
     """config.json + model.safetensors of a random tiny AlbertForPreTraining, and a 1000-piece
     SentencePiece model trained on BBC News lines."""
+    from pipelines.vocab import train_sentencepiece  # imports Ray: not at collection (the GPU machine has none)
+
     root = tmp_path_factory.mktemp("pretrained")
     lines = [line for text in bbc_news_examples().texts[::5] for line in text.splitlines() if line.strip()]
     (root / "spiece.model").write_bytes(train_sentencepiece([normalize_text(s) for s in lines], VOCAB_SIZE, []))

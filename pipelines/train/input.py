@@ -166,18 +166,21 @@ class SliceReader:
         ends = np.cumsum(self.index.rows[order])
         m, lane_length = self.lane_rows, self.batches_per_epoch * self.lane_rows
         lo, hi = self.rank * self.share, (self.rank + 1) * self.share
+        lanes = np.arange(self._lanes.start, self._lanes.stop)
+        # per lane, for batch 0: the first and last sequence rows of its piece (batch k adds k * m)
+        base = lanes * lane_length - lanes * m
+        first_rows, stop_rows = base + np.maximum(lo, lanes * m), base + np.minimum(hi, (lanes + 1) * m)
         for k in range(first_batch, self.batches_per_epoch):
+            starts, stops = first_rows + k * m, stop_rows + k * m
+            j = np.searchsorted(ends, starts, side="right")  # the row group each piece starts in
             pieces = []
-            for lane in self._lanes:
-                base = lane * lane_length + k * m - lane * m  # sequence row of batch position lane * m
-                start, stop = base + max(lo, lane * m), base + min(hi, (lane + 1) * m)
-                j = int(np.searchsorted(ends, start, side="right"))
+            for lane, start, stop, g in zip(lanes.tolist(), starts.tolist(), stops.tolist(), j.tolist()):
                 while start < stop:
-                    first = int(ends[j] - self.index.rows[order[j]])
-                    table = self._group(int(order[j]), epoch, lane)
-                    end = min(stop, int(ends[j]))
-                    pieces.append(table.slice(start - first, end - start))
-                    start, j = end, j + 1
+                    group_end = int(ends[g])
+                    table = self._group(int(order[g]), epoch, lane)
+                    end = min(stop, group_end)
+                    pieces.append(table.slice(start - (group_end - table.num_rows), end - start))
+                    start, g = end, g + 1
             yield pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
 
     def close(self) -> None:

@@ -7,6 +7,11 @@ workers (and any gradient accumulation) see the same data at every step.
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
 import numpy as np
 import pyarrow as pa
 import torch
@@ -56,6 +61,60 @@ def position_of_step(step: int, batches_per_epoch: int) -> tuple[int, int]:
     if batches_per_epoch < 1:
         raise ValueError("an epoch must hold at least one global batch")
     return divmod(step, batches_per_epoch)
+
+
+def to_device(mb: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor | None]:
+    """A collated micro-batch on `device`. An attention mask without padding becomes None (checked
+    on the host, before the copy): SDPA then may use its flash / cuDNN kernels, which take no mask.
+    From pinned memory on CUDA the copies do not block the host."""
+    out: dict[str, torch.Tensor | None] = {k: v.to(device, non_blocking=True) for k, v in mb.items()}
+    if bool(mb["attention_mask"].all()):
+        out["attention_mask"] = None
+    return out
+
+
+T = TypeVar("T")
+
+
+def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """`items`, produced by a background thread up to `depth` ahead, so that reading and collating
+    the next batches overlaps the device's step. Its errors are raised here; closing this
+    generator stops the thread."""
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((end, None))
+        except BaseException as error:  # noqa: B036 - handed to the consumer, raised there
+            put((end, error))
+
+    thread = threading.Thread(target=produce, name="batch-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = ready.get()
+            if error is not None:
+                raise error
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 def mean_width(micro_batches: list[dict[str, torch.Tensor]]) -> float:

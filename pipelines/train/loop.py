@@ -27,7 +27,7 @@ from albert_model.hf import save_hf_pretrained
 from ..storage import join, read_bytes, write_bytes, write_text
 from .build import build_model, build_optimizer
 from .checkpoint import load_checkpoint, save_checkpoint
-from .loader import mean_width, position_of_step, rank_micro_batches
+from .loader import mean_width, position_of_step, prefetch, rank_micro_batches, to_device
 from .metrics import MetricsWindow, evaluate, peak_flops, progress_line
 from .parallel import apply_ac, apply_compile, apply_fsdp
 from .plan import METRICS, PretrainPlan, read_metrics
@@ -87,6 +87,19 @@ def rank_shares(io: LoopIO, plan: PretrainPlan, start_step: int) -> Iterator[tup
     while True:
         yield from ((epoch, table) for table in io.train_shares(epoch, first))
         first, epoch = 0, epoch + 1
+
+
+def collated(io: LoopIO, plan: PretrainPlan, start_step: int, pin: bool) -> Iterator[list[dict[str, torch.Tensor]]]:
+    """This rank's collated micro-batches of every step from `start_step` on, produced ahead of the
+    step by `prefetch`. Pinned for a CUDA device: a copy from pageable memory may wait for the
+    device's queue, which would end the overlap of the host's next step with the device's current
+    one; pinning here, on the prefetch thread, keeps it off the training thread."""
+    train = plan.train
+    for epoch, share in rank_shares(io, plan, start_step):
+        micro_batches = rank_micro_batches(
+            share, 0, 1, train.micro_batch, plan.max_predictions, plan.masking, train.seed, epoch
+        )
+        yield [{k: v.pin_memory() for k, v in mb.items()} for mb in micro_batches] if pin else micro_batches
 
 
 class Validation:
@@ -152,12 +165,10 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         report.update({f"validation_{k}": v for k, v in result.items()})
         return result
 
-    for epoch, share in rank_shares(io, plan, step) if step < train.max_steps else ():
-        micro_batches = rank_micro_batches(
-            share, 0, 1, train.micro_batch, plan.max_predictions, plan.masking, train.seed, epoch
-        )
+    batches = prefetch(collated(io, plan, step, pin=device.type == "cuda")) if step < train.max_steps else ()
+    for micro_batches in batches:
         width = mean_width(micro_batches)
-        micro_batches = [{k: v.to(device, non_blocking=True) for k, v in mb.items()} for mb in micro_batches]
+        micro_batches = [to_device(mb, device) for mb in micro_batches]
         window.add(train_step(model, optimizer, scheduler, micro_batches, train.max_grad_norm), width)
         step += 1
         last = step == train.max_steps
@@ -181,6 +192,7 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         elif report:
             io.report({"step": step, **report}, None)
         if last:
+            batches.close()
             break
 
     final_report: dict = {"step": step}
@@ -210,4 +222,13 @@ def export(plan: PretrainPlan, state: dict, final: dict) -> None:
                 write_bytes(join(plan.out_dir, "hf", name), f.read())
 
 
-__all__ = ["LoopIO", "StartPoint", "Validation", "build_training", "export", "pretrain_loop", "rank_shares"]
+__all__ = [
+    "LoopIO",
+    "StartPoint",
+    "Validation",
+    "build_training",
+    "collated",
+    "export",
+    "pretrain_loop",
+    "rank_shares",
+]

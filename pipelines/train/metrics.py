@@ -13,7 +13,7 @@ from albert_model.flops import mfu, training_flops_per_token
 from albert_model.losses import pretraining_sums
 
 from .distributed import all_reduce_sum
-from .step import StepMetrics
+from .step import PendingMetrics, StepMetrics
 
 # Dense bf16 peak FLOP/s per device (vendor datasheets), looked up by CUDA device name.
 BF16_PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "L4": 121.0}
@@ -44,30 +44,32 @@ class MetricsWindow:
         self.reset()
 
     def reset(self) -> None:
-        self.steps: list[StepMetrics] = []
+        self.pending: list[PendingMetrics] = []
         self.widths: list[float] = []
         self.started = time.perf_counter()
 
-    def add(self, metrics: StepMetrics, mean_width: float) -> None:
-        self.steps.append(metrics)
+    def add(self, metrics: PendingMetrics, mean_width: float) -> None:
+        """A step's metrics, read from the device only when the window is summarised."""
+        self.pending.append(metrics)
         self.widths.append(mean_width)
 
     def summary(self, step: int, device: torch.device) -> dict:
+        steps: list[StepMetrics] = [m.get() for m in self.pending]  # waits for the window's last step
         seconds = time.perf_counter() - self.started
-        n = len(self.steps)
-        tokens = sum(m.tokens for m in self.steps)
-        sequences = sum(m.sequences for m in self.steps)
-        last = self.steps[-1]
-        masked_share = sum(m.mlm_weight for m in self.steps) / max(tokens, 1)
+        n = len(steps)
+        tokens = sum(m.tokens for m in steps)
+        sequences = sum(m.sequences for m in steps)
+        last = steps[-1]
+        masked_share = sum(m.mlm_weight for m in steps) / max(tokens, 1)
         flops_per_token = training_flops_per_token(self.config, round(sum(self.widths) / n), min(1.0, masked_share))
         tokens_per_s = tokens / seconds
         return {
             "step": step,
             "lr": last.lr,
-            "mlm_loss": sum(m.mlm_loss for m in self.steps) / n,
-            "mlm_accuracy": sum(m.mlm_accuracy for m in self.steps) / n,
-            "sop_loss": sum(m.sop_loss for m in self.steps) / n,
-            "sop_accuracy": sum(m.sop_accuracy for m in self.steps) / n,
+            "mlm_loss": sum(m.mlm_loss for m in steps) / n,
+            "mlm_accuracy": sum(m.mlm_accuracy for m in steps) / n,
+            "sop_loss": sum(m.sop_loss for m in steps) / n,
+            "sop_accuracy": sum(m.sop_accuracy for m in steps) / n,
             "grad_norm": last.grad_norm,
             "tokens_per_s": tokens_per_s,
             "sequences_per_s": sequences / seconds,
@@ -81,27 +83,16 @@ def evaluate(model: torch.nn.Module, micro_batches: Iterable[dict[str, torch.Ten
     """Validation losses and accuracies over every batch given, summed over ranks."""
     was_training = model.training
     model.eval()
-    sums = torch.zeros(6, dtype=torch.float64)  # mlm_ce, sop_ce, mlm_correct, mlm_weight, sop_correct, sequences
+    sums = torch.zeros(6, dtype=torch.float64, device=device)  # mlm_ce, sop_ce, mlm_correct, mlm_weight,
+    # sop_correct, sequences: summed on the device (NCCL reduces no host tensors), read once at the end
     for mb in micro_batches:
         mb = {k: v.to(device) for k, v in mb.items()}
         out = model(mb["input_ids"], mb["token_type_ids"], mb["attention_mask"], mb["masked_positions"])
         s = pretraining_sums(
             out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb["sentence_order_label"]
         )
-        sums += (
-            torch.stack(
-                [
-                    s.mlm_ce,
-                    s.sop_ce,
-                    s.mlm_correct,
-                    s.mlm_weight,
-                    s.sop_correct,
-                    torch.tensor(float(len(mb["input_ids"])), device=device),
-                ]
-            )
-            .double()
-            .cpu()
-        )
+        sequences = torch.tensor(float(len(mb["input_ids"])), device=device)
+        sums += torch.stack([s.mlm_ce, s.sop_ce, s.mlm_correct, s.mlm_weight, s.sop_correct, sequences]).double()
     all_reduce_sum(sums)
     model.train(was_training)
     mlm_ce, sop_ce, mlm_correct, mlm_weight, sop_correct, sequences = sums.tolist()

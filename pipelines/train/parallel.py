@@ -1,6 +1,6 @@
 """Parallelism and memory/speed transforms for ALBERT, in torchtitan's order: activation
-checkpointing, then compile, then FSDP2 (the layer groups sharded once, the tied word embedding /
-MLM decoder in the root group)."""
+checkpointing, then compile, then FSDP2 (one unit: the shared layer group, the tied word
+embedding and MLM decoder together)."""
 
 from __future__ import annotations
 
@@ -21,23 +21,36 @@ def apply_ac(model: AlbertForPreTraining) -> None:
         groups[i] = checkpoint_wrapper(group, preserve_rng_state=True)
 
 
+# Graphs one layer group's code may need in a run: with and without the masked positions (the
+# last depth step), training and evaluation, a first static shape and then a dynamic one, per model
+# built in the process. Dynamo's default limit of 8 per code object is reached by one worker that
+# also evaluates; past it the group silently runs eager.
+RECOMPILE_LIMIT = 64
+
+
 def apply_compile(model: AlbertForPreTraining) -> None:
     """torch.compile each layer group in place (names and parameters unchanged)."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
     for group in model.albert.encoder.albert_layer_groups:
         group.compile()
 
 
 def apply_fsdp(model: AlbertForPreTraining, mesh: DeviceMesh, param_dtype: torch.dtype | None = None) -> None:
-    """Shard `model` in place over `mesh`.
+    """Shard `model` in place over `mesh`: one FSDP2 unit for the whole model, kept unsharded
+    from the forward's start until backward ends (one all-gather and one reduce-scatter per step).
 
-    A layer group runs num_hidden_layers times per step: with reshard_after_forward=True it would
-    be all-gathered again at every depth step in forward and backward. Kept unsharded from its
-    first use until backward ends instead: one gather per step, at the cost of one group's
-    unsharded weights in memory (7M parameters for base).
+    With every layer shared (sharing="all", ALBERT's design) a unit per layer group buys nothing:
+    the group is needed at the first depth step and its gradient is complete only after the last
+    backward one, so its all-gather and reduce-scatter could not overlap more compute than the
+    root's do. It costs host time at every depth step instead: FSDP2's hooks ran at each of the
+    num_hidden_layers depth steps, forward and backward (0.15 + 0.75 ms of host time for
+    ALBERT-large on an H100 host, where the step is bound by the host: bench/gpu_suite.py). The partial
+    sharing modes reuse submodules across groups, which must stay in one unit; with no sharing a
+    unit per group would let the gathers overlap compute (as torchtitan does per block): not done
+    yet, since ALBERT's recipes share everything.
     """
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else None
     kwargs = {"mesh": mesh, **({"mp_policy": mp} if mp else {})}
-    if model.config.sharing == "all":
-        for group in model.albert.encoder.albert_layer_groups:
-            fully_shard(group, reshard_after_forward=False, **kwargs)
     fully_shard(model, reshard_after_forward=False, **kwargs)

@@ -2,7 +2,10 @@
 
 Losses are normalised by the global batch's totals (masked-LM weight and sequences, summed over
 micro-batches and ranks) before backward, so 1 worker, N workers and any gradient accumulation
-compute the same gradient as one big batch would.
+compute the same gradient as one big batch would. Every count and sum stays on the device
+(all-reduced there: NCCL takes no host tensors) and the step never waits for the device: its
+metrics are read when the loop logs them (`PendingMetrics.get`), so the host queues the next step
+while the device runs this one.
 """
 
 from __future__ import annotations
@@ -10,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from albert_model.losses import pretraining_sums
 
 from .distributed import all_reduce_sum, world_size
+from .lamb import full_norms, local_tensor, shard_groups
 
 
 @dataclass
@@ -31,58 +34,81 @@ class StepMetrics:
     mlm_weight: float  # masked positions predicted
 
 
+class PendingMetrics:
+    """A step's metrics, still on the device until `get` reads them (one synchronisation)."""
+
+    def __init__(self, values: torch.Tensor, lr: float):
+        self.values, self.lr = values, lr
+
+    def get(self) -> StepMetrics:
+        mlm_ce, sop_ce, mlm_correct, sop_correct, mlm_weight, sequences, tokens, norm = self.values.tolist()
+        mlm_loss, sop_loss = mlm_ce / (mlm_weight + 1e-5), sop_ce / sequences
+        return StepMetrics(
+            loss=mlm_loss + sop_loss,
+            mlm_loss=mlm_loss,
+            sop_loss=sop_loss,
+            mlm_accuracy=mlm_correct / max(mlm_weight, 1.0),
+            sop_accuracy=sop_correct / sequences,
+            grad_norm=norm,
+            lr=self.lr,
+            sequences=int(sequences),
+            tokens=int(tokens),
+            mlm_weight=mlm_weight,
+        )
+
+
+def clip_gradients(parameters, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_'s arithmetic (scale by max_norm / (norm + 1e-6) where that is
+    below 1) on the local shards: one multi-tensor norm, one all-reduce per mesh, one multi-tensor
+    scale, instead of DTensor's per-operation dispatch. Returns the total norm, on the device."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = full_norms(grads, shard_groups(grads)).pow(2).sum().sqrt()
+    scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_([local_tensor(g) for g in grads], scale)
+    return total
+
+
 def _set_gradient_sync(model: torch.nn.Module, enabled: bool) -> None:
     """FSDP2 modules can skip the reduce-scatter on all but the last micro-batch."""
     if hasattr(model, "set_requires_gradient_sync"):
         model.set_requires_gradient_sync(enabled)
 
 
+def _counts(mb: dict[str, torch.Tensor | None]) -> torch.Tensor:
+    """(masked-LM weight, sequences, real tokens) of a micro-batch, on its device."""
+    ids, mask = mb["input_ids"], mb["attention_mask"]
+    tokens = ids.new_tensor(ids.numel(), dtype=torch.float64) if mask is None else mask.sum(dtype=torch.float64)
+    return torch.stack(
+        [mb["masked_lm_weights"].sum(dtype=torch.float64), ids.new_tensor(len(ids), dtype=torch.float64), tokens]
+    )
+
+
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler,
-    micro_batches: list[dict[str, torch.Tensor]],
+    micro_batches: list[dict[str, torch.Tensor | None]],
     max_grad_norm: float,
-) -> StepMetrics:
+) -> PendingMetrics:
+    """Micro-batches on the model's device; `attention_mask` None means no padding."""
     world = world_size()
-    local = torch.tensor(
-        [
-            sum(float(mb["masked_lm_weights"].sum()) for mb in micro_batches),
-            sum(len(mb["input_ids"]) for mb in micro_batches),
-            sum(float(mb["attention_mask"].sum()) for mb in micro_batches),
-        ],
-        dtype=torch.float64,
-    )
-    mlm_weight, sequences, tokens = all_reduce_sum(local).tolist()
-    sums = torch.zeros(4, dtype=torch.float64)  # mlm_ce, sop_ce, mlm_correct, sop_correct
+    totals = all_reduce_sum(torch.stack([_counts(mb) for mb in micro_batches]).sum(0))
+    mlm_weight, sequences = totals[0].float() + 1e-5, totals[1].float()
+    sums = []  # per micro-batch: mlm_ce, sop_ce, mlm_correct, sop_correct
     for i, mb in enumerate(micro_batches):
         _set_gradient_sync(model, i == len(micro_batches) - 1)
         out = model(mb["input_ids"], mb["token_type_ids"], mb["attention_mask"], mb["masked_positions"])
         s = pretraining_sums(
             out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb["sentence_order_label"]
         )
-        loss = s.mlm_ce / (mlm_weight + 1e-5) + s.sop_ce / sequences
+        loss = s.mlm_ce / mlm_weight + s.sop_ce / sequences
         # FSDP averages gradients over ranks; the global normalisers above already did.
         (loss * world).backward()
-        sums += torch.stack([s.mlm_ce.detach(), s.sop_ce.detach(), s.mlm_correct, s.sop_correct]).double().cpu()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    if isinstance(grad_norm, DTensor):
-        grad_norm = grad_norm.full_tensor()
+        sums.append(torch.stack([s.mlm_ce.detach(), s.sop_ce.detach(), s.mlm_correct, s.sop_correct]).double())
+    grad_norm = clip_gradients(model.parameters(), max_grad_norm)
     lr = optimizer.param_groups[0]["lr"]
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    mlm_ce, sop_ce, mlm_correct, sop_correct = all_reduce_sum(sums).tolist()
-    mlm_loss, sop_loss = mlm_ce / (mlm_weight + 1e-5), sop_ce / sequences
-    return StepMetrics(
-        loss=mlm_loss + sop_loss,
-        mlm_loss=mlm_loss,
-        sop_loss=sop_loss,
-        mlm_accuracy=mlm_correct / max(mlm_weight, 1.0),
-        sop_accuracy=sop_correct / sequences,
-        grad_norm=float(grad_norm),
-        lr=lr,
-        sequences=int(sequences),
-        tokens=int(tokens),
-        mlm_weight=mlm_weight,
-    )
+    summed = all_reduce_sum(torch.stack(sums).sum(0))
+    return PendingMetrics(torch.cat([summed, totals, grad_norm.detach().double().reshape(1)]), lr)

@@ -158,3 +158,16 @@ def test_dynamic_masking_in_the_loader_is_seeded_by_epoch():
     assert not torch.equal(e0["masked_positions"], e1["masked_positions"])
     assert int(e0["masked_lm_weights"].sum()) == spec.num_to_predict(83)
     assert e0["input_ids"].shape == (1, 88)  # padded to a multiple of 8
+
+
+def test_multi_tensor_lamb_equals_the_per_tensor_loop():
+    """The foreach step (the default) computes what the per-tensor loop does, bit for bit on CPU."""
+    models = {foreach: fresh_model() for foreach in (False, True)}
+    for foreach, model in models.items():
+        optimizer = Lamb(parameter_groups(model.named_parameters(), 0.01), lr=1e-2, foreach=foreach)
+        scheduler = build_scheduler(optimizer, warmup_steps=1, total_steps=10)
+        for step in range(STEPS):
+            train_step(model, optimizer, scheduler, [collate(global_batch(step), PREDICTIONS)], max_grad_norm=1.0)
+    for (name, a), b in zip(models[False].named_parameters(), models[True].parameters()):
+        assert torch.equal(a, b), name
+    assert not torch.equal(models[True].albert.pooler.weight, fresh_model().albert.pooler.weight)
