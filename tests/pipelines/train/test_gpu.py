@@ -3,7 +3,6 @@ GPU: FSDP2 equals the unsharded model, torch.compile equals eager, bf16 stays wi
 of fp32, and the multi-tensor LAMB equals the per-tensor one on sharded parameters.
 `python bench/gpu_suite.py` runs these with the GPU benchmarks."""
 
-import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -16,6 +15,7 @@ from pipelines.train.loader import to_device
 from pipelines.train.parallel import apply_compile, apply_fsdp
 from pipelines.train.schedule import build_scheduler
 from pipelines.train.step import train_step
+from tests.pipelines.train.rows import static_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -43,21 +43,7 @@ def one_gpu(tmp_path_factory):
 
 def batch(step: int, device: torch.device, full: bool = False) -> dict:
     """A collated batch of variable-length (or, `full`, equal-length) static-masked examples."""
-    rng = np.random.default_rng(step)
-    rows: dict[str, list] = {k: [] for k in ("example_id", "input_ids", "token_type_ids", "sentence_order_label")}
-    rows |= {"masked_lm_positions": [], "masked_lm_ids": []}
-    for i in range(BATCH):
-        length = 128 if full else int(rng.integers(40, 128))
-        ids = rng.integers(5, CONFIG.vocab_size, length)
-        ids[0], ids[length // 2], ids[-1] = 2, 3, 3
-        positions = np.sort(rng.choice(np.arange(1, length - 1), size=PREDICTIONS, replace=False))
-        rows["example_id"].append(f"{step}-{i}")
-        rows["masked_lm_ids"].append(ids[positions].copy())
-        ids[positions] = 4
-        rows["input_ids"].append(ids)
-        rows["token_type_ids"].append(np.r_[np.zeros(length // 2 + 1), np.ones(length - length // 2 - 1)])
-        rows["masked_lm_positions"].append(positions)
-        rows["sentence_order_label"].append(int(rng.integers(0, 2)))
+    rows = static_rows(step, BATCH, CONFIG.vocab_size, PREDICTIONS, (128, 128) if full else (40, 128))
     return to_device(collate(rows, PREDICTIONS), device)
 
 

@@ -8,11 +8,11 @@ import torch.multiprocessing as mp
 
 from albert_model import AlbertConfig, AlbertForPreTraining
 from pipelines.prep.masking import MaskingSpec
-from pipelines.prep.process import example_schema
 from pipelines.train.batching import collate
 from pipelines.train.lamb import Lamb, parameter_groups
 from pipelines.train.schedule import albert_lr_factor, build_scheduler
 from pipelines.train.step import train_step
+from tests.pipelines.train.rows import static_rows
 from tests.pipelines.train.spawned import exit_now
 
 CONFIG = AlbertConfig(
@@ -29,21 +29,7 @@ STEPS, BATCH, PREDICTIONS = 3, 8, 5
 
 def global_batch(step: int) -> dict:
     """Variable-length static-masked examples, the same in every process."""
-    rng = np.random.default_rng(step)
-    rows: dict[str, list] = {name: [] for name in example_schema(False).names}
-    for i in range(BATCH):
-        length = int(rng.integers(12, 40))
-        ids = rng.integers(5, CONFIG.vocab_size, length)
-        ids[0], ids[length // 2], ids[-1] = 2, 3, 3
-        positions = np.sort(rng.choice(np.arange(1, length // 2), size=PREDICTIONS, replace=False))
-        rows["example_id"].append(f"s{step}-{i}")
-        rows["masked_lm_ids"].append(ids[positions].copy())
-        ids[positions] = 4
-        rows["input_ids"].append(ids)
-        rows["token_type_ids"].append(np.r_[np.zeros(length // 2 + 1), np.ones(length - length // 2 - 1)])
-        rows["masked_lm_positions"].append(positions)
-        rows["sentence_order_label"].append(int(rng.integers(0, 2)))
-    return rows
+    return static_rows(step, BATCH, CONFIG.vocab_size, PREDICTIONS, (12, 40))
 
 
 def rows_slice(rows: dict, start: int, stop: int) -> dict:
