@@ -2,6 +2,7 @@
 (`ray start` + `ray job submit`), resumable stage by stage, over local disk and s3://."""
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -203,13 +204,11 @@ FROM_PRETRAIN_ON = {"vocab": "skipped", "data": "skipped", "pretrain": "done", "
 
 
 def stage_lines(output):
-    """{stage: 'done' | 'skipped'} from the DAG's per-stage lines."""
-    found = {}
-    for line in output.splitlines():
-        for name in STAGE_NAMES:
-            if line.startswith(f"full_run: {name}: "):
-                found[name] = "skipped" if "up to date, skipped" in line else "done"
-    return found
+    """{stage: 'done' | 'skipped'} from the DAG's per-stage lines. Searched anywhere in a line: the
+    job's log stream can join the driver's line to a stage actor's unterminated one ("...nothing to
+    dofull_run: vocab: up to date, skipped", seen once in CI)."""
+    pattern = re.compile(rf"full_run: ({'|'.join(STAGE_NAMES)}): (up to date, skipped)?")
+    return {m.group(1): "skipped" if m.group(2) else "done" for m in pattern.finditer(output)}
 
 
 def manifests(run_dir):
