@@ -1,20 +1,25 @@
 """The GPU suite's timed parts (bench/gpu_suite.py runs them): our pretraining step against
 transformers' AlbertForPreTraining per model size, and a profile of where a step's time goes.
-Kept apart from the suite's driver, as the device helpers every phase uses."""
+Kept apart from the suite's driver, as the device helpers every phase uses. The batch and the
+transformers side are bench/model_step.py's and bench/pretrain_throughput.py's."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import statistics
 import time
 
 import torch
+from model_step import Batch, build_models, make_batch  # bench/ beside this file, as the scripts import it
+from pretrain_throughput import make_step
 from torch.distributed.device_mesh import init_device_mesh
 
 from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.flops import training_flops_per_token
 from pipelines.train import step as step_module
+from pipelines.train.distributed import local_tensor
 from pipelines.train.lamb import Lamb, parameter_groups
 from pipelines.train.loader import to_device
 from pipelines.train.parallel import apply_compile, apply_fsdp
@@ -51,34 +56,9 @@ def median_ms(fn, warmup: int = 3, iters: int = 10) -> float:
 # ---------------------------------------------------------------- speed: ours vs transformers
 
 
-def make_batch(config: AlbertConfig, batch: int, seq: int, predictions: int, seed: int = 0) -> dict:
-    """A full-length random batch: collated (CPU) tensors in our loader's keys, plus HF labels."""
-    g = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(5, config.vocab_size, (batch, seq), generator=g)
-    input_ids[:, 0] = 2
-    token_type_ids = torch.zeros_like(input_ids)
-    token_type_ids[:, seq // 2 :] = 1
-    positions = torch.stack([torch.randperm(seq - 1, generator=g)[:predictions] + 1 for _ in range(batch)]).sort(1)[0]
-    labels = torch.gather(input_ids, 1, positions)
-    input_ids = input_ids.scatter(1, positions, 4)
-    return {
-        "input_ids": input_ids,
-        "token_type_ids": token_type_ids,
-        "attention_mask": torch.ones_like(input_ids),
-        "masked_positions": positions,
-        "masked_lm_ids": labels,
-        "masked_lm_weights": torch.ones(batch, predictions),
-        "sentence_order_label": torch.randint(0, 2, (batch,), generator=g),
-        "hf_labels": torch.full_like(input_ids, -100).scatter(1, positions, labels),
-    }
-
-
 def own_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
-    def local(t):
-        return t.to_local() if hasattr(t, "to_local") else t
-
-    tensors = [local(p) for p in model.parameters()]
-    tensors += [local(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    tensors = [local_tensor(p) for p in model.parameters()]
+    tensors += [local_tensor(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -93,7 +73,7 @@ class Ours:
     def __init__(
         self,
         config: AlbertConfig,
-        batch: dict,
+        batch: Batch,
         compile: bool = True,
         foreach: bool = True,
         sync: bool = False,
@@ -108,7 +88,8 @@ class Ours:
             apply_fsdp(self.model, init_device_mesh(DEVICE.type, (1,)), torch.bfloat16)
         self.optimizer = Lamb(parameter_groups(self.model.named_parameters(), 0.01), lr=1e-4, foreach=foreach)
         self.scheduler = build_scheduler(self.optimizer, 0, 10**9)
-        self.micro_batches = [to_device({k: v for k, v in batch.items() if k != "hf_labels"}, DEVICE)]
+        collated = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch) if f.name != "hf_labels"}
+        self.micro_batches = [to_device(collated, DEVICE)]
         self.sync, self.torch_clip, self.fsdp = sync, torch_clip, fsdp
 
     def step(self) -> None:
@@ -139,31 +120,15 @@ VARIANTS = {
 
 
 class Transformers:
-    """transformers' AlbertForPreTraining (sdpa) under bf16 autocast, with the same LAMB and clipping."""
+    """transformers' AlbertForPreTraining (sdpa, our initial weights) stepped as
+    bench/pretrain_throughput.py steps it: bf16 autocast, its loss from labels, the same LAMB and
+    clipping, its SOP-head dropout (which the original has not) removed."""
 
-    def __init__(self, config: AlbertConfig, batch: dict):
-        from transformers import AlbertConfig as HFConfig
-        from transformers import AlbertForPreTraining as HFAlbert
-
-        torch.manual_seed(0)
-        self.model = HFAlbert(HFConfig(**config.to_hf_dict(), attn_implementation="sdpa")).to(DEVICE).train()
+    def __init__(self, config: AlbertConfig, batch: Batch):
+        self.model = build_models(config, DEVICE.type)[1]
+        self.model.sop_classifier.dropout = torch.nn.Identity()
         self.optimizer = Lamb(parameter_groups(self.model.named_parameters(), 0.01), lr=1e-4)
-        self.batch = {k: v.to(DEVICE) for k, v in batch.items()}
-
-    def step(self) -> None:
-        b = self.batch
-        with torch.autocast(DEVICE.type, dtype=torch.bfloat16):
-            loss = self.model(
-                input_ids=b["input_ids"],
-                token_type_ids=b["token_type_ids"],
-                attention_mask=b["attention_mask"],
-                labels=b["hf_labels"],
-                sentence_order_label=b["sentence_order_label"],
-            ).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.step = make_step("transformers", self.model, self.optimizer, batch, torch.bfloat16, DEVICE.type)
 
 
 def parse_config(text: str) -> tuple[str, int, int]:
@@ -176,7 +141,7 @@ def speed_config(args, text: str, matmul_tflops: float | None) -> dict:
     preset, seq, batch_size = parse_config(text)
     config = AlbertConfig.from_preset(preset, vocab_size=30000)
     predictions = min(20, round(0.15 * seq))
-    batch = make_batch(config, batch_size, seq, predictions)
+    batch = make_batch(config, batch_size, seq, predictions, DEVICE.type)
     torch._dynamo.reset()  # a fresh compile cache per size: graphs of earlier models are not reused
     contenders = {"ours": lambda: Ours(config, batch), "transformers": lambda: Transformers(config, batch)}
     if text in args.variants.split(","):
@@ -261,7 +226,7 @@ def profile_phase(args) -> dict:
     for text in args.profile.split(","):
         preset, seq, batch_size = parse_config(text)
         config = AlbertConfig.from_preset(preset, vocab_size=30000)
-        ours = Ours(config, make_batch(config, batch_size, seq, min(20, round(0.15 * seq))))
+        ours = Ours(config, make_batch(config, batch_size, seq, min(20, round(0.15 * seq)), DEVICE.type))
         for _ in range(args.warmup):
             ours.step()
         wall = timed(ours.step, 3)

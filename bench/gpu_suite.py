@@ -18,7 +18,8 @@ Speed, per config `preset-seq:batch` (bench/gpu_speed.py): the same random full-
 (15% of positions, at most 20, masked), the same LAMB and gradient clipping, bf16 for both. Ours
 is the worker's path: compiled layer groups, FSDP2 with bf16 parameters on one rank, train_step.
 Transformers' is AlbertForPreTraining with attn_implementation="sdpa" under bf16 autocast, its own
-loss from labels. Rounds alternate between the two; each figure is the median over rounds of the
+loss from labels, stepped by bench/pretrain_throughput.py's make_step (our initial weights, its
+SOP-head dropout removed). Rounds alternate between the two; each figure is the median over rounds of the
 mean step time within a round. MFU counts training_flops_per_token (albert_model/flops.py) for
 both, against 989 TFLOP/s (H100 SXM dense bf16) and against the bf16 matrix-product rate measured
 at the start of the run. Peak memory: a model's own parameters and optimizer state plus the most
@@ -44,8 +45,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import gpu_speed as speed  # noqa: E402  (bench/ beside this file: sys.path[0] for a script)
+
 from albert_model import AlbertConfig  # noqa: E402
-from bench import gpu_speed as speed  # noqa: E402
 from pipelines.config import TrainSection  # noqa: E402
 from pipelines.train.input import SliceReader, ordered_batches  # noqa: E402
 from pipelines.train.loader import rank_micro_batches, to_device  # noqa: E402

@@ -12,22 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-import torch.distributed as dist
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor
+
+from .distributed import full_norms, local_tensor, shard_groups
 
 # ALBERT excludes these from weight decay and from layer adaptation.
 NO_DECAY_MARKERS = ("LayerNorm", "layer_norm", "bias")
-
-
-def full_norm(t: torch.Tensor) -> torch.Tensor:
-    """L2 norm of the whole tensor; a sharded DTensor's shards are summed across its mesh."""
-    if isinstance(t, DTensor):
-        squares = t.to_local().float().pow(2).sum()
-        for dim, placement in enumerate(t.placements):
-            if isinstance(placement, Shard):
-                dist.all_reduce(squares, group=t.device_mesh.get_group(dim))
-        return squares.sqrt()
-    return t.float().norm()
 
 
 def parameter_groups(named_params: Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float) -> list[dict]:
@@ -40,36 +30,6 @@ def parameter_groups(named_params: Iterable[tuple[str, torch.nn.Parameter]], wei
         {"params": decay, "weight_decay": weight_decay, "adapt": True},
         {"params": plain, "weight_decay": 0.0, "adapt": False},
     ]
-
-
-def local_tensor(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
-def shard_groups(params: list[torch.Tensor]) -> list[dist.ProcessGroup | None]:
-    """Per parameter: the process group its shards are spread over (None: whole on this rank)."""
-    groups = []
-    for p in params:
-        group = None
-        if isinstance(p, DTensor):
-            dims = [d for d, placement in enumerate(p.placements) if isinstance(placement, Shard)]
-            if len(dims) > 1:
-                raise NotImplementedError("Lamb(foreach=True): parameters sharded over one mesh dimension only")
-            group = p.device_mesh.get_group(dims[0]) if dims else None
-        groups.append(group)
-    return groups
-
-
-def full_norms(params: list[torch.Tensor], groups: list[dist.ProcessGroup | None]) -> torch.Tensor:
-    """The full L2 norm of each tensor, as one device vector: local squared norms, one all-reduce
-    per distinct process group over the sharded ones."""
-    squares = torch.stack(torch._foreach_norm([local_tensor(p).float() for p in params])).pow(2)
-    for group in {g for g in groups if g is not None}:
-        index = torch.tensor([i for i, g in enumerate(groups) if g is group], device=squares.device)
-        reduced = squares.index_select(0, index)
-        dist.all_reduce(reduced, group=group)
-        squares = squares.index_copy(0, index, reduced)
-    return squares.sqrt()
 
 
 class Lamb(torch.optim.Optimizer):
@@ -135,7 +95,7 @@ class Lamb(torch.optim.Optimizer):
                 update.add_(p, alpha=group["weight_decay"])
             ratio = 1.0
             if group["adapt"]:
-                w_norm, u_norm = full_norm(p), full_norm(update)
+                w_norm, u_norm = full_norms([p, update], shard_groups([p, update]))
                 ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
                 if isinstance(update, DTensor):
                     ratio = ratio.item()

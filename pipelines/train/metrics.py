@@ -91,7 +91,7 @@ def evaluate(model: torch.nn.Module, micro_batches: Iterable[dict[str, torch.Ten
         s = pretraining_sums(
             out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb["sentence_order_label"]
         )
-        sequences = torch.tensor(float(len(mb["input_ids"])), device=device)
+        sequences = s.sop_ce.new_full((), float(len(mb["input_ids"])))
         sums += torch.stack([s.mlm_ce, s.sop_ce, s.mlm_correct, s.mlm_weight, s.sop_correct, sequences]).double()
     all_reduce_sum(sums)
     model.train(was_training)

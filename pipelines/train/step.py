@@ -16,8 +16,7 @@ import torch
 
 from albert_model.losses import pretraining_sums
 
-from .distributed import all_reduce_sum, world_size
-from .lamb import full_norms, local_tensor, shard_groups
+from .distributed import all_reduce_sum, full_norms, local_tensor, shard_groups, world_size
 
 
 @dataclass
@@ -75,12 +74,12 @@ def _set_gradient_sync(model: torch.nn.Module, enabled: bool) -> None:
 
 
 def _counts(mb: dict[str, torch.Tensor | None]) -> torch.Tensor:
-    """(masked-LM weight, sequences, real tokens) of a micro-batch, on its device."""
+    """(masked-LM weight, sequences, real tokens) of a micro-batch, on its device (the sizes are
+    filled there: a tensor made from a host number would be a copy that may wait for the device)."""
     ids, mask = mb["input_ids"], mb["attention_mask"]
-    tokens = ids.new_tensor(ids.numel(), dtype=torch.float64) if mask is None else mask.sum(dtype=torch.float64)
-    return torch.stack(
-        [mb["masked_lm_weights"].sum(dtype=torch.float64), ids.new_tensor(len(ids), dtype=torch.float64), tokens]
-    )
+    tokens = ids.new_full((), ids.numel(), dtype=torch.float64) if mask is None else mask.sum(dtype=torch.float64)
+    sequences = ids.new_full((), len(ids), dtype=torch.float64)
+    return torch.stack([mb["masked_lm_weights"].sum(dtype=torch.float64), sequences, tokens])
 
 
 def train_step(
