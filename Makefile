@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 900
 SUITE_TIMEOUT ?= 3600
 
-.PHONY: setup test test-fast lint format bench gpu-suite lock run clean
+.PHONY: setup test test-cluster test-fast lint format bench gpu-suite lock run clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,13 @@ $(STAMP): requirements.txt requirements-dev.txt requirements-data.txt constraint
 
 test: setup lint
 	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --timeout=$(PYTEST_TIMEOUT) --timeout-method=thread $(PYTEST_ARGS)
+
+# The local autoscaling cluster (tests/cluster/autoscaling.py, shaped like cluster/aws.yaml): the DAG
+# from zero worker nodes, a node lost in the data stage and in elastic pretraining, the idle
+# scale-down after the launcher config's idle timeout. About 10 minutes; .ci/run runs it after `test`.
+test-cluster: setup
+	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --cluster -m cluster --timeout=$(PYTEST_TIMEOUT) \
+		--timeout-method=thread tests/cluster $(PYTEST_ARGS)
 
 # Pure tests only: no Ray session, nothing slow (under a minute).
 test-fast: setup lint

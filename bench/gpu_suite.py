@@ -130,7 +130,7 @@ class FolderIO:
         return self.reader.epoch(epoch, first_batch)
 
     def validation_batches(self):
-        return ordered_batches(f"{self.plan.data_dir}/validation", self.plan.train.micro_batch)
+        return ordered_batches(f"{self.plan.data_dir}/validation", self.plan.train.micro_batch(1))
 
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         if checkpoint_dir:
@@ -159,7 +159,7 @@ def pretrain_plan(args, out_dir: Path) -> PretrainPlan:
         eval_max_sequences=1024,
         log_every=max(1, args.pretrain_steps // 10),
     )
-    n_validation = sum(len(t) for t in ordered_batches(str(data / "validation"), train.micro_batch))
+    n_validation = sum(len(t) for t in ordered_batches(str(data / "validation"), train.micro_batch(1)))
     return PretrainPlan(
         albert=albert,
         train=train,

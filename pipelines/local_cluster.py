@@ -150,12 +150,26 @@ def load_head(state_dir: Path = STATE_DIR) -> LocalHead | None:
     return head if head.alive() else None
 
 
-def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout_s: float = 180) -> LocalHead:
-    """Start a head for this state dir and wait until it takes jobs."""
+def head_temp_dir(state_dir: Path) -> str:
+    """The Ray temp dir of the head a state dir starts: short (Ray's socket paths under it must stay
+    below 108 characters) and its own."""
+    return f"/tmp/ray-albert-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}"
+
+
+def start_head(
+    state_dir: Path = STATE_DIR,
+    num_cpus: int | None = None,
+    timeout_s: float = 180,
+    extra_args: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+    ports: dict[str, int] | None = None,
+) -> LocalHead:
+    """Start a head for this state dir and wait until it takes jobs. `extra_args` go to `ray start`
+    (e.g. an autoscaling config), `extra_env` to every process of the cluster; `ports` as
+    `pick_ports` gives them (picked here when None)."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    ports = pick_ports()
-    # Short and per state dir: Ray's socket paths under it must stay below 108 characters.
-    temp_dir = f"/tmp/ray-albert-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}"
+    ports = ports or pick_ports()
+    temp_dir = head_temp_dir(state_dir)
     token = secrets.token_hex(32)
     head_address = f"127.0.0.1:{ports['port']}"
     command = [
@@ -169,7 +183,8 @@ def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout
         f"--temp-dir={temp_dir}",
         "--disable-usage-stats",
         *[f"--{name}={port}" for name, port in ports.items()],
-        *([f"--num-cpus={num_cpus}"] if num_cpus else []),
+        *([f"--num-cpus={num_cpus}"] if num_cpus is not None else []),
+        *extra_args,
     ]
     # Jobs run `python ...` with the head's PATH: make that the interpreter (venv) running this.
     # RAY_ADDRESS: Ray's own actors (Ray Train's placement group cleaner) look the cluster up
@@ -180,6 +195,7 @@ def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout
         "RAY_AUTH_TOKEN": token,
         "RAY_ADDRESS": head_address,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        **(extra_env or {}),
     }
     log_path = state_dir / "head.log"
     with open(log_path, "ab") as log:
@@ -208,17 +224,23 @@ def start_head(state_dir: Path = STATE_DIR, num_cpus: int | None = None, timeout
 
 
 def submit(
-    head: LocalHead, entrypoint: list[str], working_dir: Path = REPO, attempts: int = 5, echo: bool = True
+    head: LocalHead,
+    entrypoint: list[str],
+    working_dir: Path = REPO,
+    attempts: int = 5,
+    echo: bool = True,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     """`ray job submit --working-dir DIR -- ENTRYPOINT`, streaming the job's log (to stdout when
-    `echo`); the CLI's exit code (1 when the job failed) and its output. Retries while the head's
-    job agent is not ready yet."""
+    `echo`); the CLI's exit code (1 when the job failed) and its output. `env`: environment
+    variables of the job (its runtime environment). Retries while the head's job agent is not ready yet."""
     command = [
         RAY,
         "job",
         "submit",
         f"--address={head.dashboard_url}",
         f"--working-dir={working_dir}",
+        *([f"--runtime-env-json={json.dumps({'env_vars': env})}"] if env else []),
         "--",
         *entrypoint,
     ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import sys
 import time
@@ -25,13 +26,13 @@ import pyarrow.fs as pafs
 import ray
 import ray.train
 import torch
-from ray.train import Checkpoint, CheckpointConfig, FailureConfig, ScalingConfig
+from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from .cli import stage_main
 from .errors import BadInput
 from .lifecycle import StageRun, stage_runner
-from .ray_runtime import init_ray
+from .ray_runtime import gpu_capacity, init_ray
 from .storage import arrow_filesystem, exists, join, path_inside, write_text
 from .train.input import SliceReader, ordered_batches
 from .train.loop import StartPoint, pretrain_loop
@@ -39,8 +40,15 @@ from .train.plan import PretrainPlan, check_resolved, continuation, manifest_fie
 
 # Test-only fault injection: once per run, the last worker exits hard after this optimizer step.
 FAULT_ENV = "ALBERT_TEST_FAIL_AT_STEP"
+# Test-only: after these steps (comma-separated), once per run, every worker waits (at most HOLD_S) for
+# the test to take a node away or add one (the cluster tests' node loss and elastic resizes).
+HOLD_ENV = "ALBERT_TEST_HOLD_AT_STEPS"
+HOLD_S = 300
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"  # how often Ray Train's controller polls its workers
+# Ray 2.60 fills the dashboard's Train view (runs, attempts, resizes, workers, their logs) only with this set.
+STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
+PRINT_PATCH_ENV = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train routes a worker's print through its logger
 
 
 class RayTrainIO:
@@ -75,7 +83,8 @@ class RayTrainIO:
         return self.reader.epoch(epoch, first_batch)
 
     def validation_batches(self):
-        return ordered_batches(join(self.plan.data_dir, "validation"), self.plan.train.micro_batch * self.world)
+        batch = self.plan.train.micro_batch(self.world) * self.world
+        return ordered_batches(join(self.plan.data_dir, "validation"), batch)
 
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         ray.train.report(metrics, checkpoint=Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)
@@ -90,12 +99,42 @@ class RayTrainIO:
             time.sleep(2.5 * float(os.environ.get(HEALTH_CHECK_ENV, 2.0)))
             os._exit(1)
 
+    def hold(self, step: int) -> None:
+        """Wait after `step`, once per run, until Ray Train stops this worker group (the test changed
+        the cluster under it), the test writes `release_<step>` into the output, or HOLD_S pass.
+        Rank 0 writes `held_at_<step>` once every rank has looked for it."""
+        held, release = join(self.plan.out_dir, f"held_at_{step}"), join(self.plan.out_dir, f"release_{step}")
+        if exists(held):
+            return
+        torch.distributed.barrier()
+        if self.rank == 0:
+            write_text(held, "")
+        deadline = time.monotonic() + HOLD_S
+        while time.monotonic() < deadline and not exists(release):
+            time.sleep(0.5)
+
+
+def keep_ray_info_off_the_console() -> None:
+    """Ray Train 2.60 logs every report ("Reporting training result ... TrainingReport(...)") at INFO
+    through a logger named by its file's path, not `ray.train`, so its LoggingConfig level does not
+    hold it back: below WARNING, records of loggers inside Ray stay off the worker's console handlers
+    (the job's log) and still reach Train's own files (logs/train/ray-train-app-worker-*.log)."""
+    ray_dir = os.path.dirname(ray.__file__)
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not record.name.startswith(ray_dir)
+
+    for handler in logging.getLogger().handlers:
+        if type(handler) is not logging.FileHandler and type(handler).__name__ != "SessionFileHandler":
+            handler.addFilter(keep)
+
 
 def train_worker(loop_config: dict) -> None:
     """The Ray Train worker: wiring around pipelines/train/loop.py. `loop_config["plan"]`: the
     frozen PretrainPlan (Ray Train wants a dict here)."""
     plan: PretrainPlan = loop_config["plan"]
     context = ray.train.get_context()
+    keep_ray_info_off_the_console()
     # Ray sets OMP_NUM_THREADS to the worker's whole reserved CPUs (1 for a 1-CPU worker, even on
     # a machine where nothing else computes while it trains): torch_threads says otherwise.
     torch.set_num_threads(plan.train.torch_threads or max(1, int(plan.train.cpus_per_worker)))
@@ -108,13 +147,13 @@ def build_pretrain(run: StageRun) -> dict:
     """Pretrain on {run_dir}/data into the stage's folder; returns the manifest's fields."""
     config, out_dir, train = run.config, run.out, run.config.train
     init_ray()
-    plan = plan_pretraining(
-        config, out_dir, int(ray.cluster_resources().get("GPU", 0)), int(os.environ.get(FAULT_ENV, 0))
-    )
-    plan = dataclasses.replace(plan, initial_checkpoint=continuation(run))
+    plan = plan_pretraining(config, out_dir, gpu_capacity(), int(os.environ.get(FAULT_ENV, 0)))
+    holds = tuple(int(s) for s in os.environ.get(HOLD_ENV, "").split(",") if s)
+    plan = dataclasses.replace(plan, initial_checkpoint=continuation(run), hold_steps=holds)
     check_resolved(run, plan)
     if run.resumed:
         print(f"pretrain: resuming the unfinished run in {out_dir}", flush=True)
+    os.environ.setdefault(STATE_TRACKING_ENV, "1")
     storage_fs, storage_path = arrow_filesystem(out_dir)
     if isinstance(storage_fs, pafs.LocalFileSystem):
         os.makedirs(storage_path, exist_ok=True)
@@ -122,7 +161,8 @@ def build_pretrain(run: StageRun) -> dict:
         train_worker,
         train_loop_config={"plan": plan},
         scaling_config=ScalingConfig(
-            num_workers=train.num_workers,
+            num_workers=(train.min_workers, train.max_workers) if train.elastic else train.max_workers,
+            elastic_resize_monitor_interval_s=train.resize_check_s,
             use_gpu=plan.use_gpu,
             resources_per_worker={"CPU": train.cpus_per_worker, **({"GPU": 1} if plan.use_gpu else {})},
         ),
@@ -132,12 +172,20 @@ def build_pretrain(run: StageRun) -> dict:
             storage_filesystem=storage_fs,
             failure_config=FailureConfig(max_failures=train.max_failures, controller_failure_limit=train.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=train.checkpoints_to_keep),
+            # One line per progress, validation and health line in the job's log: Ray Train's INFO
+            # lines (each report's TrainingReport, state transitions) stay in its own log files, and
+            # the workers' print is not also re-logged through Train's logger (it printed each line twice).
+            logging_config=LoggingConfig(log_level="WARNING"),
+            worker_runtime_env={"env_vars": {PRINT_PATCH_ENV: "0"}},
         ),
     )
+    counts = sorted({train.min_workers, train.max_workers})
     print(
-        f"pretrain: {config.model.preset} (hidden {plan.albert.hidden_size}) on {train.num_workers} "
-        f"{'GPU' if plan.use_gpu else 'CPU'} workers: {train.max_steps} steps of {train.global_batch_size} sequences "
-        f"({train.accumulation_steps} x {train.micro_batch} per worker)",
+        f"pretrain: {config.model.preset} (hidden {plan.albert.hidden_size}) on {'-'.join(map(str, counts))} "
+        f"{'GPU' if plan.use_gpu else 'CPU'} workers{' (elastic)' if train.elastic else ''}: {train.max_steps} "
+        f"steps of {train.global_batch_size} sequences ("
+        + ", ".join(f"{train.accumulation_steps(w)} x {train.micro_batch(w)} per worker of {w}" for w in counts)
+        + ")",
         flush=True,
     )
     try:

@@ -23,6 +23,29 @@ def init_ray() -> None:
     ray.data.DataContext.get_current().enable_progress_bars = False
 
 
+def gpu_capacity() -> tuple[int, int | None]:
+    """The cluster's GPUs now, and the most it can have: the limit of the autoscaler's node types
+    where the autoscaler reports them (Ray's v2 autoscaler, KubeRay's), None where an autoscaler runs
+    without reporting them (Ray's v1, which the cluster launcher starts), the count now where nothing
+    autoscales. Ray Train reads the same limits (through Ray's private state API, as here)."""
+    from ray._private import state
+    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    now = int(ray.cluster_resources().get("GPU", 0))
+    limits = state.state.get_max_resources_from_cluster_config()
+    if limits is not None:
+        return now, max(now, int(limits.get("GPU", 0)))
+    # The v1 monitor's report. Every head runs that monitor; without an autoscaling config it mirrors
+    # the nodes there are (a read-only provider: each node its own type, "node_<id>"), and that cluster
+    # cannot grow.
+    status = _internal_kv_get(DEBUG_AUTOSCALING_STATUS)
+    report = json.loads(status).get("autoscaler_report") if status is not None else None
+    types = (report or {}).get("node_type_mapping") or {}
+    read_only = all(kind == f"node_{node}" for node, kind in types.items())
+    return now, None if report is not None and not read_only else now
+
+
 def resolve_num_workers(configured: int | None) -> int:
     return configured or max(1, int(ray.cluster_resources().get("CPU", 1)))
 

@@ -80,12 +80,23 @@ def canonical(path: str) -> str:
     return os.path.realpath(os.path.expanduser(path))
 
 
+def key_relpath(key: str, root: str) -> str:
+    """posixpath.relpath for object-store keys and URLs. posixpath's would make both absolute with
+    the process's working directory, which a Ray worker may no longer have (FileNotFoundError from
+    os.getcwd), and which has nothing to do with a bucket."""
+    key, root = posixpath.normpath(key), posixpath.normpath(root)
+    common = posixpath.commonpath([key, root]) if key.startswith("/") == root.startswith("/") else ""
+    ups = [".."] * len([p for p in root[len(common) :].split("/") if p])
+    down = [p for p in key[len(common) :].split("/") if p]
+    return "/".join(ups + down) or "."
+
+
 def path_inside(root: str, path: str) -> str | None:
     """`path` relative to `root` ("." for root itself), or None when it lies outside."""
     root, path = canonical(root), canonical(path)
     if is_remote(root) != is_remote(path):
         return None
-    rel = posixpath.relpath(path, root) if is_remote(root) else os.path.relpath(path, root)
+    rel = key_relpath(path, root) if is_remote(root) else os.path.relpath(path, root)
     return None if rel == ".." or rel.startswith("../") else rel.replace(os.sep, "/")
 
 
@@ -209,7 +220,7 @@ def _delete_objects(path: str, objects: list[str]) -> None:
 
 def _ordered(files: list[str], root: str, first: Sequence[str], last: Sequence[str]) -> list[str]:
     """`files` (under `root`) with those named `first` (relative paths) at the front and `last` at the end."""
-    rel = {f: posixpath.relpath(f, root) for f in files}
+    rel = {f: key_relpath(f, root) for f in files}
     head = [f for f in files if rel[f] in first]
     tail = [f for f in files if rel[f] in last]
     return head + [f for f in files if rel[f] not in first and rel[f] not in last] + tail
@@ -240,7 +251,7 @@ def move_tree(src: str, dst: str, complete_last: Sequence[str] = (), owner_first
     objects = _files(src)
     held = {f"{s}/{name}" for name in owner_first}
     for f in (o for o in objects if not o.endswith("/") and o not in held):
-        fs.copy(f, posixpath.join(d, posixpath.relpath(f, s)))
+        fs.copy(f, posixpath.join(d, key_relpath(f, s)))
         _delete_objects(src, [f])
     rest = list(_files(src))  # the owner files and the empty `dir/` markers pyarrow leaves
     if rest:
@@ -269,7 +280,7 @@ def delete_tree(path: str, last: Sequence[str] = ()) -> None:
         shutil.rmtree(p)
         return
     files = _ordered(_files(path), p, (), last)
-    tail = [f for f in files if posixpath.relpath(f, p) in last]
+    tail = [f for f in files if key_relpath(f, p) in last]
     for group in ([f for f in files if f not in tail], tail):
         if group:
             _delete_objects(path, group)
@@ -290,6 +301,7 @@ __all__ = [
     "canonical",
     "delete_tree",
     "exists",
+    "key_relpath",
     "filesystem",
     "is_remote",
     "join",

@@ -27,8 +27,18 @@ os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
 RAY_FIXTURES = {"ray_session", "head"}  # a Ray session in this process, or a Ray head of its own
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cluster", action="store_true", help="also collect the local autoscaling cluster's tests (make test-cluster)"
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs CUDA (gpu marker); skipped, not passed")
+    if not config.getoption("--cluster"):  # make test: the cluster tests are make test-cluster's, not skipped here
+        deselected = [item for item in items if item.get_closest_marker("cluster")]
+        items[:] = [item for item in items if not item.get_closest_marker("cluster")]
+        config.hook.pytest_deselected(items=deselected)
     for item in items:
         if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.ray)

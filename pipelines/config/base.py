@@ -23,6 +23,8 @@ class Section:
 
     SECTION: ClassVar[str] = ""
     """The section's name in the config tree ("" for the root)."""
+    SUBSECTIONS: ClassVar[dict[str, type]] = {}
+    """Fields that are sections of their own (train.health), set as SECTION.field.KEY."""
 
     @classmethod
     def key(cls, name: str) -> str:
@@ -54,7 +56,13 @@ def one_error(error: ValidationError, cls: type, values: dict[str, Any] | None =
 
 
 def build_section(cls: type, values: dict[str, Any], where: str = "") -> Any:
-    """`cls(**values)`, with pydantic's errors as one ConfigError naming the key."""
+    """`cls(**values)` (its subsections built from their mappings first), with pydantic's errors as
+    one ConfigError naming the key."""
+    subsections = getattr(cls, "SUBSECTIONS", {})
+    values = {
+        k: build_section(subsections[k], v, where) if k in subsections and isinstance(v, dict) else v
+        for k, v in values.items()
+    }
     try:
         return cls(**values)
     except ValidationError as e:

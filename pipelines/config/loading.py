@@ -18,18 +18,33 @@ from .base import build_section, config_to_dict, field_docs, unknown_key
 from .tree import SECTIONS, SETTINGS, Config
 
 
+def _check_section_keys(cls: type, name: str, value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}config section {name!r} must be a mapping of its keys, got {value!r}")
+    known, subsections = {f.name for f in dataclasses.fields(cls)}, cls.SUBSECTIONS
+    for key, inner in value.items():
+        if key not in known:
+            raise unknown_key(f"{name}.{key}", cls, where)
+        if key in subsections and inner is not None:
+            _check_section_keys(subsections[key], f"{name}.{key}", inner, where)
+
+
 def _check_keys(raw: dict[Any, Any], where: str = "") -> None:
     """Every key known, before any value is checked (an unknown key is the likelier mistake)."""
     for name, value in raw.items():
         if name not in {f.name for f in dataclasses.fields(Config)}:
             raise unknown_key(str(name), Config, where)
         if name in SECTIONS and value is not None:
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where}config section {name!r} must be a mapping of its keys, got {value!r}")
-            known = {f.name for f in dataclasses.fields(SECTIONS[name])}
-            for key in value:
-                if key not in known:
-                    raise unknown_key(f"{name}.{key}", SECTIONS[name], where)
+            _check_section_keys(SECTIONS[name], name, value, where)
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`update` over `base`, mappings merged key by key (a subsection's other keys stay)."""
+    merged = dict(base)
+    for key, value in update.items():
+        old = merged.get(key)
+        merged[key] = _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return merged
 
 
 def _read_yaml(path: str) -> dict[Any, Any]:
@@ -58,7 +73,12 @@ def _parse_override(text: str) -> dict[str, Any]:
         raise unknown_key(key, Config)
     if not dot and section in SECTIONS:
         raise ConfigError(f"override {text!r}: {section} is a section; set its keys as {section}.KEY=VALUE")
-    return {section: {name: value}} if dot else {section: value}
+    if not dot:
+        return {section: value}
+    nested: Any = value
+    for part in reversed(name.split(".")):  # train.health.max_rollbacks -> {train: {health: {max_rollbacks: v}}}
+        nested = {part: nested}
+    return {section: nested}
 
 
 def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -> Config:
@@ -71,7 +91,7 @@ def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -
         _check_keys(update)
     for update in updates:
         for name, value in update.items():
-            raw[name] = {**(raw.get(name) or {}), **value} if name in SECTIONS else value
+            raw[name] = _merge(raw.get(name) or {}, value) if name in SECTIONS else value
     values = {
         name: build_section(SECTIONS[name], value or {}) if name in SECTIONS else value for name, value in raw.items()
     }
@@ -88,12 +108,13 @@ def _help_epilog() -> str:
         "config keys (in --config FILE, or as section.key=value; lists as [a,b], unset as null).",
         "[setting]: never changes a result, so changing it never makes a stage's output stale:",
     ]
-    for cls in (Config, *SECTIONS.values()):
+    sections = [s for cls in SECTIONS.values() for s in (cls, *cls.SUBSECTIONS.values())]
+    for cls in (Config, *sections):
         defaults, docs = config_to_dict(cls()), field_docs(cls)
         for f in dataclasses.fields(cls):
-            if cls is not Config or f.name not in SECTIONS:
+            if f.name not in (SECTIONS if cls is Config else cls.SUBSECTIONS):
                 key = cls.key(f.name)
-                tag = " [setting]" if key in SETTINGS else ""
+                tag = " [setting]" if key in SETTINGS or cls.SECTION in SETTINGS else ""
                 lines.append(f"  {key} (default: {json.dumps(defaults[f.name])}){tag}: {docs[f.name]}")
     return "\n".join(lines)
 

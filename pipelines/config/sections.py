@@ -12,6 +12,7 @@ from albert_model.config import PRESETS, AlbertConfig
 
 from ..errors import ConfigError
 from .base import STRICT, Section, config_to_dict
+from .health import HealthSection
 
 CORPUS_FORMATS = ("auto", "text", "text_blank_line_docs", "jsonl", "parquet")
 MASKING_MODES = ("static", "dynamic")
@@ -177,9 +178,14 @@ class TrainSection(Section):
     """Pretraining on Ray Train: workers, batch arithmetic, optimizer, schedule, checkpoints."""
 
     SECTION: ClassVar[str] = "train"
+    SUBSECTIONS: ClassVar[dict[str, type]] = {"health": HealthSection}
 
-    num_workers: int = 1
-    """Ray Train workers (one per GPU, or CPU processes with gloo)."""
+    num_workers: int | list[int] = 1
+    """Ray Train workers (one per GPU, or CPU processes with gloo); [min, max]: an elastic run that
+    starts with what the cluster has (at least min), grows when nodes arrive and shrinks when they are lost."""
+    resize_check_s: float = 60.0
+    """How often an elastic run asks whether the cluster could hold more workers, in seconds (Ray
+    Train's elastic_resize_monitor_interval_s)."""
     use_gpu: bool | str = "auto"
     """Train on GPUs: true, false, or auto (GPUs when the cluster has them)."""
     cpus_per_worker: float = 1.0
@@ -189,7 +195,7 @@ class TrainSection(Section):
     global_batch_size: int = 4096
     """Sequences per optimizer step, summed over workers and accumulation steps."""
     micro_batch_size: int | None = None
-    """Sequences per worker per forward pass; null = global_batch_size / num_workers (no accumulation)."""
+    """Sequences per worker per forward pass; null = global_batch_size / the worker count (no accumulation)."""
     max_steps: int = 125_000
     """Optimizer steps to train for; the schedule decays to 0 at this step."""
     optimizer: str = "lamb"
@@ -226,9 +232,17 @@ class TrainSection(Section):
     """Peak dense TFLOP/s of one device for MFU; null looks the GPU up (H100, A100, ...), no MFU on CPU."""
     init_from: str | None = None
     """A transformers ALBERT directory to continue pretraining from; null starts from random weights."""
+    health: HealthSection = field(default_factory=HealthSection)
+    """Training health (train.health.KEY)."""
 
     def __post_init__(self) -> None:
-        self.require("num_workers", self.num_workers >= 1, "must be >= 1")
+        if isinstance(self.num_workers, list):
+            self.require("num_workers", len(self.num_workers) == 2, "must be a count or [min, max]")
+            low, high = self.num_workers
+            self.require("num_workers", 1 <= low <= high, "must be [min, max] with 1 <= min <= max")
+        else:
+            self.require("num_workers", self.num_workers >= 1, "must be >= 1")
+        self.require("resize_check_s", self.resize_check_s > 0, "must be > 0")
         self.require("use_gpu", isinstance(self.use_gpu, bool) or self.use_gpu == "auto", "must be true, false or auto")
         self.require("cpus_per_worker", self.cpus_per_worker > 0, "must be > 0")
         self.require("torch_threads", self.torch_threads is None or self.torch_threads >= 1, "must be >= 1 or null")
@@ -236,12 +250,15 @@ class TrainSection(Section):
         self.require(
             "micro_batch_size", self.micro_batch_size is None or self.micro_batch_size >= 1, "must be >= 1 or null"
         )
-        per_step = self.num_workers * (self.micro_batch_size or 1)
+        # Step k's global batch is the same for every worker count, so any count in the range must split
+        # it into whole micro-batches: the accumulation steps follow from the count (global / (count x micro)).
+        uneven = [w for w in self.worker_counts if self.global_batch_size % (w * (self.micro_batch_size or 1))]
         self.require(
             "global_batch_size",
-            self.global_batch_size % per_step == 0,
-            f"must be a multiple of train.num_workers={self.num_workers} x train.micro_batch_size="
-            f"{self.micro_batch_size or 1} (sequences per worker per forward pass)",
+            not uneven,
+            f"must be a multiple of the worker count x train.micro_batch_size={self.micro_batch_size or 1} "
+            f"(sequences per worker per forward pass) for every worker count train.num_workers={self.num_workers} "
+            f"allows; not for {', '.join(map(str, uneven))} worker(s)",
         )
         self.require("max_steps", self.max_steps >= 1, "must be >= 1")
         self.require("optimizer", self.optimizer in OPTIMIZERS, f"must be one of {', '.join(OPTIMIZERS)}")
@@ -263,12 +280,28 @@ class TrainSection(Section):
         self.require("init_from", self.init_from != "", "must not be empty (use null)")
 
     @property
-    def micro_batch(self) -> int:
-        return self.micro_batch_size or self.global_batch_size // self.num_workers
+    def min_workers(self) -> int:
+        return self.num_workers[0] if isinstance(self.num_workers, list) else self.num_workers
 
     @property
-    def accumulation_steps(self) -> int:
-        return self.global_batch_size // (self.num_workers * self.micro_batch)
+    def max_workers(self) -> int:
+        return self.num_workers[1] if isinstance(self.num_workers, list) else self.num_workers
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_workers > self.min_workers
+
+    @property
+    def worker_counts(self) -> range:
+        return range(self.min_workers, self.max_workers + 1)
+
+    def micro_batch(self, world: int) -> int:
+        """Sequences per forward pass on each of `world` workers."""
+        return self.micro_batch_size or self.global_batch_size // world
+
+    def accumulation_steps(self, world: int) -> int:
+        """Micro-batches per optimizer step on each of `world` workers."""
+        return self.global_batch_size // (world * self.micro_batch(world))
 
 
 __all__ = [

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 SETTINGS: dict[str, str] = {
     "data.num_workers": "the examples are the same for any number of workers",
     "train.num_workers": "the run is exact for any worker count (tested within 1e-5); a resume may change it",
+    "train.resize_check_s": "elastic resize cadence",
     "train.micro_batch_size": "accumulation computes the same update (tested within 1e-5)",
     "train.cpus_per_worker": "resources",
     "train.torch_threads": "threads",
@@ -29,6 +30,8 @@ SETTINGS: dict[str, str] = {
     "train.eval_every": "evaluation cadence",
     "train.log_every": "logging cadence",
     "train.max_failures": "failure limit",
+    # acts only when a run goes wrong, and what it did is in metrics.jsonl and the report
+    "train.health": "recovery policy",
     "train.peak_tflops": "MFU reporting",
     "finetune.eval_batch_size": "evaluation batching",
     "tune.max_concurrent_trials": "concurrency cap",

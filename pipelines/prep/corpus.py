@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from ..errors import BadInput, MissingInput
-from ..storage import filesystem, resolve_pkg
+from ..storage import filesystem, key_relpath, resolve_pkg
 
 FORMATS = ("text", "text_blank_line_docs", "jsonl", "parquet")
 _BY_EXTENSION = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
@@ -102,7 +102,7 @@ def list_inputs(paths: list[str], configured_format: str) -> list[InputFile]:
         if not kept:
             raise MissingInput(f"corpus.paths: {root} matches no files")
         for m in kept:
-            source = posixpath.relpath(m, base or ".")
+            source = key_relpath(m, base) if base else m
             if source in files:
                 raise BadInput(
                     f"corpus.paths: two inputs share the name {source!r}: {files[source].url} and {protocol}{m}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..train.health import HEALTH_EVENTS, describe
 from .layers import LayerTransition
 
 MAX_TRIAL_ROWS = 50
@@ -127,6 +128,24 @@ def pretrain_section(manifest: dict | None, train: list[dict], final_eval: dict 
         flat = flatten(final_eval)
         parts.append("Final validation metrics:\n\n" + table(list(flat), [list(flat.values())]))
     return "\n\n".join(parts)
+
+
+def health_section(manifest: dict | None, events: list[dict]) -> str:
+    """Training health's events (pipelines/train/health.py), marked on the curves above too."""
+    parts = ["## Training health"]
+    if manifest is None:
+        return "\n\n".join(parts + [not_run("pretrain")])
+    if not events:
+        return "\n\n".join(parts + ["No event: no step skipped, no spike, no rollback, no plateau warning."])
+    counts = ", ".join(
+        f"{sum(e['event'] == kind for e in events)} {kind}"
+        for kind in HEALTH_EVENTS
+        if any(e["event"] == kind for e in events)
+    )
+    rows = [[e["step"], e["event"], describe(e)] for e in events]
+    return "\n\n".join(
+        parts + [f"Events ({counts}; vertical lines on the curves):", table(["step", "event", "what"], rows)]
+    )
 
 
 def figure1_section(transitions: list[LayerTransition], figure: str | None, examples: int) -> str:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import io
+import os
+import tempfile
 
-import matplotlib
+# Matplotlib keeps its config and font cache under the home directory unless told otherwise; a
+# stage writes only into its run_dir and the node's temp folder (tested on the cluster tests' nodes).
+os.environ.setdefault("MPLCONFIGDIR", os.path.join(tempfile.gettempdir(), "albert-ray-matplotlib"))
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")  # headless: cluster workers have no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -36,10 +42,17 @@ def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
     return [s for s, _ in points], [v for _, v in points]
 
 
-def pretraining_curves(train: list[dict], validation: list[dict]) -> bytes:
-    """Every training metric against the step, validation passes as markers on the same axes."""
+EVENT_COLOURS = {"rollback": "tab:red", "skipped": "tab:orange", "spike": "tab:orange", "collapse": "tab:red"}
+
+
+def pretraining_curves(train: list[dict], validation: list[dict], events: list[dict] = ()) -> bytes:
+    """Every training metric against the step, validation passes as markers on the same axes, and
+    training health's events as vertical lines on the losses and accuracies (grey: plateau, notes)."""
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))
     for ax, (title, key, val_key) in zip(axes.flat, CURVES):
+        if val_key is not None:
+            for event in events:
+                ax.axvline(event["step"], color=EVENT_COLOURS.get(event["event"], "grey"), alpha=0.5, linewidth=0.8)
         steps, values = _series(train, key)
         ax.plot(steps, values, label="train", linewidth=1.2)
         if val_key is not None:

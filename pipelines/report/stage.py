@@ -28,6 +28,7 @@ from ..storage import (
     write_bytes,
     write_text,
 )
+from ..train.health import HEALTH_EVENTS
 from . import markdown
 from .costs import read_cost
 from .layers import LayerTransition, layer_transitions, pad_examples, unmask
@@ -113,9 +114,10 @@ def build_report(run: StageRun) -> dict:
     manifests = {name: read_manifest(config, name) for name in STAGES if name != "report"}
     pretrain_dir = stage_dir(config, "pretrain")
     train, validation = read_metrics(join(pretrain_dir, "metrics.jsonl"))
+    events = [r for r in read_jsonl(join(pretrain_dir, "metrics.jsonl")) if r.get("event") in HEALTH_EVENTS]
     figures = []
     if train:
-        write_bytes(run.path(CURVES_PNG), pretraining_curves(train, validation))
+        write_bytes(run.path(CURVES_PNG), pretraining_curves(train, validation, events))
         figures.append(CURVES_PNG)
     transitions, examples = compute_figure1(config) if manifests["pretrain"] else ([], 0)
     if transitions:
@@ -135,6 +137,7 @@ def build_report(run: StageRun) -> dict:
             read_json(join(pretrain_dir, "eval.json")),
             CURVES_PNG if CURVES_PNG in figures else None,
         ),
+        markdown.health_section(manifests["pretrain"], events),
         markdown.figure1_section(transitions, FIGURE1_PNG if transitions else None, examples),
         markdown.finetune_section(
             manifests["finetune"],

@@ -14,9 +14,11 @@ pickle), so a run_dir must be writable only by principals you trust.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -89,11 +91,46 @@ def load_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.opt
     with open(os.path.join(directory, TRAIN_STATE)) as f:
         train_state = json.load(f)
     scheduler.load_state_dict(train_state["scheduler"])
-    for group, factor, base_lr in zip(optimizer.param_groups, scheduler.lr_lambdas, scheduler.base_lrs):
-        group["lr"] = base_lr * factor(scheduler.last_epoch)
+    set_schedule_lr(optimizer, scheduler)
     prefix = os.path.join(directory, f"rng_rank{rank()}")
     if os.path.exists(prefix + ".json"):  # absent when resuming on more ranks than saved
         with open(prefix + ".json") as f:
             plain = json.load(f)
         _set_rng_state(plain, torch.load(prefix + ".pt", weights_only=True))
     return train_state
+
+
+@dataclass
+class Snapshot:
+    """The training state at a checkpoint, kept in memory (on the device) for training health's
+    rollbacks: the same values the checkpoint holds, restored without reading it back."""
+
+    step: int
+    params: list[torch.Tensor]
+    optimizer: dict
+    scheduler: dict
+    rng: tuple[dict, dict]
+
+
+def take_snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler, step: int) -> Snapshot:
+    params = [p.detach().clone() for p in model.parameters()]
+    return Snapshot(
+        step, params, copy.deepcopy(optimizer.state_dict()), copy.deepcopy(scheduler.state_dict()), _rng_state()
+    )
+
+
+def restore_snapshot(snapshot: Snapshot, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> None:
+    """Parameters, optimizer state, schedule and RNG as they were at the snapshot's step."""
+    with torch.no_grad():
+        for param, saved in zip(model.parameters(), snapshot.params, strict=True):
+            param.copy_(saved)
+    optimizer.load_state_dict(copy.deepcopy(snapshot.optimizer))
+    scheduler.load_state_dict(copy.deepcopy(snapshot.scheduler))
+    set_schedule_lr(optimizer, scheduler)
+    _set_rng_state(*snapshot.rng)
+
+
+def set_schedule_lr(optimizer: torch.optim.Optimizer, scheduler) -> None:
+    """Each group's learning rate from the schedule at its current step (LambdaLR: base x factor)."""
+    for group, factor, base_lr in zip(optimizer.param_groups, scheduler.lr_lambdas, scheduler.base_lrs):
+        group["lr"] = base_lr * factor(scheduler.last_epoch)

@@ -26,7 +26,9 @@ from albert_model.hf import save_hf_pretrained
 
 from ..storage import join, read_bytes, write_bytes, write_text
 from .build import build_model, build_optimizer
-from .checkpoint import load_checkpoint, save_checkpoint
+from .checkpoint import load_checkpoint, restore_snapshot, save_checkpoint, set_schedule_lr, take_snapshot
+from .distributed import all_reduce_sum
+from .health import HealthMonitor, describe
 from .loader import mean_width, position_of_step, prefetch, rank_micro_batches, to_device
 from .metrics import MetricsWindow, evaluate, peak_flops, progress_line
 from .parallel import apply_ac, apply_compile, apply_fsdp
@@ -44,7 +46,8 @@ class StartPoint:
     source: str
     """Where it came from (for the log and the metrics)."""
     event: str
-    """resumed (this run's own checkpoint) or continued (a complete output's)."""
+    """resumed (this run's own checkpoint) or continued (a complete output's); the loop records a
+    resume on another number of workers than the checkpoint's as resized."""
 
 
 class LoopIO(Protocol):
@@ -65,6 +68,9 @@ class LoopIO(Protocol):
 
     def crash(self) -> None:
         """Test-only fault injection: end this process as a crashed worker would."""
+
+    def hold(self, step: int) -> None:
+        """Test-only: wait after `step` for the test to change the cluster under the worker group."""
 
 
 def build_training(plan: PretrainPlan, world: int, device: torch.device):
@@ -96,7 +102,9 @@ def rank_shares(io: LoopIO, plan: PretrainPlan, start_step: int) -> Iterator[tup
         first, epoch = 0, epoch + 1
 
 
-def collated(io: LoopIO, plan: PretrainPlan, start_step: int, pin: bool) -> Iterator[list[dict[str, torch.Tensor]]]:
+def collated(
+    io: LoopIO, plan: PretrainPlan, world: int, start_step: int, pin: bool
+) -> Iterator[list[dict[str, torch.Tensor]]]:
     """This rank's collated micro-batches of every step from `start_step` on, produced ahead of the
     step by `prefetch`. Pinned for a CUDA device: a copy from pageable memory may wait for the
     device's queue, which would end the overlap of the host's next step with the device's current
@@ -104,7 +112,7 @@ def collated(io: LoopIO, plan: PretrainPlan, start_step: int, pin: bool) -> Iter
     train = plan.train
     for epoch, share in rank_shares(io, plan, start_step):
         micro_batches = rank_micro_batches(
-            share, 0, 1, train.micro_batch, plan.max_predictions, plan.masking, train.seed, epoch
+            share, 0, 1, train.micro_batch(world), plan.max_predictions, plan.masking, train.seed, epoch
         )
         yield [{k: v.pin_memory() for k, v in mb.items()} for mb in micro_batches] if pin else micro_batches
 
@@ -113,12 +121,31 @@ class Validation:
     """This rank's share of the validation batches of every pass (whole batches until
     eval_max_sequences), read once and kept, so a pass does not read the data again."""
 
-    def __init__(self, io: LoopIO, plan: PretrainPlan, rank: int, world: int):
+    def __init__(self, io: LoopIO, plan: PretrainPlan, rank: int, world: int, count_baseline: bool = False):
         self.io, self.plan, self.rank, self.world = io, plan, rank, world
         self.tables: list[pa.Table] | None = None
+        self.count_baseline = count_baseline
+        self.baseline: float | None = None
+        """The unigram baseline of the validation masks: the share of masked positions whose label is
+        the most frequent label (counted on the first pass when count_baseline)."""
+
+    def micro_batches(self) -> Iterator[dict[str, torch.Tensor]]:
+        micro, train = self.plan.train.micro_batch(self.world), self.plan.train
+        for table in self.tables:
+            yield from rank_micro_batches(
+                table, 0, 1, micro, self.plan.max_predictions, self.plan.masking, train.seed, 0
+            )
+
+    def count_unigram_baseline(self, device: torch.device) -> float:
+        counts = torch.zeros(self.plan.albert.vocab_size, dtype=torch.float64)
+        for mb in self.micro_batches():
+            weights = mb["masked_lm_weights"].flatten().double()
+            counts += torch.bincount(mb["masked_lm_ids"].flatten(), weights=weights, minlength=len(counts))
+        counts = all_reduce_sum(counts.to(device))
+        return (counts.max() / counts.sum().clamp(min=1)).item()
 
     def run(self, model: torch.nn.Module, device: torch.device) -> dict:
-        micro, train = self.plan.train.micro_batch, self.plan.train
+        micro, train = self.plan.train.micro_batch(self.world), self.plan.train
         if self.tables is None:
             limit, seen, self.tables = train.eval_max_sequences or self.plan.n_validation, 0, []
             for table in self.io.validation_batches():
@@ -126,18 +153,21 @@ class Validation:
                     break
                 seen += len(table)
                 self.tables.append(table.slice(self.rank * micro, micro))
-        batches = (
-            mb
-            for table in self.tables
-            for mb in rank_micro_batches(
-                table, 0, 1, micro, self.plan.max_predictions, self.plan.masking, train.seed, 0
-            )
-        )
-        return evaluate(model, batches, device)
+        if self.count_baseline and self.baseline is None:
+            self.baseline = self.count_unigram_baseline(device)
+        return evaluate(model, self.micro_batches(), device)
 
 
 def _write_metrics(path: str, records: list[dict]) -> None:
     write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def _loss_factor(plan: PretrainPlan, step: int, rank: int, world: int, injected: set[int]) -> float | None:
+    """Test-only: a NaN or a spike in the last rank's loss at the plan's steps, once per step."""
+    if rank != world - 1 or step in injected or step not in (*plan.nan_steps, *plan.spike_steps):
+        return None
+    injected.add(step)
+    return float("nan") if step in plan.nan_steps else 100.0
 
 
 def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.device, io: LoopIO) -> None:
@@ -145,39 +175,99 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
     eval.json and the transformers export into plan.out_dir."""
     train = plan.train
     model, optimizer, scheduler = build_training(plan, world, device)
-    step, event = 0, {"event": "started"}
+    health = HealthMonitor(train.health, train, set(plan.skip_steps)) if train.health.enabled else None
+    step, event, saved = 0, {"event": "started"}, {}
     with io.start_point() as start:
         if start is not None:
-            step = load_checkpoint(start.directory, model, optimizer, scheduler)["step"]
-            event = {"event": start.event, "checkpoint": start.source}
+            saved = load_checkpoint(start.directory, model, optimizer, scheduler)
+            step, before = saved["step"], saved.get("world_size", world)
+            # a resume on another worker count: an elastic resize, a lost node, or a rerun on other resources
+            name = "resized" if start.event == "resumed" and before != world else start.event
+            event = {"event": name, "checkpoint": start.source, **({"from_workers": before} if before != world else {})}
     if step > train.max_steps:  # the lifecycle resumes only runs that have not passed max_steps
         raise RuntimeError(f"{event.get('checkpoint')} is at step {step}, past train.max_steps={train.max_steps}")
     if start is not None and rank == 0:
-        print(f"pretrain: {start.event} from {start.source} at step {step} of {train.max_steps}", flush=True)
+        workers = f" on {world} workers (was {event['from_workers']})" if "from_workers" in event else ""
+        where = f"{start.source} at step {step} of {train.max_steps}{workers}"
+        print(f"pretrain: {event['event']} from {where}", flush=True)
     metrics_path = join(plan.out_dir, METRICS)
     records = read_metrics(metrics_path, step) if rank == 0 else []
     records.append({"step": step, **event, "max_steps": train.max_steps, "num_workers": world})
     window = MetricsWindow(plan.albert, world, peak_flops(device, plan.precision, train.peak_tflops))
-    validation, started = Validation(io, plan, rank, world), time.perf_counter()
+    validation, started = Validation(io, plan, rank, world, health is not None), time.perf_counter()
+    snapshot, decision, injected = None, {}, set()
+    if health is not None:
+        health.restore(saved.get("health", {}))
+        snapshot = take_snapshot(model, optimizer, scheduler, step)
+
+    def record(event: dict) -> None:
+        """A health event: metrics.jsonl, the log, and a report (the dashboard), on every rank at once."""
+        records.append(event)
+        if rank == 0:
+            print(f"pretrain: {describe(event)}", flush=True)
+        io.report({"step": event["step"], "event": event["event"], "health": describe(event)}, None)
+
+    def check(metrics) -> bool:
+        action, event = health.check_step(step + 1, metrics.loss, metrics.grad_norm)
+        decision.update(action=action, event=event)
+        return action == "apply"
+
+    def roll_back(event: dict) -> int:
+        """Back to the latest checkpoint's state (its step); the events say what happened."""
+        factor = health.rolled_back(event)
+        restore_snapshot(snapshot, model, optimizer, scheduler)
+        if factor != 1.0:
+            scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
+            set_schedule_lr(optimizer, scheduler)
+        record(
+            {
+                "event": "rollback",
+                "step": event["step"],
+                "to_step": snapshot.step,
+                "reason": event.get("reason") or event["event"],
+                "rollbacks": health.rollbacks,
+                "lr_scale": scheduler.base_lrs[0] / train.lr,
+                "skip_steps": sorted(health.skip_steps),
+            }
+        )
+        window.reset()
+        return snapshot.step
 
     def validate(report: dict, final: bool = False) -> dict:
         result = validation.run(model, device)
         records.append({"step": step, "split": "validation", **result, **({"final": True} if final else {})})
         if rank == 0:
             print(
-                f"step {step} validation: mlm_acc {result['mlm_accuracy']:.3f} sop_acc {result['sop_accuracy']:.3f} "
-                f"mlm_loss {result['mlm_loss']:.3f} sop_loss {result['sop_loss']:.3f}",
+                f"pretrain: step {step} validation: mlm_acc {result['mlm_accuracy']:.3f} "
+                f"sop_acc {result['sop_accuracy']:.3f} mlm_loss {result['mlm_loss']:.3f} "
+                f"sop_loss {result['sop_loss']:.3f}",
                 flush=True,
             )
         report.update({f"validation_{k}": v for k, v in result.items()})
         return result
 
-    batches = prefetch(collated(io, plan, step, pin=device.type == "cuda")) if step < train.max_steps else ()
-    for micro_batches in batches:
+    def batches_from(first: int):
+        return prefetch(collated(io, plan, world, first, pin=device.type == "cuda"))
+
+    batches = batches_from(step) if step < train.max_steps else None
+    while step < train.max_steps:
+        micro_batches = next(batches)
         width = mean_width(micro_batches)
         micro_batches = [to_device(mb, device) for mb in micro_batches]
-        window.add(train_step(model, optimizer, scheduler, micro_batches, train.max_grad_norm), width)
+        factor = _loss_factor(plan, step + 1, rank, world, injected)
+        pending = train_step(
+            model, optimizer, scheduler, micro_batches, train.max_grad_norm, check if health else None, factor
+        )
         step += 1
+        action, trouble = decision.pop("action", "apply"), decision.pop("event", None)
+        if trouble is not None:
+            record(trouble)
+        if action == "rollback":
+            step = roll_back(trouble)
+            batches.close()
+            batches = batches_from(step)
+            continue
+        window.add(pending, width, applied=action == "apply")
         last = step == train.max_steps
         if plan.fault_step == step and rank == world - 1:
             io.crash()
@@ -187,23 +277,41 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
             window.reset()
             records.append(report)
             if rank == 0:
-                print(progress_line(report, train.max_steps, time.perf_counter() - started), flush=True)
+                print(f"pretrain: {progress_line(report, train.max_steps, time.perf_counter() - started)}", flush=True)
         if step % train.eval_every == 0 and not last:  # the final pass follows the loop
-            validate(report)
+            result = validate(report)
+            if health is not None:
+                health.baseline = validation.baseline
+                verdict, events = health.check_validation(step, result)
+                for event in events:
+                    record(event)
+                if verdict == "rollback":
+                    step = roll_back(events[0])
+                    batches.close()
+                    batches = batches_from(step)
+                    continue
         if report and rank == 0:
             _write_metrics(metrics_path, records)
         if step % train.checkpoint_every == 0 or last:
             with tempfile.TemporaryDirectory() as directory:
-                save_checkpoint(directory, model, optimizer, scheduler, step)
+                extra = {"health": health.state()} if health is not None else None
+                save_checkpoint(directory, model, optimizer, scheduler, step, extra)
                 io.report({"step": step, **report}, directory)
+            if health is not None:
+                snapshot = take_snapshot(model, optimizer, scheduler, step)
         elif report:
             io.report({"step": step, **report}, None)
-        if last:
-            batches.close()
-            break
+        if step in plan.hold_steps:
+            io.hold(step)
+    if batches is not None:
+        batches.close()
 
     final_report: dict = {"step": step}
     final = validate(final_report, final=True)
+    if health is not None:  # the final pass is checked too (a rollback is no longer possible: events only)
+        health.baseline = validation.baseline
+        for event in health.check_validation(step, final)[1]:
+            record(event)
     if rank == 0:
         _write_metrics(metrics_path, records)
     io.report(final_report, None)

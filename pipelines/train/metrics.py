@@ -45,32 +45,43 @@ class MetricsWindow:
 
     def reset(self) -> None:
         self.pending: list[PendingMetrics] = []
+        self.applied: list[bool] = []
         self.widths: list[float] = []
         self.started = time.perf_counter()
 
-    def add(self, metrics: PendingMetrics, mean_width: float) -> None:
-        """A step's metrics, read from the device only when the window is summarised."""
+    def add(self, metrics: PendingMetrics, mean_width: float, applied: bool = True) -> None:
+        """A step's metrics, read from the device only when the window is summarised. A step that
+        training health skipped counts in the throughput, not in the losses and accuracies."""
         self.pending.append(metrics)
+        self.applied.append(applied)
         self.widths.append(mean_width)
 
     def summary(self, step: int, device: torch.device) -> dict:
-        steps: list[StepMetrics] = [m.get() for m in self.pending]  # waits for the window's last step
+        every: list[StepMetrics] = [m.get() for m in self.pending]  # waits for the window's last step
         seconds = time.perf_counter() - self.started
+        steps = [m for m, applied in zip(every, self.applied) if applied]
         n = len(steps)
-        tokens = sum(m.tokens for m in steps)
-        sequences = sum(m.sequences for m in steps)
-        last = steps[-1]
-        masked_share = sum(m.mlm_weight for m in steps) / max(tokens, 1)
-        flops_per_token = training_flops_per_token(self.config, round(sum(self.widths) / n), min(1.0, masked_share))
+        tokens = sum(m.tokens for m in every)
+        sequences = sum(m.sequences for m in every)
+        last = every[-1]
+        masked_share = sum(m.mlm_weight for m in every) / max(tokens, 1)
+        flops_per_token = training_flops_per_token(
+            self.config, round(sum(self.widths) / len(every)), min(1.0, masked_share)
+        )
         tokens_per_s = tokens / seconds
+
+        def mean(key: str) -> float | None:
+            return sum(getattr(m, key) for m in steps) / n if n else None
+
         return {
             "step": step,
             "lr": last.lr,
-            "mlm_loss": sum(m.mlm_loss for m in steps) / n,
-            "mlm_accuracy": sum(m.mlm_accuracy for m in steps) / n,
-            "sop_loss": sum(m.sop_loss for m in steps) / n,
-            "sop_accuracy": sum(m.sop_accuracy for m in steps) / n,
-            "grad_norm": last.grad_norm,
+            "mlm_loss": mean("mlm_loss"),
+            "mlm_accuracy": mean("mlm_accuracy"),
+            "sop_loss": mean("sop_loss"),
+            "sop_accuracy": mean("sop_accuracy"),
+            "skipped_steps": len(every) - n,
+            "grad_norm": steps[-1].grad_norm if n else None,
             "tokens_per_s": tokens_per_s,
             "sequences_per_s": sequences / seconds,
             "mfu": mfu(tokens_per_s, flops_per_token, self.peak * self.world_size) if self.peak else None,
@@ -113,8 +124,15 @@ def progress_line(record: dict, max_steps: int, elapsed: float) -> str:
     step = record["step"]
     eta = elapsed / max(step, 1) * (max_steps - step)
     mfu_text = f" mfu {record['mfu']:.1%}" if record.get("mfu") is not None else ""
+    skipped = record.get("skipped_steps", 0)
+    if record["mlm_loss"] is None:
+        losses = f"every step skipped ({skipped})"
+    else:
+        losses = (
+            f"loss {record['mlm_loss'] + record['sop_loss']:.3f} mlm_acc {record['mlm_accuracy']:.3f} "
+            f"sop_acc {record['sop_accuracy']:.3f}" + (f" skipped {skipped}" if skipped else "")
+        )
     return (
-        f"step {step}/{max_steps} ({step / max_steps:.0%}) loss {record['mlm_loss'] + record['sop_loss']:.3f} "
-        f"mlm_acc {record['mlm_accuracy']:.3f} sop_acc {record['sop_accuracy']:.3f} lr {record['lr']:.2e} "
+        f"step {step}/{max_steps} ({step / max_steps:.0%}) {losses} lr {record['lr']:.2e} "
         f"{record['tokens_per_s']:,.0f} tok/s{mfu_text} mem {record['peak_memory_gb']:.2f} GB eta {eta / 60:.1f} min"
     )

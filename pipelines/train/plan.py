@@ -49,6 +49,15 @@ class PretrainPlan:
     """The vocabulary, copied into the export (None: an export without a tokenizer)."""
     fault_step: int = 0
     """Test-only: the last worker exits hard after this step, once per run."""
+    hold_steps: tuple[int, ...] = ()
+    """Test-only: every worker waits after these steps, once per run, for the test to stop its group."""
+    nan_steps: tuple[int, ...] = ()
+    """Test-only: the last worker's loss at these steps is NaN (once per step per process)."""
+    spike_steps: tuple[int, ...] = ()
+    """Test-only: the last worker's loss at these steps is 100 times larger (once per step per process)."""
+    skip_steps: tuple[int, ...] = ()
+    """Steps whose global batch is skipped (no update; the schedule and the data move on): the tests'
+    run that skips a batch by construction."""
     initial_checkpoint: str | None = None
     """The complete output's checkpoint that a raised train.max_steps continues from."""
 
@@ -78,8 +87,34 @@ def check_schema(split_dir: str, dynamic: bool) -> None:
             )
 
 
-def plan_pretraining(config: Config, out_dir: str, cluster_gpus: int, fault_step: int = 0) -> PretrainPlan:
-    """Every up-front check, before any worker starts; returns what the workers need."""
+def resolve_gpu(setting: bool | str, min_workers: int, gpus_now: int, gpus_max: int | None) -> bool:
+    """Whether to train on GPUs. `gpus_max`: the most the cluster can have (None: an autoscaler that
+    does not say, as the cluster launcher's). auto means GPUs when the cluster has or can have any
+    (not "enough": that would make the worker count, a setting, decide the precision of a run); a
+    GPU cluster that scales from zero and does not say so needs train.use_gpu=true."""
+    can_have = gpus_now if gpus_max is None else max(gpus_now, gpus_max)
+    use_gpu = setting if isinstance(setting, bool) else can_have > 0
+    if setting == "auto" and not use_gpu and gpus_max is None:
+        print(
+            "pretrain: train.use_gpu=auto found no GPU in the cluster, and its autoscaler does not say "
+            "whether it can add any: training on CPUs (set train.use_gpu=true for GPU nodes that start from zero)",
+            flush=True,
+        )
+    if not use_gpu or can_have >= min_workers:
+        return use_gpu
+    if gpus_max is None:  # the autoscaler may add them; Ray Train asks it for them and waits
+        print(f"pretrain: {gpus_now} GPUs now, waiting for the autoscaler to add {min_workers - gpus_now}", flush=True)
+        return use_gpu
+    upper = f" (at most {gpus_max} with autoscaling)" if gpus_max != gpus_now else ""
+    raise BadInput(
+        f"train.use_gpu={str(setting).lower()} with train.num_workers={min_workers} at least, but the cluster has "
+        f"{gpus_now} GPUs{upper}" + ("; set train.use_gpu=false to train on CPUs" if setting == "auto" else "")
+    )
+
+
+def plan_pretraining(config: Config, out_dir: str, gpus: tuple[int, int | None], fault_step: int = 0) -> PretrainPlan:
+    """Every up-front check, before any worker starts; returns what the workers need. `gpus`: the
+    cluster's GPUs now and the most it can have (`resolve_gpu`)."""
     data, data_dir = read_manifest(config, "data"), stage_dir(config, "data")
     if data is None:
         raise MissingInput(
@@ -120,21 +155,13 @@ def plan_pretraining(config: Config, out_dir: str, cluster_gpus: int, fault_step
             f"train.global_batch_size={train.global_batch_size} exceeds the {n_train} training "
             f"examples in {data_dir}: not one full batch"
         )
-    if n_validation < train.micro_batch * train.num_workers:
+    eval_batch = max(train.micro_batch(w) * w for w in train.worker_counts)
+    if n_validation < eval_batch:
         raise BadInput(
             f"{data_dir}: {n_validation} validation examples, fewer than one evaluation batch "
-            f"(train.num_workers x micro batch = {train.micro_batch * train.num_workers}); "
-            "raise data.validation_fraction"
+            f"(workers x micro batch = {eval_batch}); raise data.validation_fraction"
         )
-    # auto: GPUs when the cluster has any (not "when it has enough": that would make the worker
-    # count, a setting, decide the precision of a run)
-    use_gpu = train.use_gpu if isinstance(train.use_gpu, bool) else cluster_gpus > 0
-    if use_gpu and cluster_gpus < train.num_workers:
-        raise BadInput(
-            f"train.use_gpu={str(train.use_gpu).lower()} with train.num_workers={train.num_workers}, but "
-            f"the cluster has {cluster_gpus} GPUs"
-            + ("; set train.use_gpu=false to train on CPUs" if train.use_gpu == "auto" else "")
-        )
+    use_gpu = resolve_gpu(train.use_gpu, train.min_workers, *gpus)
     masking = (
         MaskingSpec(
             written["masked_lm_prob"], written["max_predictions_per_seq"], written["ngram"], vocab["vocab_size"]
@@ -247,6 +274,7 @@ __all__ = [
     "continuation",
     "manifest_fields",
     "plan_pretraining",
+    "resolve_gpu",
     "read_metrics",
     "segments",
 ]

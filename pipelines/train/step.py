@@ -10,6 +10,7 @@ while the device runs this one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -88,8 +89,15 @@ def train_step(
     scheduler,
     micro_batches: list[dict[str, torch.Tensor | None]],
     max_grad_norm: float,
+    check: Callable[[StepMetrics], bool] | None = None,
+    loss_factor: float | None = None,
 ) -> PendingMetrics:
-    """Micro-batches on the model's device; `attention_mask` None means no padding."""
+    """Micro-batches on the model's device; `attention_mask` None means no padding.
+
+    `check` (training health) reads the step's metrics before the update (the one host read of a
+    step; they are all-reduced, so every rank decides alike) and says whether to apply it: when it
+    says no, the gradients are dropped, the optimizer does not step and the schedule moves on.
+    `loss_factor` (tests only) multiplies this rank's loss, to inject a NaN or a spike."""
     world = world_size()
     totals = all_reduce_sum(torch.stack([_counts(mb) for mb in micro_batches]).sum(0))
     mlm_weight, sequences = totals[0].float() + 1e-5, totals[1].float()
@@ -100,14 +108,19 @@ def train_step(
         s = pretraining_sums(
             out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb["sentence_order_label"]
         )
-        loss = s.mlm_ce / mlm_weight + s.sop_ce / sequences
+        mlm_ce, sop_ce = s.mlm_ce, s.sop_ce
+        if loss_factor is not None:
+            mlm_ce, sop_ce = mlm_ce * loss_factor, sop_ce * loss_factor
+        loss = mlm_ce / mlm_weight + sop_ce / sequences
         # FSDP averages gradients over ranks; the global normalisers above already did.
         (loss * world).backward()
-        sums.append(torch.stack([s.mlm_ce.detach(), s.sop_ce.detach(), s.mlm_correct, s.sop_correct]).double())
+        sums.append(torch.stack([mlm_ce.detach(), sop_ce.detach(), s.mlm_correct, s.sop_correct]).double())
     grad_norm = clip_gradients(model.parameters(), max_grad_norm)
     lr = optimizer.param_groups[0]["lr"]
-    optimizer.step()
+    summed = all_reduce_sum(torch.stack(sums).sum(0))
+    pending = PendingMetrics(torch.cat([summed, totals, grad_norm.detach().double().reshape(1)]), lr)
+    if check is None or check(pending.get()):
+        optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    summed = all_reduce_sum(torch.stack(sums).sum(0))
-    return PendingMetrics(torch.cat([summed, totals, grad_norm.detach().double().reshape(1)]), lr)
+    return pending

@@ -300,13 +300,32 @@ def test_batch_arithmetic():
     train = load_config(
         overrides=["train.num_workers=2", "train.global_batch_size=16", "train.micro_batch_size=4"]
     ).train
-    assert (train.micro_batch, train.accumulation_steps) == (4, 2)
-    assert TrainSection(num_workers=4, global_batch_size=4096).micro_batch == 1024
+    assert (train.micro_batch(2), train.accumulation_steps(2)) == (4, 2)
+    assert TrainSection(num_workers=4, global_batch_size=4096).micro_batch(4) == 1024
     with pytest.raises(
         ValueError,
-        match=r"train.global_batch_size=12: must be a multiple of train.num_workers=2 x "
-        r"train.micro_batch_size=4",
+        match=r"train.global_batch_size=12: must be a multiple of the worker count x train.micro_batch_size=4 .* "
+        r"not for 2 worker\(s\)",
     ):
         TrainSection(num_workers=2, global_batch_size=12, micro_batch_size=4)
     with pytest.raises(ValueError, match="train.global_batch_size=7"):
         TrainSection(num_workers=2, global_batch_size=7)
+
+
+def test_elastic_worker_range_splits_every_global_batch_evenly():
+    train = load_config(overrides=["train.num_workers=[1, 2]", "train.global_batch_size=8"]).train
+    assert (train.elastic, train.min_workers, train.max_workers, list(train.worker_counts)) == (True, 1, 2, [1, 2])
+    # without micro_batch_size each count splits the batch itself; with it, the accumulation follows the count
+    assert [(train.micro_batch(w), train.accumulation_steps(w)) for w in (1, 2)] == [(8, 1), (4, 1)]
+    micro = TrainSection(num_workers=[1, 2], global_batch_size=8, micro_batch_size=2)
+    assert [(micro.micro_batch(w), micro.accumulation_steps(w)) for w in (1, 2)] == [(2, 4), (2, 2)]
+    assert not TrainSection(num_workers=[2, 2], global_batch_size=8).elastic
+    with pytest.raises(ValueError, match=r"train.num_workers=\[1, 4\] allows; not for 3 worker\(s\)"):
+        TrainSection(num_workers=[1, 4], global_batch_size=8)  # 8 sequences do not split over 3 workers
+    with pytest.raises(ValueError, match=r"not for 3, 4, 6 worker\(s\)"):
+        TrainSection(num_workers=[2, 6], global_batch_size=20, micro_batch_size=2)
+    within = "\\[min, max\\] with 1 <= min <= max"
+    bad_ranges = (([2, 1], within), ([0, 2], within), ([1, 2, 3], "a count or \\[min, max\\]"))
+    for bad, why in bad_ranges:
+        with pytest.raises(ValueError, match=f"train.num_workers={re.escape(str(bad))}: must be {why}"):
+            TrainSection(num_workers=bad, global_batch_size=8)

@@ -5,6 +5,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -275,6 +276,17 @@ def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submis
 
 
 @pytest.mark.slow
+def test_the_job_log_says_each_pretraining_line_once(resumed_submission):
+    """Issue #17, acceptance 5: each progress and validation line of pretraining once, with the stage's
+    name, and none of Ray Train's report dicts (they stay in its own log files)."""
+    rc, output = resumed_submission
+    assert rc == 0
+    ours = [line for line in output.splitlines() if re.search(r"pretrain: step \d+", line)]
+    assert any("validation: mlm_acc" in line for line in ours) and any("/" in line for line in ours), output[-3000:]
+    assert [line for line, n in Counter(ours).items() if n > 1] == []
+    assert "TrainingReport(" not in output
+
+
 def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_submissions, job_run_dir):
     (rc, output), (second_rc, second_output), holder = concurrent_submissions
     assert holder["job"].startswith("raysubmit_") and f"Job '{holder['job']}'" in output

@@ -50,6 +50,11 @@ def test_tiny_preset_learns_masked_lm(pretrained_run):
     assert last["mlm_accuracy"] >= 0.11, curve
     assert last["mlm_accuracy"] >= first["mlm_accuracy"] + 0.02, curve
     assert last["mlm_loss"] <= first["mlm_loss"] - 0.25, curve
+    # issue #17, acceptance 4: the recipe leaves the plateau, so no warning (checked at step 1,500:
+    # warm-up 100 + train.health.plateau_after_steps 1,000, at the next validation pass)
+    health = [r for r in lines if r.get("event") not in (None, "started")]
+    assert not [r for r in health if r["event"] == "plateau"], health
+    assert [r["event"] for r in health] in ([], ["note"]), health  # the note: SOP still at chance, as expected
 
 
 def test_pretraining_beats_random_initialisation_on_bbc(pretrained_run, tmp_path):

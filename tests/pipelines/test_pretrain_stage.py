@@ -170,7 +170,7 @@ def test_a_run_killed_on_two_workers_resumes_on_one(prepared, one_worker, tmp_pa
     run_pretrain(configure(run_dir, "train.num_workers=1"))
     assert "pretrain: resuming the unfinished run in" in capsys.readouterr().out
     events = [(e["event"], e["step"], e["num_workers"]) for e in metrics(run_dir) if e.get("event")]
-    assert events == [("started", 0, 2), ("resumed", 2, 1)]
+    assert events == [("started", 0, 2), ("resized", 2, 1)]
     assert_same_weights(final_weights(run_dir), final_weights(one_worker))
 
     manifest = Path(run_dir, "pretrain", "manifest.json")
@@ -290,7 +290,7 @@ def test_clear_errors_before_any_worker_starts(prepared, tmp_path):
         run_pretrain(configure(few, "train.global_batch_size=2048"))
 
     gpu = fresh_run(prepared, tmp_path, "gpu")
-    with pytest.raises(ValueError, match="train.use_gpu=true with train.num_workers=1, but the cluster has 0 GPUs"):
+    with pytest.raises(ValueError, match="use_gpu=true with train.num_workers=1 at least, but the cluster has 0 GPUs$"):
         run_pretrain(configure(gpu, "train.use_gpu=true"))
 
     vocab = fresh_run(prepared, tmp_path, "vocab")

@@ -1,5 +1,6 @@
 """Regenerates kuberay-v1.7.0.schema.json: KubeRay's ray.io/v1 RayCluster and RayJob fields plus
-the Kubernetes types they embed, without descriptions. Provenance: README.md beside this file.
+the Kubernetes types they embed and the NetworkPolicy kind, without descriptions. Provenance:
+README.md beside this file.
 
     python tests/cluster/schemas/build_kuberay_schema.py PATH/TO/v1.34.0-local-strict/_definitions.json
 """
@@ -174,6 +175,8 @@ KUBERAY = {
         suspend=BOOL,
     ),
 }
+# Plain Kubernetes kinds the manifests also hold (the NetworkPolicy beside each cluster), by kind.
+KUBERAY["NetworkPolicy"] = ref("io.k8s.api.networking.v1.NetworkPolicy")
 for name in ("RayClusterSpec", "HeadGroupSpec", "WorkerGroupSpec"):
     KUBERAY[name]["required"] = {
         "RayClusterSpec": ["headGroupSpec"],

@@ -9,13 +9,13 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from albert_model import AlbertConfig, AlbertForPreTraining
+from bench.synthetic_rows import static_rows
 from pipelines.train.batching import collate
 from pipelines.train.lamb import Lamb, parameter_groups
 from pipelines.train.loader import to_device
 from pipelines.train.parallel import apply_compile, apply_fsdp
 from pipelines.train.schedule import build_scheduler
 from pipelines.train.step import train_step
-from tests.pipelines.train.rows import static_rows
 
 pytestmark = pytest.mark.gpu
 

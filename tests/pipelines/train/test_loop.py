@@ -4,6 +4,7 @@ after its step-2 checkpoint on two processes resumes on one to the same paramete
 stopped on one process resumes on two."""
 
 import dataclasses
+import json
 import os
 import shutil
 from contextlib import contextmanager
@@ -79,10 +80,14 @@ class PlainIO:
         return reader.epoch(epoch, first_batch)
 
     def validation_batches(self):
-        size = self.plan.train.micro_batch * self.world
+        size = self.plan.train.micro_batch(self.world) * self.world
         return [VALIDATION.slice(i, size) for i in range(0, len(VALIDATION) - size + 1, size)]
 
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
+        if "event" in metrics:  # training health's events, as each rank reported them
+            self.checkpoints.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.checkpoints.parent / f"events_rank{dist.get_rank()}.jsonl", "a") as f:
+                f.write(json.dumps(metrics) + "\n")
         if checkpoint_dir:  # every rank adds its files to the step's folder, as Ray Train uploads them
             target = self.checkpoints / f"step_{metrics['step']:06d}"
             target.mkdir(parents=True, exist_ok=True)
@@ -122,16 +127,18 @@ def make_plan(out_dir: Path, data_dir: Path, world: int, **train) -> PretrainPla
         max_position_embeddings=64,
     )
     section = TrainSection(
-        num_workers=world,
-        global_batch_size=8,
-        max_steps=6,  # 4 batches per epoch: a resume at step 2 is mid-epoch, and the run crosses into epoch 1
-        lr=0.01,
-        warmup_steps=1,
-        checkpoint_every=2,
-        log_every=1,
-        eval_every=100,
-        eval_max_sequences=8,
-        **train,
+        **{
+            "num_workers": world,
+            "global_batch_size": 8,
+            "max_steps": 6,  # 4 batches per epoch: a resume at step 2 is mid-epoch, and the run crosses into epoch 1
+            "lr": 0.01,
+            "warmup_steps": 1,
+            "checkpoint_every": 2,
+            "log_every": 1,
+            "eval_every": 100,
+            "eval_max_sequences": 8,
+            **train,
+        }
     )
     return PretrainPlan(
         albert=albert,
@@ -150,17 +157,25 @@ def make_plan(out_dir: Path, data_dir: Path, world: int, **train) -> PretrainPla
 
 
 def run(
-    tmp_path: Path, name: str, world: int, stop_after: int | None = None, out: str | None = None, **train
+    tmp_path: Path,
+    name: str,
+    world: int,
+    stop_after: int | None = None,
+    out: str | None = None,
+    plan_fields: dict | None = None,
+    target=None,
+    **train,
 ) -> dict[str, torch.Tensor]:
-    """The loop on `world` processes; the exported weights (None when stopped early)."""
+    """The loop on `world` processes (`target`: a wrapper of _process); the exported weights (None
+    when stopped early). `plan_fields` replace the plan's (the test-only injections)."""
     out_dir, data_dir = tmp_path / (out or name), tmp_path / "data"
     if not data_dir.exists():  # the training split as the data stage writes it: row groups of 4 rows
         (data_dir / "train").mkdir(parents=True)
         pq.write_table(TRAIN.slice(0, 20), data_dir / "train" / "part-00000-000.parquet", row_group_size=4)
         pq.write_table(TRAIN.slice(20), data_dir / "train" / "part-00001-000.parquet", row_group_size=4)
-    plan = make_plan(out_dir, data_dir, world, **train)
+    plan = dataclasses.replace(make_plan(out_dir, data_dir, world, **train), **(plan_fields or {}))
     store = tmp_path / f"{name}.store"
-    mp.spawn(_process, args=(world, plan, str(out_dir / "checkpoints"), stop_after, str(store)), nprocs=world)
+    mp.spawn(target or _process, args=(world, plan, str(out_dir / "checkpoints"), stop_after, str(store)), nprocs=world)
     weights = out_dir / "hf" / "model.safetensors"
     return load_file(str(weights)) if weights.exists() else None
 
@@ -185,12 +200,10 @@ def test_a_run_stopped_on_two_processes_resumes_on_one(one_process, tmp_path):
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step_000002"]
     resumed = run(tmp_path, "second", 1, out="run")
     assert_close(resumed, one_process)
-    import json
-
     events = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(e["event"], e["step"], e["num_workers"]) for e in events if "event" in e] == [
         ("started", 0, 2),
-        ("resumed", 2, 1),
+        ("resized", 2, 1),
     ]
     assert [e["step"] for e in events if "event" not in e and "split" not in e] == [1, 2, 3, 4, 5, 6]
 

@@ -1,4 +1,4 @@
-"""Synthetic example rows in the data stage's schema (static masks), for the step's tests."""
+"""Synthetic example rows in the data stage's schema (static masks): the step's tests and bench/health_overhead.py."""
 
 import numpy as np
 
