@@ -26,7 +26,10 @@ import yaml
 
 from pipelines.local_cluster import LocalHead, head_temp_dir, pick_ports, start_head
 
+from .checks import ray_start_env
+
 REPO = Path(__file__).resolve().parents[2]
+SCORER_ENV = "RAY_AUTOSCALER_UTILIZATION_SCORER"
 LAUNCHER = REPO / "cluster" / "aws.yaml"
 FAKE_HEAD_TYPE = "ray.head.default"  # the fake provider's name for the head's type
 # The local cluster's clock, faster than a cloud's: Ray notices a lost node in ~2 s (not ~30: its
@@ -107,6 +110,9 @@ def start_autoscaling_head(state_dir: Path, env: dict[str, str], launcher: dict 
     launch_gate = str(state_dir / "no-capacity")
     config.write_text(json.dumps(fake_cluster_config(launcher, gcs, head_temp_dir(state_dir), launch_gate), indent=2))
     head_resources = launcher["available_node_types"][launcher["head_node_type"]]["resources"]
+    # the node-type scorer the launcher's head runs its autoscaler with (spot first, then on demand)
+    (command,) = [c for c in launcher["head_start_ray_commands"] if "ray start" in c]
+    scorer = {k: v for k, v in ray_start_env(command).items() if k == SCORER_ENV}
     return start_head(
         state_dir,
         num_cpus=int(head_resources.get("CPU", 0)),
@@ -115,7 +121,9 @@ def start_autoscaling_head(state_dir: Path, env: dict[str, str], launcher: dict 
             "RAY_FAKE_CLUSTER": "1",
             "AUTOSCALER_UPDATE_INTERVAL_S": "1",
             "RAY_prestart_worker_first_driver": "0",
-            "PYTHONPATH": str(REPO),  # the autoscaler imports the provider from tests/cluster
+            # the autoscaler imports the provider from tests/cluster and the scorer from cluster/
+            "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'cluster'}",
+            **scorer,
             **FAST_CLOCK,
             **env,
         },
@@ -123,20 +131,15 @@ def start_autoscaling_head(state_dir: Path, env: dict[str, str], launcher: dict 
     )
 
 
-def dashboard(head: LocalHead, path: str, tries: int = 5):
-    """GET a path of the head's dashboard API with its token; the decoded JSON. A server error is
-    retried: Ray 2.60's cluster-events listing iterates the event dicts in a thread while new events
-    are added to them (`_list_cluster_events_impl` in ray/dashboard/modules/event/event_head.py),
-    and answers 500 when a node event lands meanwhile."""
+def dashboard(head: LocalHead, path: str):
+    """GET a path of the head's dashboard API with its token; the decoded JSON (an error names the
+    path and carries the server's answer)."""
     request = urllib.request.Request(f"{head.dashboard_url}{path}", headers={"Authorization": f"Bearer {head.token}"})
-    for attempt in range(tries):
-        try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                return json.load(response)
-        except urllib.error.HTTPError as error:
-            if error.code < 500 or attempt == tries - 1:
-                raise AssertionError(f"{path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
-            time.sleep(1)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as error:
+        raise AssertionError(f"{path}: HTTP {error.code}: {error.read()[:2000]!r}") from error
 
 
 def train_runs(head: LocalHead) -> list[dict]:
@@ -174,8 +177,13 @@ def worker_nodes(head: LocalHead, alive: bool = True) -> list[dict]:
 
 
 def autoscaler_events(head: LocalHead) -> list[str]:
-    """The autoscaler's cluster events ("Adding 1 node(s) of type cpu_worker.", "Removing ...")."""
-    return [e["message"] for e in state(head, "cluster_events") if e["source_type"] == "AUTOSCALER"]
+    """The autoscaler's cluster events ("Adding 1 node(s) of type cpu_worker.", "Removing ..."), as
+    the head's event log has them: the dashboard's cluster-events listing of Ray 2.60 fails (HTTP 500)
+    once the autoscaler's events (string timestamps) sit beside other sources' (integer timestamps),
+    `result.sort(key=lambda entry: entry["timestamp"])` in ray/dashboard/modules/event/event_head.py."""
+    path = Path(head.temp_dir, "session_latest", "logs", "events", "event_AUTOSCALER.log")
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line)["message"] for line in lines if line.strip()]
 
 
 def _processes() -> dict[int, tuple[int, list[str]]]:

@@ -106,7 +106,9 @@ def test_the_dag_runs_on_nodes_the_autoscaler_starts_for_it(cluster, dag_run):
     for path in ("vocab/spiece.model", "data/manifest.json", "pretrain/hf/model.safetensors", "report/report.md"):
         assert exists(f"s3://{BUCKET}/dag/{path}"), path
     added = [e for e in autoscaler_events(head) if e.startswith("Adding")]
-    assert added and all("of type cpu_worker" in e for e in added), autoscaler_events(head)
+    # the spot type first (cluster/spot_fallback.py's scorer, which the head's autoscaler runs with)
+    assert added and "of type cpu_worker_spot" in added[0], autoscaler_events(head)
+    assert all("of type cpu_worker" in e for e in added), autoscaler_events(head)
     assert worker_nodes(head), "the nodes started for the DAG are still there (idle, before the timeout)"
     # the launcher's (v1) autoscaler does not say whether it can add GPU nodes: auto trains on CPUs, and says so
     assert "train.use_gpu=auto found no GPU in the cluster, and its autoscaler does not say" in output

@@ -168,7 +168,25 @@ def synthetic_run(run_dir: str, with_finetune: bool = True):
         }
         for s in (1, 2, 3)
     ] + [
-        {"split": "validation", "step": 3, "mlm_loss": 2.5, "mlm_accuracy": 0.3, "sop_loss": 0.69, "sop_accuracy": 0.55}
+        {
+            "split": "validation",
+            "step": 3,
+            "mlm_loss": 2.5,
+            "mlm_accuracy": 0.3,
+            "sop_loss": 0.69,
+            "sop_accuracy": 0.55,
+        },
+        # training health's lines (pipelines/train/health.py): a skipped step and the rollback it led to
+        {"event": "skipped", "step": 2, "reason": "non-finite loss", "loss": "nan", "grad_norm": "nan", "in_a_row": 1},
+        {
+            "event": "rollback",
+            "step": 2,
+            "to_step": 1,
+            "reason": "non-finite loss",
+            "rollbacks": 1,
+            "lr_scale": 0.5,
+            "skip_steps": [],
+        },
     ]
     write_text(join(run_dir, "pretrain", "metrics.jsonl"), "".join(json.dumps(m) + "\n" for m in metrics))
     write_json(join(run_dir, "pretrain", "eval.json"), {"mlm_loss": 2.5, "mlm_accuracy": 0.3, "sequences": 3})
@@ -204,6 +222,7 @@ def check_report(config):
         "## Data",
         "## Pretraining",
         "## Layer transitions (the ALBERT paper's Figure 1)",
+        "## Training health",
         "## Fine-tuning search",
         "## Cost per stage",
         "## Configuration",
@@ -212,6 +231,11 @@ def check_report(config):
     assert "![Pretraining curves](pretraining_curves.png)" in text
     assert "![L2 distance and cosine similarity per layer](layer_transitions.png)" in text
     assert "| train | 30 | 180 | 6 |" in text
+    assert "Events (1 skipped, 1 rollback; vertical lines on the curves)" in text
+    assert (
+        "| 2 | rollback | step 2 rollback 1 (non-finite loss) to the checkpoint of step 1; lr now x0.5 of train.lr |"
+        in text
+    )
     assert "| t1 | 0.0003 | 0.9 |" in text and "| metrics.accuracy | 0.9 |" in text
     assert "| pretrain | 12 | – | – | ran outside the DAG |" in text
     for png in ("pretraining_curves.png", "layer_transitions.png"):
