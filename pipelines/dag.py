@@ -15,6 +15,7 @@ resumes where the last one stopped.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -204,13 +205,18 @@ def run_dag(config: Config, selected: Sequence[str], forced: set[str], owner: st
         previous = task.options(name=f"stage:{name}").remote(name, config, force, owner, *after)
         refs.append((name, previous))
     results = []
-    for name, ref in refs:
+    for index, (name, ref) in enumerate(refs):
         try:
             result = ray.get(ref)
         except ray.exceptions.RayTaskError as e:
             cause = e.cause if e.cause is not None else e
             if find_user_error(cause) is None:
                 print(str(e), file=sys.stderr, flush=True)
+            for _, later in refs[index + 1 :]:
+                # the later stages fail at once (their input did): taking their errors marks them
+                # handled, or Ray would print the same traceback again as an "Unhandled error"
+                with contextlib.suppress(Exception):
+                    ray.get(later, timeout=60)
             raise StageFailed(name, cause) from None
         print(
             f"full_run: {name}: {'up to date, skipped' if result['skipped'] else 'done'} in "

@@ -256,6 +256,7 @@ def test_a_failing_stage_stops_the_dag_and_names_itself_last(failed_submission, 
     assert "BadInput: train.global_batch_size=100000 exceeds the" in dag_lines[-2]
     assert "outputs of the stages before pretrain are complete" in dag_lines[-1]
     assert stage_lines(output) == {"vocab": "done", "data": "done"}
+    assert "Unhandled error" not in output  # the later stages' errors are taken, not printed again
     assert set(manifests(job_run_dir)) == {"vocab", "data"}
 
 
