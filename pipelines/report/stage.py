@@ -43,12 +43,13 @@ FIGURE1_JSON = "layer_transitions.json"
 REPORT = "report.md"
 
 
-def read_metrics(path: str) -> tuple[list[dict], list[dict]]:
-    """metrics.jsonl as (training lines, validation lines)."""
+def read_metrics(path: str) -> tuple[list[dict], list[dict], list[dict]]:
+    """metrics.jsonl (read once) as (training lines, validation lines, training health's events)."""
     records = read_jsonl(path)
     return (
         [r for r in records if r.get("split", "train") == "train" and "event" not in r],
         [r for r in records if r.get("split") == "validation"],
+        [r for r in records if r.get("event") in HEALTH_EVENTS],
     )
 
 
@@ -113,8 +114,7 @@ def build_report(run: StageRun) -> dict:
     config = run.config
     manifests = {name: read_manifest(config, name) for name in STAGES if name != "report"}
     pretrain_dir = stage_dir(config, "pretrain")
-    train, validation = read_metrics(join(pretrain_dir, "metrics.jsonl"))
-    events = [r for r in read_jsonl(join(pretrain_dir, "metrics.jsonl")) if r.get("event") in HEALTH_EVENTS]
+    train, validation, events = read_metrics(join(pretrain_dir, "metrics.jsonl"))
     figures = []
     if train:
         write_bytes(run.path(CURVES_PNG), pretraining_curves(train, validation, events))

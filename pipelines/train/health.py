@@ -118,8 +118,6 @@ class HealthMonitor:
     rollbacks: int = 0
     best_accuracy: float | None = None
     plateau_checked: bool = False
-    baseline: float | None = None
-    """The unigram baseline of the validation masks, set by the loop after the first pass counts it."""
 
     def __post_init__(self) -> None:
         self.losses = deque(maxlen=self.health.spike_window)
@@ -161,8 +159,9 @@ class HealthMonitor:
         self.losses.append(loss)
         return "apply", None
 
-    def check_validation(self, step: int, result: dict) -> tuple[str, list[dict]]:
-        """("apply" | "rollback", the events) after the validation pass at `step`."""
+    def check_validation(self, step: int, result: dict, baseline: float | None) -> tuple[str, list[dict]]:
+        """("apply" | "rollback", the events) after the validation pass at `step`; `baseline`: the
+        unigram baseline of the validation masks (None: not counted, no plateau check)."""
         accuracy, events, action = result["mlm_accuracy"], [], "apply"
         if self.best_accuracy is not None and accuracy < (1 - self.health.validation_drop) * self.best_accuracy:
             policy = self.health.spike_policy
@@ -178,18 +177,18 @@ class HealthMonitor:
             action = "rollback" if policy == "rollback" else "apply"
         self.best_accuracy = max(accuracy, self.best_accuracy or accuracy)
         due = self.train.warmup_steps + self.health.plateau_after_steps
-        if not self.plateau_checked and step >= due and self.baseline is not None:
+        if not self.plateau_checked and step >= due and baseline is not None:
             self.plateau_checked = True
-            if accuracy <= self.baseline + self.health.plateau_margin:
+            if accuracy <= baseline + self.health.plateau_margin:
                 events.append(
                     {
                         "event": "plateau",
                         "step": step,
                         "mlm_accuracy": accuracy,
-                        "unigram_baseline": self.baseline,
+                        "unigram_baseline": baseline,
                         "message": (
                             f"validation MLM accuracy {accuracy:.3f} at step {step} is within "
-                            f"{self.health.plateau_margin} of the unigram baseline {self.baseline:.3f} (always the "
+                            f"{self.health.plateau_margin} of the unigram baseline {baseline:.3f} (always the "
                             f"most frequent masked token), {step - self.train.warmup_steps} steps after warm-up; usual "
                             "causes for this config: " + "; ".join(plateau_causes(self.train))
                         ),

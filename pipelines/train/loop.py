@@ -213,7 +213,9 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         return action == "apply"
 
     def roll_back(event: dict) -> int:
-        """Back to the latest checkpoint's state (its step); the events say what happened."""
+        """Back to the latest checkpoint's state, the batches read again from its step on; returns
+        that step. The events say what happened."""
+        nonlocal batches
         factor = health.rolled_back(event)
         restore_snapshot(snapshot, model, optimizer, scheduler)
         if factor != 1.0:
@@ -231,6 +233,8 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
             }
         )
         window.reset()
+        batches.close()
+        batches = batches_from(snapshot.step)
         return snapshot.step
 
     def validate(report: dict, final: bool = False) -> dict:
@@ -264,8 +268,6 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
             record(trouble)
         if action == "rollback":
             step = roll_back(trouble)
-            batches.close()
-            batches = batches_from(step)
             continue
         window.add(pending, width, applied=action == "apply")
         last = step == train.max_steps
@@ -281,14 +283,11 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         if step % train.eval_every == 0 and not last:  # the final pass follows the loop
             result = validate(report)
             if health is not None:
-                health.baseline = validation.baseline
-                verdict, events = health.check_validation(step, result)
+                verdict, events = health.check_validation(step, result, validation.baseline)
                 for event in events:
                     record(event)
                 if verdict == "rollback":
                     step = roll_back(events[0])
-                    batches.close()
-                    batches = batches_from(step)
                     continue
         if report and rank == 0:
             _write_metrics(metrics_path, records)
@@ -309,8 +308,7 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
     final_report: dict = {"step": step}
     final = validate(final_report, final=True)
     if health is not None:  # the final pass is checked too (a rollback is no longer possible: events only)
-        health.baseline = validation.baseline
-        for event in health.check_validation(step, final)[1]:
+        for event in health.check_validation(step, final, validation.baseline)[1]:
             record(event)
     if rank == 0:
         _write_metrics(metrics_path, records)

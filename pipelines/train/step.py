@@ -39,8 +39,16 @@ class PendingMetrics:
 
     def __init__(self, values: torch.Tensor, lr: float):
         self.values, self.lr = values, lr
+        self.read: StepMetrics | None = None
 
     def get(self) -> StepMetrics:
+        """The metrics, read from the device once (training health reads them before the update,
+        the metrics window again when it logs)."""
+        if self.read is None:
+            self.read = self._read()
+        return self.read
+
+    def _read(self) -> StepMetrics:
         mlm_ce, sop_ce, mlm_correct, sop_correct, mlm_weight, sequences, tokens, norm = self.values.tolist()
         mlm_loss, sop_loss = mlm_ce / (mlm_weight + 1e-5), sop_ce / sequences
         return StepMetrics(

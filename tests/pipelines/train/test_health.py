@@ -59,28 +59,28 @@ def test_no_spike_before_the_window_fills():
 
 def test_a_validation_collapse_follows_the_policy():
     m = monitor(spike_policy="rollback", validation_drop=0.5)
-    assert m.check_validation(100, {"mlm_accuracy": 0.45, "sop_loss": 0.5, "sop_accuracy": 0.8}) == ("apply", [])
-    action, events = m.check_validation(200, {"mlm_accuracy": 0.06, "sop_loss": 0.5, "sop_accuracy": 0.8})
+    assert m.check_validation(100, {"mlm_accuracy": 0.45, "sop_loss": 0.5, "sop_accuracy": 0.8}, None) == ("apply", [])
+    action, events = m.check_validation(200, {"mlm_accuracy": 0.06, "sop_loss": 0.5, "sop_accuracy": 0.8}, None)
     assert action == "rollback" and events[0]["event"] == "collapse" and events[0]["best_mlm_accuracy"] == 0.45
 
 
 def test_the_plateau_warning_names_the_numbers_and_the_causes():
     m = monitor(plateau_after_steps=100)
-    m.baseline = 0.069
+    baseline = 0.069
     result = {"mlm_accuracy": 0.071, "sop_loss": 0.693, "sop_accuracy": 0.5}
-    assert m.check_validation(100, result) == ("apply", [])  # before warm-up + plateau_after_steps
-    _, events = m.check_validation(110, result)
+    assert m.check_validation(100, result, baseline) == ("apply", [])  # before warm-up + plateau_after_steps
+    _, events = m.check_validation(110, result, baseline)
     assert [e["event"] for e in events] == ["plateau"]
     message = events[0]["message"]
     assert "0.071 at step 110" in message and "unigram baseline 0.069" in message
     assert "LAMB at a global batch of 64" in message and "lr 0.00176 is high for a batch of 64" in message
-    assert m.check_validation(120, result) == ("apply", [])  # said once
+    assert m.check_validation(120, result, baseline) == ("apply", [])  # said once
 
 
 def test_off_the_plateau_with_sop_at_chance_is_a_note_not_a_warning():
     m = monitor(plateau_after_steps=0)
-    m.baseline = 0.069
-    _, events = m.check_validation(10, {"mlm_accuracy": 0.13, "sop_loss": 0.6932, "sop_accuracy": 0.51})
+    baseline = 0.069
+    _, events = m.check_validation(10, {"mlm_accuracy": 0.13, "sop_loss": 0.6932, "sop_accuracy": 0.51}, baseline)
     assert [e["event"] for e in events] == ["note"] and "expected early" in events[0]["message"]
 
 
