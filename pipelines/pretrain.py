@@ -30,11 +30,11 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig
 from ray.train.torch import TorchTrainer
 
 from .cli import stage_main
-from .errors import BadInput
 from .lifecycle import StageRun, stage_runner
 from .ray_runtime import gpu_capacity, init_ray
 from .storage import arrow_filesystem, exists, join, path_inside, write_text
-from .train.input import SliceReader, ordered_batches
+from .train.input import ordered_batches
+from .train.loader import TrainSplit
 from .train.loop import StartPoint, pretrain_loop
 from .train.plan import PretrainPlan, check_resolved, continuation, manifest_fields, plan_pretraining
 
@@ -56,7 +56,6 @@ class RayTrainIO:
 
     def __init__(self, plan: PretrainPlan, rank: int, world: int):
         self.plan, self.rank, self.world = plan, rank, world
-        self.reader: SliceReader | None = None
 
     @contextlib.contextmanager
     def start_point(self) -> Iterator[StartPoint | None]:
@@ -70,17 +69,8 @@ class RayTrainIO:
         with checkpoint.as_directory() as directory:
             yield StartPoint(directory, checkpoint.path, event)
 
-    def train_shares(self, epoch: int, first_batch: int):
-        if self.reader is None:  # reads the split's parquet footers once
-            train = self.plan.train
-            split = join(self.plan.data_dir, "train")
-            self.reader = SliceReader(split, train.global_batch_size, self.rank, self.world, train.seed)
-            if self.reader.batches_per_epoch != self.plan.batches_per_epoch:
-                raise BadInput(
-                    f"{split} holds {self.reader.index.num_rows} rows, not the {self.plan.n_train} of its "
-                    "manifest.json: rerun the data stage"
-                )
-        return self.reader.epoch(epoch, first_batch)
+    def train_split(self) -> TrainSplit:
+        return TrainSplit(join(self.plan.data_dir, "train"), self.plan.train.seed)
 
     def validation_batches(self):
         batch = self.plan.train.micro_batch(self.world) * self.world

@@ -19,7 +19,9 @@ class HealthSection(Section):
     SECTION: ClassVar[str] = "train.health"
 
     enabled: bool = True
-    """Check every step (one host read of the step's loss and gradient norm) and every validation pass."""
+    """Check every step and every validation pass. Under spike_policy=warn a step is read one step late
+    (no wait for the device) and a non-finite one is skipped on the device; skip and rollback read each
+    step before its update (the host waits for the device once per step)."""
     max_skipped_in_a_row: int = 3
     """Non-finite steps (loss or gradient norm NaN/inf on any worker) skipped in a row before a rollback."""
     rollback_lr_factor: float = 0.5

@@ -192,6 +192,9 @@ class TrainSection(Section):
     """CPUs each training worker reserves (fractional leaves CPUs for Ray Data on small machines)."""
     torch_threads: int | None = None
     """Intra-op threads of each worker's torch; null = its whole reserved CPUs (Ray's OMP_NUM_THREADS)."""
+    loader_processes: int | None = None
+    """Processes per worker that read and collate the batches ahead of the step (0: a thread of the
+    worker; 1: a process of its own, off the GIL of the thread that drives the GPU); null = 1 on GPU, 0 on CPU."""
     global_batch_size: int = 4096
     """Sequences per optimizer step, summed over workers and accumulation steps."""
     micro_batch_size: int | None = None
@@ -246,6 +249,11 @@ class TrainSection(Section):
         self.require("use_gpu", isinstance(self.use_gpu, bool) or self.use_gpu == "auto", "must be true, false or auto")
         self.require("cpus_per_worker", self.cpus_per_worker > 0, "must be > 0")
         self.require("torch_threads", self.torch_threads is None or self.torch_threads >= 1, "must be >= 1 or null")
+        self.require(
+            "loader_processes",
+            self.loader_processes in (None, 0, 1),
+            "must be 0, 1 or null (one loader process at most: the steps' order is one stream)",
+        )
         self.require("global_batch_size", self.global_batch_size >= 1, "must be >= 1")
         self.require(
             "micro_batch_size", self.micro_batch_size is None or self.micro_batch_size >= 1, "must be >= 1 or null"

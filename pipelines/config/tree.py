@@ -23,6 +23,7 @@ SETTINGS: dict[str, str] = {
     "train.micro_batch_size": "accumulation computes the same update (tested within 1e-5)",
     "train.cpus_per_worker": "resources",
     "train.torch_threads": "threads",
+    "train.loader_processes": "the same batches, made in a thread or a process",
     "train.compile": "speed",
     "train.activation_checkpointing": "memory",
     "train.checkpoint_every": "checkpoint cadence",

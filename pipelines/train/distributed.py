@@ -44,18 +44,28 @@ def shard_groups(tensors: list[torch.Tensor]) -> list[dist.ProcessGroup | None]:
     return groups
 
 
+def sum_over_groups(rows: torch.Tensor, groups: list[dist.ProcessGroup | None]) -> torch.Tensor:
+    """Row i of `rows` summed over the ranks of groups[i] (None: kept), in place: one all-reduce per
+    process group, in order of first use (the same on every rank; a set's order is not)."""
+    for group in dict.fromkeys(groups):
+        if group is None:
+            continue
+        members = [i for i, g in enumerate(groups) if g is group]
+        if len(members) == len(groups):
+            dist.all_reduce(rows, group=group)
+        else:
+            summed = torch.stack([rows[i] for i in members])  # no index tensor copied from the host
+            dist.all_reduce(summed, group=group)
+            for i, row in zip(members, summed.unbind()):
+                rows[i].copy_(row)
+    return rows
+
+
 def full_norms(tensors: list[torch.Tensor], groups: list[dist.ProcessGroup | None]) -> torch.Tensor:
     """The L2 norm of each whole tensor, as one device vector: a multi-tensor norm of the local
     shards and one all-reduce of the squares per process group, nothing read back to the host."""
-    norms: list[torch.Tensor | None] = [None] * len(tensors)
-    for group in dict.fromkeys(groups):  # in order of first use, the same on every rank (a set's is not)
-        members = [i for i, g in enumerate(groups) if g is group]
-        squares = torch.stack(torch._foreach_norm([local_tensor(tensors[i]).float() for i in members])).pow(2)
-        if group is not None:
-            dist.all_reduce(squares, group=group)
-        for i, norm in zip(members, squares.sqrt().unbind()):
-            norms[i] = norm
-    return torch.stack(norms)
+    squares = torch.stack(torch._foreach_norm([local_tensor(t).float() for t in tensors])).pow(2)
+    return sum_over_groups(squares, groups).sqrt()
 
 
-__all__ = ["all_reduce_sum", "full_norms", "local_tensor", "rank", "shard_groups", "world_size"]
+__all__ = ["all_reduce_sum", "full_norms", "local_tensor", "rank", "shard_groups", "sum_over_groups", "world_size"]

@@ -1,10 +1,16 @@
 """LAMB as in the ALBERT paper's code: Adam moments without bias correction, then a layer-wise trust
 ratio ||w|| / ||update||. Norms are of the full parameters even when FSDP2 shards them (DTensor).
 
-The step is multi-tensor (torch._foreach_*): a handful of kernels per parameter group instead of
-~10 per parameter tensor, the trust ratios stay on the device (no host sync), and the squared
-norms of every sharded parameter are summed over the mesh in one all-reduce. `foreach=False`
-keeps the per-tensor loop (the reference the tests and bench/gpu_suite.py compare it with).
+Three implementations of one step, the same arithmetic:
+- fused (CUDA, the default there): three Triton kernels per parameter group
+  (pipelines/train/fused_lamb.py), 40 bytes of memory traffic per parameter;
+- multi-tensor (torch._foreach_*, the default elsewhere): a dozen passes per group, the trust
+  ratios on the device, the squared norms of sharded parameters summed in one all-reduce;
+- per tensor (`foreach=False`): the reference the tests and bench/gpu_suite.py compare with.
+
+`step(apply=flag)` takes a one-element device tensor: 0 leaves parameters and moments as they were.
+The fused step decides that on the device (training health skips a non-finite step without a host
+read); the others read the flag on the host.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from collections.abc import Iterable
 import torch
 from torch.distributed.tensor import DTensor
 
-from .distributed import full_norms, local_tensor, shard_groups
+from . import fused_lamb
+from .distributed import full_norms, local_tensor, shard_groups, sum_over_groups
 
 # ALBERT excludes these from weight decay and from layer adaptation.
 NO_DECAY_MARKERS = ("LayerNorm", "layer_norm", "bias")
@@ -42,16 +49,22 @@ class Lamb(torch.optim.Optimizer):
         weight_decay: float = 0.01,
         adapt: bool = True,
         foreach: bool = True,
+        fused: bool | None = None,
     ):
+        """`fused`: the Triton step; None = where it can run (CUDA, fp32 contiguous tensors)."""
         if lr < 0 or eps <= 0 or not 0 <= betas[0] < 1 or not 0 <= betas[1] < 1:
             raise ValueError(f"Lamb: bad hyperparameters lr={lr}, betas={betas}, eps={eps}")
         defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, adapt=adapt, foreach=foreach)
         super().__init__(params, defaults)
+        self.fused = fused
+        self._layouts: dict[int, dict] = {}  # per group: the fused step's block table
 
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, apply: torch.Tensor | None = None):
+        """One step; with `apply` (a one-element device tensor), only where it is nonzero."""
         loss = closure() if closure is not None else None
-        for group in self.param_groups:
+        groups = []
+        for index, group in enumerate(self.param_groups):
             params = [p for p in group["params"] if p.grad is not None]
             for p in params:
                 state = self.state[p]
@@ -59,8 +72,47 @@ class Lamb(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p)
                     state["exp_avg_sq"] = torch.zeros_like(p)
             if params:
+                groups.append((index, group, params))
+        fused = [self._fusable(params) for _, _, params in groups]
+        if apply is not None and not all(fused) and not bool(apply.item()):
+            return loss  # a host read of the flag: the steps that are not fused cannot skip on the device
+        for (index, group, params), use_fused in zip(groups, fused):
+            if use_fused:
+                self._fused(index, group, params, apply)
+            else:
                 (self._multi_tensor if group.get("foreach", True) else self._per_tensor)(group, params)
         return loss
+
+    def _fusable(self, params: list[torch.Tensor]) -> bool:
+        if self.fused is False:
+            return False
+        tensors = [local_tensor(t) for p in params for t in (p, p.grad)]
+        ok = fused_lamb.usable(tensors)
+        if self.fused and not ok:
+            raise ValueError("Lamb(fused=True) needs Triton and fp32 contiguous parameters and gradients on a GPU")
+        return ok
+
+    def _fused(self, index: int, group: dict, params: list[torch.Tensor], apply: torch.Tensor | None) -> None:
+        beta1, beta2 = group["betas"]
+        device = local_tensor(params[0]).device
+        if apply is None:
+            apply = torch.ones(1, dtype=torch.int32, device=device)
+        groups = shard_groups(params)
+        fused_lamb.lamb_step(
+            [local_tensor(p) for p in params],
+            [local_tensor(p.grad) for p in params],
+            [local_tensor(self.state[p]["exp_avg"]) for p in params],
+            [local_tensor(self.state[p]["exp_avg_sq"]) for p in params],
+            lr=group["lr"],
+            beta1=beta1,
+            beta2=beta2,
+            eps=group["eps"],
+            weight_decay=group["weight_decay"],
+            adapt=group["adapt"],
+            apply=apply.to(torch.int32).reshape(1),
+            reduce_squares=lambda squares: sum_over_groups(squares, groups),
+            cache=self._layouts.setdefault(index, {}),
+        )
 
     def _multi_tensor(self, group: dict, params: list[torch.Tensor]) -> None:
         beta1, beta2 = group["betas"]

@@ -1,8 +1,14 @@
-"""A global batch (an Arrow table of example rows) to this worker's collated micro-batches.
+"""A global batch (an Arrow table of example rows) to this worker's collated micro-batches, made
+ahead of the step: in a thread of the training process, or in a process of its own.
 
 Each worker reads its own contiguous share of step k's global batch (pipelines/train/input.py),
 so which examples form the batch does not depend on the number of workers: 1 worker and N
 workers (and any gradient accumulation) see the same data at every step.
+
+Reading and collating are Python that holds the GIL (~12 ms per batch of 256 at sequence 128):
+in a thread they take that time from the training thread, which on a GPU is the one queueing the
+device's kernels. `loader_batches(..., processes=1)` makes them in a torch DataLoader worker
+process instead (spawned; tensors come back through shared memory, pinned by the DataLoader).
 """
 
 from __future__ import annotations
@@ -10,14 +16,17 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 import torch
 
+from ..errors import BadInput, UserError
 from ..prep.masking import MaskingSpec
 from .batching import collate
+from .input import SliceReader
 
 
 def table_columns(table: pa.Table) -> dict[str, list]:
@@ -115,6 +124,117 @@ def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
     finally:
         stop.set()
         thread.join(timeout=10)
+
+
+@dataclass(frozen=True)
+class TrainSplit:
+    """Where a rank reads its training batches: the data stage's train split and the seed of its
+    order (what a LoopIO hands the loop; picklable, so a loader process can read it too)."""
+
+    split_dir: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class BatchSource:
+    """This rank's collated micro-batches of every step: everything needed to make them, in the
+    training process or in a loader process."""
+
+    split: TrainSplit
+    global_batch_size: int
+    rank: int
+    world: int
+    micro_batch: int
+    max_predictions: int
+    masking: MaskingSpec | None
+    batches_per_epoch: int
+    """What the plan counted; a split holding another number of rows is refused."""
+
+    def reader(self) -> SliceReader:
+        reader = SliceReader(self.split.split_dir, self.global_batch_size, self.rank, self.world, self.split.seed)
+        if reader.batches_per_epoch != self.batches_per_epoch:
+            raise BadInput(
+                f"{self.split.split_dir} holds {reader.index.num_rows} rows, {reader.batches_per_epoch} batches of "
+                f"{self.global_batch_size}, not the {self.batches_per_epoch} batches its manifest.json counts: rerun "
+                "the data stage"
+            )
+        return reader
+
+    def steps(self, start_step: int, reader: SliceReader | None = None) -> Iterator[list[dict[str, torch.Tensor]]]:
+        """The micro-batches of every step from optimizer step `start_step` on (epoch after epoch);
+        a start mid-epoch reads nothing before its batch."""
+        reader = reader or self.reader()
+        epoch, first = position_of_step(start_step, self.batches_per_epoch)
+        while True:
+            for share in reader.epoch(epoch, first):
+                yield rank_micro_batches(
+                    share, 0, 1, self.micro_batch, self.max_predictions, self.masking, self.split.seed, epoch
+                )
+            first, epoch = 0, epoch + 1
+
+
+class _Failed:
+    """An expected error (a UserError) raised in the loader process, handed over as it is: the
+    DataLoader would wrap it in its worker's traceback, and a UserError is one line."""
+
+    def __init__(self, error: UserError):
+        self.error = error
+
+
+class _StepsDataset(torch.utils.data.IterableDataset):
+    """The loader process's side: one item per step."""
+
+    def __init__(self, source: BatchSource, start_step: int):
+        super().__init__()
+        self.source, self.start_step = source, start_step
+
+    def __iter__(self):
+        try:
+            yield from self.source.steps(self.start_step)
+        except UserError as error:
+            yield _Failed(error)
+
+
+def _one_thread(_: int) -> None:
+    torch.set_num_threads(1)  # collating is numpy and Python: no intra-op threads to compete with training
+
+
+def _unwrapped(items: Iterable) -> Iterator:
+    for item in items:
+        if isinstance(item, _Failed):
+            raise item.error
+        yield item
+
+
+def loader_batches(
+    source: BatchSource,
+    start_step: int,
+    processes: int,
+    pin: bool,
+    reader: SliceReader | None = None,
+    depth: int = 4,
+) -> Iterator[list[dict[str, torch.Tensor]]]:
+    """The steps' micro-batches from `start_step` on, made up to `depth` steps ahead: by a thread
+    (`processes=0`, `reader` reused if given) or by one spawned loader process (`processes=1`; a
+    fork after CUDA or in a Ray worker's threads is unsafe). Pinned for a CUDA device (`pin`): a
+    copy from pageable memory may wait for the device's queue. Close the generator to stop it."""
+    if processes == 0:
+        steps = source.steps(start_step, reader)
+        if pin:
+            steps = ([{k: v.pin_memory() for k, v in mb.items()} for mb in step] for step in steps)
+        return prefetch(steps, depth=2)
+    if processes != 1:
+        raise ValueError("one loader process at most: the steps' order is one stream")
+    loader = torch.utils.data.DataLoader(
+        _StepsDataset(source, start_step),
+        batch_size=None,
+        num_workers=1,
+        prefetch_factor=depth,
+        pin_memory=pin,
+        multiprocessing_context="spawn",
+        worker_init_fn=_one_thread,
+    )
+    return _unwrapped(loader)
 
 
 def mean_width(micro_batches: list[dict[str, torch.Tensor]]) -> float:

@@ -29,12 +29,12 @@ from .build import build_model, build_optimizer
 from .checkpoint import load_checkpoint, restore_snapshot, save_checkpoint, set_schedule_lr, take_snapshot
 from .distributed import all_reduce_sum
 from .health import HealthMonitor, describe
-from .loader import mean_width, position_of_step, prefetch, rank_micro_batches, to_device
+from .loader import BatchSource, TrainSplit, loader_batches, mean_width, rank_micro_batches, to_device
 from .metrics import MetricsWindow, evaluate, peak_flops, progress_line
 from .parallel import apply_ac, apply_compile, apply_fsdp
 from .plan import METRICS, PretrainPlan, read_metrics
 from .schedule import build_scheduler
-from .step import train_step
+from .step import PendingMetrics, train_step
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,9 @@ class LoopIO(Protocol):
     def start_point(self) -> contextlib.AbstractContextManager[StartPoint | None]:
         """The checkpoint to start from, as a local folder while the context lasts; None to start fresh."""
 
-    def train_shares(self, epoch: int, first_batch: int) -> Iterable[pa.Table]:
-        """This rank's share of each global batch of the epoch from batch `first_batch` on (rows
-        [r*B/W, (r+1)*B/W) of a global batch that is the same for any number of ranks W)."""
+    def train_split(self) -> TrainSplit:
+        """Where this rank reads its share of each global batch (rows [r*B/W, (r+1)*B/W) of a
+        global batch that is the same for any number of ranks W)."""
 
     def validation_batches(self) -> Iterable[pa.Table]:
         """Whole evaluation batches (micro batch x world rows), the same on every rank."""
@@ -91,30 +91,6 @@ def build_training(plan: PretrainPlan, world: int, device: torch.device):
         apply_fsdp(model, init_device_mesh(device.type, (world,)), torch.bfloat16 if plan.precision == "bf16" else None)
     optimizer = build_optimizer(model, train.optimizer, train.lr, train.weight_decay)
     return model, optimizer, build_scheduler(optimizer, train.warmup_steps, train.max_steps)
-
-
-def rank_shares(io: LoopIO, plan: PretrainPlan, start_step: int) -> Iterator[tuple[int, pa.Table]]:
-    """(epoch, this rank's share) of every global batch from optimizer step `start_step` on; a
-    start mid-epoch asks for that batch, nothing before it is read."""
-    epoch, first = position_of_step(start_step, plan.batches_per_epoch)
-    while True:
-        yield from ((epoch, table) for table in io.train_shares(epoch, first))
-        first, epoch = 0, epoch + 1
-
-
-def collated(
-    io: LoopIO, plan: PretrainPlan, world: int, start_step: int, pin: bool
-) -> Iterator[list[dict[str, torch.Tensor]]]:
-    """This rank's collated micro-batches of every step from `start_step` on, produced ahead of the
-    step by `prefetch`. Pinned for a CUDA device: a copy from pageable memory may wait for the
-    device's queue, which would end the overlap of the host's next step with the device's current
-    one; pinning here, on the prefetch thread, keeps it off the training thread."""
-    train = plan.train
-    for epoch, share in rank_shares(io, plan, start_step):
-        micro_batches = rank_micro_batches(
-            share, 0, 1, train.micro_batch(world), plan.max_predictions, plan.masking, train.seed, epoch
-        )
-        yield [{k: v.pin_memory() for k, v in mb.items()} for mb in micro_batches] if pin else micro_batches
 
 
 class Validation:
@@ -250,27 +226,73 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         report.update({f"validation_{k}": v for k, v in result.items()})
         return result
 
+    source = BatchSource(
+        io.train_split(), train.global_batch_size, rank, world, train.micro_batch(world), plan.max_predictions,
+        plan.masking, plan.batches_per_epoch,
+    )  # fmt: skip
+    processes = train.loader_processes if train.loader_processes is not None else int(device.type == "cuda")
+    readers = []  # a thread's reader, kept across rollbacks (the footers read once)
+
     def batches_from(first: int):
-        return prefetch(collated(io, plan, world, first, pin=device.type == "cuda"))
+        if processes == 0 and not readers:
+            readers.append(source.reader())
+        return loader_batches(
+            source, first, processes, pin=device.type == "cuda", reader=readers[0] if readers else None
+        )
 
     batches = batches_from(step) if step < train.max_steps else None
+    # Under the warn policy a step is checked one step late: the host reads step k's loss while the
+    # device runs step k + 1, and a non-finite step was already skipped on the device (the same rule
+    # the check applies). The skip and rollback spike policies decide before the update: one host
+    # read per step. A rollback found late restores the same checkpoint state.
+    deferred = health is not None and train.health.spike_policy == "warn"
+    unchecked: list[tuple[int, PendingMetrics, float]] = []  # (step, its PendingMetrics, its mean width)
+
+    def settle(keep: int) -> bool:
+        """Check the deferred steps but the newest `keep`; True after a rollback (the step is reset)."""
+        nonlocal step
+        while len(unchecked) > keep:
+            checked, pending, width = unchecked.pop(0)
+            metrics = pending.get()
+            action, trouble = health.check_step(checked, metrics.loss, metrics.grad_norm)
+            if trouble is not None:
+                record(trouble)
+            if action == "rollback":
+                unchecked.clear()
+                step = roll_back(trouble)
+                return True
+            window.add(pending, width, applied=action == "apply")
+        return False
+
     while step < train.max_steps:
         micro_batches = next(batches)
         width = mean_width(micro_batches)
         micro_batches = [to_device(mb, device) for mb in micro_batches]
         factor = _loss_factor(plan, step + 1, rank, world, injected)
-        pending = train_step(
-            model, optimizer, scheduler, micro_batches, train.max_grad_norm, check if health else None, factor
-        )
+        if deferred:
+            pending = train_step(
+                model, optimizer, scheduler, micro_batches, train.max_grad_norm, None, factor,
+                guard=True, skip=step + 1 in health.skip_steps,
+            )  # fmt: skip
+        else:
+            pending = train_step(
+                model, optimizer, scheduler, micro_batches, train.max_grad_norm, check if health else None, factor
+            )
         step += 1
-        action, trouble = decision.pop("action", "apply"), decision.pop("event", None)
-        if trouble is not None:
-            record(trouble)
-        if action == "rollback":
-            step = roll_back(trouble)
-            continue
-        window.add(pending, width, applied=action == "apply")
         last = step == train.max_steps
+        due = last or step % train.log_every == 0 or step % train.eval_every == 0 or step % train.checkpoint_every == 0
+        if deferred:
+            unchecked.append((step, pending, width))
+            if settle(0 if due or step in plan.hold_steps or plan.fault_step == step else 1):
+                continue
+        else:
+            action, trouble = decision.pop("action", "apply"), decision.pop("event", None)
+            if trouble is not None:
+                record(trouble)
+            if action == "rollback":
+                step = roll_back(trouble)
+                continue
+            window.add(pending, width, applied=action == "apply")
         if plan.fault_step == step and rank == world - 1:
             io.crash()
         report: dict = {}
@@ -340,8 +362,6 @@ __all__ = [
     "StartPoint",
     "Validation",
     "build_training",
-    "collated",
     "export",
     "pretrain_loop",
-    "rank_shares",
 ]

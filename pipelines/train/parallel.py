@@ -28,13 +28,20 @@ def apply_ac(model: AlbertForPreTraining) -> None:
 RECOMPILE_LIMIT = 64
 
 
-def apply_compile(model: AlbertForPreTraining) -> None:
-    """torch.compile each layer group in place (names and parameters unchanged)."""
+def apply_compile(model: AlbertForPreTraining, scope: str = "layers", mode: str | None = None) -> None:
+    """torch.compile in place (names and parameters unchanged): each layer group (`scope="layers"`),
+    or the whole encoder, every depth step in one graph (`"encoder"`: one compiled call per forward
+    and backward instead of one per depth step, at a longer compilation). `mode`: torch.compile's."""
     import torch._dynamo.config as dynamo_config
 
     dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+    if scope == "encoder":
+        model.albert.encoder.compile(mode=mode)
+        return
+    if scope != "layers":
+        raise ValueError(f"compile scope {scope!r}: layers or encoder")
     for group in model.albert.encoder.albert_layer_groups:
-        group.compile()
+        group.compile(mode=mode)
 
 
 def apply_fsdp(model: AlbertForPreTraining, mesh: DeviceMesh, param_dtype: torch.dtype | None = None) -> None:

@@ -5,7 +5,9 @@ micro-batches and ranks) before backward, so 1 worker, N workers and any gradien
 compute the same gradient as one big batch would. Every count and sum stays on the device
 (all-reduced there: NCCL takes no host tensors) and the step never waits for the device: its
 metrics are read when the loop logs them (`PendingMetrics.get`), so the host queues the next step
-while the device runs this one.
+while the device runs this one. Training health's skip of a non-finite step (`guard`) is decided
+on the device too, where the optimizer can take the decision there (the fused LAMB, torch's fused
+AdamW); a `check` on the host before the update (spike policies skip and rollback) reads the step.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.tensor.experimental import implicit_replication
 
 from albert_model.losses import pretraining_sums
 
 from .distributed import all_reduce_sum, full_norms, local_tensor, shard_groups, world_size
+from .lamb import Lamb
 
 
 @dataclass
@@ -91,6 +95,31 @@ def _counts(mb: dict[str, torch.Tensor | None]) -> torch.Tensor:
     return torch.stack([mb["masked_lm_weights"].sum(dtype=torch.float64), sequences, tokens])
 
 
+def finite_step(values: torch.Tensor) -> torch.Tensor:
+    """On the device: the step's loss and gradient norm (PendingMetrics' values) are both finite,
+    with the arithmetic of StepMetrics' loss, so the host's later reading agrees."""
+    mlm_ce, sop_ce, _, _, mlm_weight, sequences, _, norm = values.unbind()
+    loss = mlm_ce / (mlm_weight + 1e-5) + sop_ce / sequences
+    return torch.isfinite(loss) & torch.isfinite(norm)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, apply: torch.Tensor) -> None:
+    """optimizer.step() where the device flag `apply` is true, decided on the device by the
+    optimizers that can (our LAMB; torch's fused Adam/AdamW through their `found_inf`, as GradScaler
+    uses it); any other reads the flag on the host."""
+    if isinstance(optimizer, Lamb):
+        optimizer.step(apply=apply)
+    elif getattr(optimizer, "_step_supports_amp_scaling", False) and optimizer.defaults.get("fused"):
+        optimizer.found_inf = (~apply).float().reshape(())
+        try:
+            with implicit_replication():  # the flag is a plain tensor beside FSDP2's DTensor parameters
+                optimizer.step()
+        finally:
+            del optimizer.found_inf
+    elif bool(apply.item()):
+        optimizer.step()
+
+
 def train_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -99,12 +128,18 @@ def train_step(
     max_grad_norm: float,
     check: Callable[[StepMetrics], bool] | None = None,
     loss_factor: float | None = None,
+    guard: bool = False,
+    skip: bool = False,
 ) -> PendingMetrics:
     """Micro-batches on the model's device; `attention_mask` None means no padding.
 
-    `check` (training health) reads the step's metrics before the update (the one host read of a
-    step; they are all-reduced, so every rank decides alike) and says whether to apply it: when it
-    says no, the gradients are dropped, the optimizer does not step and the schedule moves on.
+    Training health, in one of two ways (the metrics are all-reduced, so every rank decides alike;
+    a step not applied drops its gradients, the optimizer does not step and the schedule moves on):
+    - `guard`: a step whose loss or gradient norm is not finite is not applied, decided on the
+      device (the host reads the step later, when the loop checks it); `skip`: this step is not
+      applied (known ahead: a batch skipped after a rollback);
+    - `check`: reads the step's metrics before the update (one host read: the host waits for the
+      device) and says whether to apply it.
     `loss_factor` (tests only) multiplies this rank's loss, to inject a NaN or a spike."""
     world = world_size()
     totals = all_reduce_sum(torch.stack([_counts(mb) for mb in micro_batches]).sum(0))
@@ -127,7 +162,12 @@ def train_step(
     lr = optimizer.param_groups[0]["lr"]
     summed = all_reduce_sum(torch.stack(sums).sum(0))
     pending = PendingMetrics(torch.cat([summed, totals, grad_norm.detach().double().reshape(1)]), lr)
-    if check is None or check(pending.get()):
+    if check is not None:
+        if check(pending.get()):
+            optimizer.step()
+    elif guard and not skip:
+        optimizer_step(optimizer, finite_step(pending.values))
+    elif not skip:
         optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)

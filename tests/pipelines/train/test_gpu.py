@@ -3,6 +3,8 @@ GPU: FSDP2 equals the unsharded model, torch.compile equals eager, bf16 stays wi
 of fp32, and the multi-tensor LAMB equals the per-tensor one on sharded parameters.
 `python bench/gpu_suite.py` runs these with the GPU benchmarks."""
 
+import math
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -144,3 +146,63 @@ def test_a_batch_without_padding_runs_without_a_mask(one_gpu):
         masked = model(b["input_ids"], b["token_type_ids"], ones, b["masked_positions"]).mlm_logits
         unmasked = model(b["input_ids"], b["token_type_ids"], None, b["masked_positions"]).mlm_logits
     assert relative_error(unmasked.float(), masked.float()) < 1e-2
+
+
+def test_the_fused_lamb_step_equals_the_multi_tensor_step_on_sharded_parameters(one_gpu):
+    mesh = init_device_mesh("cuda", (1,))
+    models, optimizers = {}, {}
+    for fused in (False, True):
+        models[fused] = fresh(one_gpu)
+        apply_fsdp(models[fused], mesh)
+        optimizers[fused] = Lamb(parameter_groups(models[fused].named_parameters(), 0.01), lr=1e-2, fused=fused)
+        scheduler = build_scheduler(optimizers[fused], warmup_steps=1, total_steps=10)
+        for s in range(3):
+            train_step(models[fused], optimizers[fused], scheduler, [batch(s, one_gpu)], 1.0)
+    assert all(o.state for o in optimizers.values())
+    assert_states_close(full_state(models[True]), full_state(models[False]), relative=1e-6, absolute=1e-6)
+
+
+def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[tuple[int, str], torch.Tensor]:
+    """Every tensor of the optimizer's state, whole (DTensors gathered), by (parameter, name)."""
+    return {
+        (i, name): (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+        for i, state in optimizer.state_dict()["state"].items()
+        for name, v in state.items()
+        if torch.is_tensor(v)
+    }
+
+
+@pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
+def test_a_non_finite_step_is_skipped_on_the_device_without_a_host_read(one_gpu, optimizer):
+    """train_step(guard=True), as the loop runs it under the warn policy: a finite step is applied,
+    a NaN step leaves the parameters and the optimizer's state as they were, and neither waits for
+    the device (torch.cuda's sync debug mode raises on a synchronising call)."""
+    from pipelines.train.build import build_optimizer
+
+    model = fresh(one_gpu)
+    apply_fsdp(model, init_device_mesh("cuda", (1,)), torch.bfloat16)
+    opt = build_optimizer(model, optimizer, 1e-2, 0.01)
+    scheduler = build_scheduler(opt, warmup_steps=1, total_steps=10)
+    assert isinstance(opt, Lamb) or opt.defaults["fused"]
+    batches = [[batch(s, one_gpu)] for s in range(3)]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        train_step(model, opt, scheduler, batches[0], 1.0, guard=True)
+        before = full_state(model)  # reads the device: outside the checked region
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    moments = optimizer_state(opt)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = train_step(model, opt, scheduler, batches[1], 1.0, loss_factor=float("nan"), guard=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert not math.isfinite(pending.get().loss)
+    after = full_state(model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert moments.keys() == optimizer_state(opt).keys()
+    for key, value in optimizer_state(opt).items():
+        assert torch.equal(moments[key], value), key
+    train_step(model, opt, scheduler, batches[2], 1.0, guard=True)
+    assert any(not torch.equal(before[k], v) for k, v in full_state(model).items())

@@ -132,3 +132,55 @@ def test_health_checks_without_events_change_nothing(tmp_path):
     off = run(tmp_path, "off", 1, health=HealthSection(enabled=False))
     assert_close(on, off, atol=0.0)
     assert events(tmp_path / "on") == []
+
+
+def _order_recording_process(rank, world, plan, checkpoints, stop_after, store):
+    """_process, and it writes when each step was queued and when its metrics were first read (the
+    file is rewritten at each event: the process ends without running finally blocks)."""
+    original, log, path = loop.train_step, [], Path(checkpoints).parent / "order.json"
+
+    def note(event: tuple[str, int]) -> None:
+        log.append(event)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(log))
+
+    def step(*args, **kwargs):
+        pending, number = original(*args, **kwargs), sum(1 for kind, _ in log if kind == "queued") + 1
+        note(("queued", number))
+        read = pending.get
+
+        def get():
+            if pending.read is None:
+                note(("read", number))
+            return read()
+
+        pending.get = get
+        return pending
+
+    loop.train_step = step
+    test_loop._process(rank, world, plan, checkpoints, stop_after, store)
+
+
+def test_under_the_warn_policy_a_step_is_read_after_the_next_is_queued(tmp_path):
+    """No wait for the device between steps: step k's loss is read while step k + 1 runs, except at
+    the steps that log, validate or checkpoint (here 4 and 8: every metric is read there)."""
+    run(tmp_path, "order", 1, target=_order_recording_process, max_steps=8, log_every=4, checkpoint_every=4)
+    order = [tuple(x) for x in json.loads((tmp_path / "order" / "order.json").read_text())]
+    position = {event: i for i, event in enumerate(order)}
+    for k in (1, 2, 3, 5, 6, 7):
+        assert position[("read", k)] > position[("queued", k + 1)], order
+    for k in (4, 8):
+        assert position[("read", k)] < position.get(("queued", k + 1), len(order)), order
+
+
+def test_a_rollback_found_a_step_late_ends_where_the_checked_run_does(tmp_path):
+    """NaNs at steps 4 and 5 (two in a row: a rollback to the step-3 checkpoint). Under warn the
+    rollback is found while step 6 runs; under skip each step is checked before its update. Same
+    events, same weights."""
+    kwargs = dict(max_steps=9, checkpoint_every=3, log_every=4, plan_fields={"nan_steps": (4, 5)})
+    late = run(tmp_path, "late", 2, health=HealthSection(max_skipped_in_a_row=2), **kwargs)
+    checked = run(tmp_path, "checked", 2, health=HealthSection(max_skipped_in_a_row=2, spike_policy="skip"), **kwargs)
+    found = [(e["event"], e["step"]) for e in events(tmp_path / "late")]
+    assert found == [("skipped", 4), ("skipped", 5), ("rollback", 5)]
+    assert found == [(e["event"], e["step"]) for e in events(tmp_path / "checked")]
+    assert_close(late, checked, atol=0.0)

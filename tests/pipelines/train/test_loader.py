@@ -1,13 +1,17 @@
-"""The step's input on the host: batches prefetched by a
-background thread, and the copy to the device that drops an attention mask without padding."""
+"""The step's input on the host: batches prefetched by a background thread or made by a loader
+process, and the copy to the device that drops an attention mask without padding."""
 
+import dataclasses
+import multiprocessing
 import threading
 import time
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 
-from pipelines.train.loader import prefetch, to_device
+from pipelines.errors import BadInput
+from pipelines.train.loader import BatchSource, TrainSplit, loader_batches, prefetch, to_device
 
 
 def test_prefetch_keeps_the_order_and_runs_ahead():
@@ -58,3 +62,62 @@ def test_to_device_drops_a_mask_without_padding_and_keeps_one_with():
     assert to_device(full, torch.device("cpu"))["attention_mask"] is None
     kept = to_device(padded, torch.device("cpu"))["attention_mask"]
     assert torch.equal(kept, padded["attention_mask"])
+
+
+# --- the loader process: the same steps as the thread, its errors as they are, stopped on close ---
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    from tests.pipelines.train.test_loop import TRAIN
+
+    folder = tmp_path_factory.mktemp("split") / "train"
+    folder.mkdir()
+    pq.write_table(TRAIN.slice(0, 20), folder / "part-00000-000.parquet", row_group_size=4)
+    pq.write_table(TRAIN.slice(20), folder / "part-00001-000.parquet", row_group_size=4)
+    return BatchSource(TrainSplit(str(folder), 7), 8, 0, 1, 4, 3, None, 4)  # 32 rows: 4 steps an epoch, 2 micro
+
+
+def take(stream, n: int) -> list:
+    items = [next(stream) for _ in range(n)]
+    stream.close()
+    return items
+
+
+def assert_same_steps(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for step_a, step_b in zip(a, b):
+        assert len(step_a) == len(step_b) == 2
+        for mb_a, mb_b in zip(step_a, step_b):
+            assert mb_a.keys() == mb_b.keys()
+            assert all(torch.equal(mb_a[k], mb_b[k]) for k in mb_a)
+
+
+@pytest.mark.slow
+def test_the_loader_process_makes_the_threads_steps(source):
+    """Steps 2-7 (from mid-epoch 0 into epoch 1), in a process and in a thread."""
+    in_process = take(loader_batches(source, 2, processes=1, pin=False), 6)
+    assert_same_steps(in_process, take(loader_batches(source, 2, processes=0, pin=False), 6))
+    assert not torch.equal(in_process[0][0]["input_ids"], in_process[1][0]["input_ids"])
+
+
+@pytest.mark.slow
+def test_an_expected_error_in_the_loader_process_arrives_as_itself(source):
+    wrong = dataclasses.replace(source, batches_per_epoch=5)
+    with pytest.raises(BadInput) as caught:
+        next(loader_batches(wrong, 0, processes=1, pin=False))
+    assert str(caught.value).startswith(f"{source.split.split_dir} holds 32 rows, 4 batches of 8, not the 5")
+    assert "Traceback" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_closing_the_loader_stops_its_process(source):
+    before = set(multiprocessing.active_children())
+    stream = loader_batches(source, 0, processes=1, pin=False)
+    next(stream)
+    assert len(set(multiprocessing.active_children()) - before) == 1
+    stream.close()
+    deadline = time.monotonic() + 10
+    while set(multiprocessing.active_children()) - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(multiprocessing.active_children()) - before

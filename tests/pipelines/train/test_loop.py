@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from albert_model import AlbertConfig
 from pipelines.config import TrainSection
 from pipelines.prep.process import example_schema
-from pipelines.train.input import SliceReader
+from pipelines.train.loader import TrainSplit
 from pipelines.train.loop import StartPoint, pretrain_loop
 from pipelines.train.plan import PretrainPlan
 from tests.pipelines.train.spawned import exit_now
@@ -74,10 +74,8 @@ class PlainIO:
         found = sorted(self.checkpoints.glob("step_*"))
         yield StartPoint(str(found[-1]), str(found[-1]), "resumed") if found else None
 
-    def train_shares(self, epoch: int, first_batch: int):
-        rank = dist.get_rank()
-        reader = SliceReader(f"{self.plan.data_dir}/train", self.plan.train.global_batch_size, rank, self.world, 7)
-        return reader.epoch(epoch, first_batch)
+    def train_split(self) -> TrainSplit:
+        return TrainSplit(f"{self.plan.data_dir}/train", 7)
 
     def validation_batches(self):
         size = self.plan.train.micro_batch(self.world) * self.world
