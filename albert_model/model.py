@@ -302,7 +302,9 @@ class AlbertForSequenceClassification(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        pooled = self.albert(input_ids, token_type_ids, attention_mask).pooler_output
+        # No positions beyond [CLS]: the last layer runs only there, all the pooler reads (exact).
+        none = input_ids.new_zeros((input_ids.shape[0], 0))
+        pooled = self.albert(input_ids, token_type_ids, attention_mask, positions=none).pooler_output
         return self.classifier(self.dropout(pooled))  # (B, num_labels)
 
 

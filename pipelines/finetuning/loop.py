@@ -2,11 +2,14 @@
 
 Pure PyTorch. Under DDP each worker takes every `world`-th example of each global batch and
 scales its loss so that the averaged gradient is the global batch's mean; without a process
-group (`world == 1`) it is plain single-process training.
+group (`world == 1`) it is plain single-process training. On a GPU the host never waits for the
+device inside an epoch: batches go over from pinned memory without blocking, and the loss is
+summed on the device and read once at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
@@ -21,6 +24,7 @@ from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification, AlbertModel
 
 from ..models import read_model_config
+from ..train.loader import to_device
 from .tokenizer import pad_batch
 
 Encoded = Sequence[tuple[list[int], list[int]]]
@@ -66,14 +70,63 @@ def steps_per_epoch(n: int, batch_size: int, world: int = 1) -> int:
     return len(epoch_batches(n, batch_size, 0, 0, world))
 
 
-def _tensors(encoded: Encoded, indices: Sequence[int], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(v).to(device) for k, v in pad_batch([encoded[i] for i in indices], pad_id).items()}
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """finetune.precision with auto resolved: bf16 on CUDA, fp32 elsewhere."""
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    return precision
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast (the weights and the optimizer stay fp32), or nothing for fp32."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def collate(
+    encoded: Encoded, indices: Sequence[int], pad_id: int, targets: torch.Tensor | None = None, pin: bool = False
+) -> dict[str, torch.Tensor]:
+    """The examples at `indices` as a host batch: pad_batch's columns and, given targets, `labels`.
+    Pinned (for a GPU), the copy to the device does not block the host."""
+    batch = {k: torch.from_numpy(v) for k, v in pad_batch([encoded[i] for i in indices], pad_id).items()}
+    if targets is not None:
+        batch["labels"] = targets[torch.as_tensor(indices, dtype=torch.long)]
+    return {k: v.pin_memory() for k, v in batch.items()} if pin else batch
 
 
 def _loss_sum(logits: torch.Tensor, targets: torch.Tensor, regression: bool) -> torch.Tensor:
     if regression:
         return F.mse_loss(logits[:, 0], targets.float(), reduction="sum")
     return F.cross_entropy(logits, targets, reduction="sum")
+
+
+def finetune_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule,
+    batch: dict[str, torch.Tensor],
+    global_batch_size: int,
+    max_grad_norm: float,
+    regression: bool,
+    device: torch.device,
+    precision: str = "fp32",
+    world: int = 1,
+) -> torch.Tensor:
+    """One optimizer step on this worker's share of a global batch (a host batch from `collate`,
+    with labels); returns the share's summed loss, left on the device."""
+    inputs = to_device(batch, device)
+    targets = inputs.pop("labels")
+    with autocast(precision, device):
+        logits = model(**inputs)
+    loss_sum = _loss_sum(logits.float(), targets, regression)
+    # DDP averages gradients over workers: scale so the result is the global batch's mean.
+    (loss_sum * world / global_batch_size).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum.detach()
 
 
 def train_epoch(
@@ -89,27 +142,23 @@ def train_epoch(
     rank: int = 0,
     world: int = 1,
     device: torch.device | None = None,
+    precision: str = "fp32",
 ) -> float:
     """One pass over `batches`; returns the mean training loss over all workers' examples."""
     device = device or torch.device("cpu")
     model.train()
     target_tensor = torch.tensor(targets, dtype=torch.float32 if regression else torch.long)
-    total, seen = torch.zeros((), dtype=torch.float64), 0
+    pin = device.type == "cuda"
+    total, seen = torch.zeros((), dtype=torch.float64, device=device), 0
     for batch in batches:
-        shard = batch[rank::world]
-        inputs = _tensors(encoded, shard, pad_id, device)
-        loss_sum = _loss_sum(model(**inputs), target_tensor[shard].to(device), regression)
-        # DDP averages gradients over workers: scale so the result is the global batch's mean.
-        (loss_sum * world / len(batch)).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        optimizer.step()
-        schedule.step()
-        optimizer.zero_grad(set_to_none=True)
-        total += loss_sum.detach().double().cpu()
+        share = collate(encoded, batch[rank::world], pad_id, target_tensor, pin)
+        total += finetune_step(
+            model, optimizer, schedule, share, len(batch), max_grad_norm, regression, device, precision, world
+        )
         seen += len(batch)
     if world > 1:
         dist.all_reduce(total)
-    return float(total) / max(1, seen)
+    return float(total) / max(1, seen)  # the epoch's one read of the device
 
 
 @torch.no_grad()
@@ -121,17 +170,20 @@ def predict(
     rank: int = 0,
     world: int = 1,
     device: torch.device | None = None,
+    precision: str = "fp32",
 ) -> np.ndarray:
     """Logits for every example, in order ([N, num_labels]); workers share the work and gather."""
     device = device or torch.device("cpu")
     model.eval()
     mine = np.arange(len(encoded))[rank::world]
     mine = mine[np.argsort([len(encoded[i][0]) for i in mine], kind="stable")]  # less padding
-    outputs = [
-        model(**_tensors(encoded, mine[i : i + batch_size], pad_id, device)).float().cpu().numpy()
-        for i in range(0, len(mine), batch_size)
-    ]
-    parts = [(mine, np.concatenate(outputs) if outputs else None)]
+    pin = device.type == "cuda"
+    with autocast(precision, device):
+        outputs = [
+            model(**to_device(collate(encoded, mine[i : i + batch_size], pad_id, pin=pin), device)).float()
+            for i in range(0, len(mine), batch_size)
+        ]
+    parts = [(mine, torch.cat(outputs).cpu().numpy() if outputs else None)]
     if world > 1:
         gathered: list = [None] * world
         dist.all_gather_object(gathered, parts[0])
@@ -144,4 +196,15 @@ def predict(
     return logits
 
 
-__all__ = ["build_classifier", "build_schedule", "epoch_batches", "predict", "steps_per_epoch", "train_epoch"]
+__all__ = [
+    "autocast",
+    "build_classifier",
+    "build_schedule",
+    "collate",
+    "epoch_batches",
+    "finetune_step",
+    "predict",
+    "resolve_precision",
+    "steps_per_epoch",
+    "train_epoch",
+]

@@ -22,7 +22,16 @@ from ..errors import MissingInput
 from ..models import require_model_dir
 from ..storage import filesystem
 from ..train.build import build_optimizer
-from .loop import build_classifier, build_schedule, epoch_batches, predict, steps_per_epoch, train_epoch
+from ..train.parallel import apply_compile
+from .loop import (
+    build_classifier,
+    build_schedule,
+    epoch_batches,
+    predict,
+    resolve_precision,
+    steps_per_epoch,
+    train_epoch,
+)
 from .metrics import compute_metrics
 from .task import Task, load_task
 from .tokenizer import PairTokenizer
@@ -138,7 +147,10 @@ def fit_trial(
     worker (the checkpoint only from rank 0). `wrap` is DDP under Ray Train."""
     device = device or torch.device("cpu")
     regression = data.task == "regression"
+    precision = resolve_precision(cfg.precision, device)
     model = build_classifier(pretrained_dir, data.num_labels, cfg.classifier_dropout, cfg.init, cfg.seed).to(device)
+    if cfg.compile:
+        apply_compile(model)
     trained = wrap(model)
     optimizer = build_optimizer(trained, "adamw", cfg.lr, cfg.weight_decay)
     schedule = build_schedule(
@@ -161,9 +173,10 @@ def fit_trial(
             rank,
             world,
             device,
+            precision,
         )
         # The bare model: DDP's forward would sync buffers across workers' unequal eval shards.
-        logits = predict(model, data.eval, cfg.eval_batch_size, data.pad_id, rank, world, device)
+        logits = predict(model, data.eval, cfg.eval_batch_size, data.pad_id, rank, world, device, precision)
         metrics = {
             "epoch": epoch + 1,
             "train_loss": train_loss,

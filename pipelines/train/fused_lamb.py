@@ -146,8 +146,9 @@ def layout(numels: tuple[int, ...], device: torch.device) -> Layout:
     start = [b * BLOCK for c in counts for b in range(c)]
     first = [sum(counts[:t]) for t in range(len(counts))]
 
-    def on(values, dtype):
-        return torch.tensor(values, dtype=dtype).to(device)
+    def on(values, dtype):  # pinned and without blocking: a pageable copy would wait for the device
+        table = torch.tensor(values, dtype=dtype)
+        return table.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else table
 
     return Layout(
         on(list(numels), torch.int64),

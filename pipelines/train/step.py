@@ -39,21 +39,32 @@ class StepMetrics:
 
 
 class PendingMetrics:
-    """A step's metrics, still on the device until `get` reads them (one synchronisation)."""
+    """A step's metrics, still on the device until `get` reads them. On a GPU they are copied to
+    pinned host memory as soon as the step computes them (no wait), and `get` waits for that copy
+    alone: a plain read (`.tolist()`) would queue behind every kernel already queued, the next
+    step's too, and so wait for the device to run out of work."""
 
     def __init__(self, values: torch.Tensor, lr: float):
         self.values, self.lr = values, lr
         self.read: StepMetrics | None = None
+        self._host, self._copied = values, None
+        if values.is_cuda:
+            self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self._host.copy_(values, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
 
     def get(self) -> StepMetrics:
-        """The metrics, read from the device once (training health reads them before the update,
-        the metrics window again when it logs)."""
+        """The metrics, read once (training health reads them before the update or one step
+        later, the metrics window again when it logs)."""
         if self.read is None:
+            if self._copied is not None:
+                self._copied.synchronize()
             self.read = self._read()
         return self.read
 
     def _read(self) -> StepMetrics:
-        mlm_ce, sop_ce, mlm_correct, sop_correct, mlm_weight, sequences, tokens, norm = self.values.tolist()
+        mlm_ce, sop_ce, mlm_correct, sop_correct, mlm_weight, sequences, tokens, norm = self._host.tolist()
         mlm_loss, sop_loss = mlm_ce / (mlm_weight + 1e-5), sop_ce / sequences
         return StepMetrics(
             loss=mlm_loss + sop_loss,

@@ -189,9 +189,9 @@ def test_a_non_finite_step_is_skipped_on_the_device_without_a_host_read(one_gpu,
     torch.cuda.set_sync_debug_mode("error")
     try:
         train_step(model, opt, scheduler, batches[0], 1.0, guard=True)
-        before = full_state(model)  # reads the device: outside the checked region
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    before = {k: v.clone() for k, v in full_state(model).items()}  # full_state may alias the parameters
     moments = optimizer_state(opt)
     torch.cuda.set_sync_debug_mode("error")
     try:

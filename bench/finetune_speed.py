@@ -1,0 +1,367 @@
+"""Fine-tuning step speed: our step against transformers' Trainer step on the same device, weights
+and batch (bf16 on CUDA; goal >= 2x).
+
+Ours is `finetune_step` (pipelines/finetuning/loop.py), the body of train_epoch for every batch:
+the host batch to the device (pinned, not blocking), the forward under bf16 autocast with the last
+layer run only at [CLS], the loss in fp32, backward, torch's clip_grad_norm_ to 1.0, AdamW from
+pipelines/train/build.py (fused on CUDA; lr 2e-5, weight decay 0.01, none on LayerNorm and biases,
+eps 1e-6), the linear schedule. On CUDA it is timed eager and with finetune.compile (the layer
+groups compiled by apply_compile).
+
+Transformers' is its AlbertForSequenceClassification (attn_implementation="sdpa", our initial
+weights) under `transformers.Trainer` with TrainingArguments(bf16=True, optim="adamw_torch_fused",
+the same lr, weight decay, eps, max_grad_norm and linear schedule), prepared as Trainer prepares
+it (create_optimizer, accelerator.prepare, create_scheduler), and stepped as its inner training
+loop steps: the batch to the device (its DataLoader's default, a blocking copy), get_batch_samples
+(the item count), training_step (forward under accelerate's autocast, loss, backward), the
+accelerator's clip_grad_norm_, optimizer.step(), lr_scheduler.step(), model.zero_grad(). Left
+out of its step: the loss's NaN check (logging_nan_inf_filter, a host read every step), logging and
+callbacks; its real step is at least this long, so a speedup here is not overstated.
+
+Both start every step from the same host batch, `collate`'s output (pinned on CUDA, as Trainer's
+DataLoader pins): random ids, 5 labels, every sequence full length, or (padded) lengths drawn from
+[seq/2, seq] and padded to the longest. Dropout as fine-tuning runs it (ALBERT v2: none in the
+encoder, 0.1 on the pooled output).
+
+Speed: `--warmup` untimed steps each (compilation, optimizer state, allocator), then `--rounds`
+rounds of `--steps` steps alternating between the contenders, the order reversed every other round,
+the device synchronised around each; a figure is the median round's mean step time. Peak memory
+(CUDA): the most allocated during one step after warm-up, over what was allocated before the
+contender was built: its weights, gradients, optimizer state and the step's activations.
+
+    python bench/finetune_speed.py                                   # CUDA: base and large at 128
+    python bench/finetune_speed.py --configs base-512:32,large-512:32 --padding full
+    python bench/finetune_speed.py --device cpu                      # a smoke run: tiny, fp32
+
+bench/gpu_suite.py runs it as a phase: `finetune_speed.finetune_phase(args)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from albert_model import AlbertConfig, AlbertForSequenceClassification  # noqa: E402
+from albert_model.hf import to_hf_state_dict  # noqa: E402
+from pipelines.finetuning.loop import build_schedule, collate, finetune_step  # noqa: E402
+from pipelines.train.build import build_optimizer  # noqa: E402
+from pipelines.train.parallel import apply_compile  # noqa: E402
+
+NUM_LABELS, LR, WEIGHT_DECAY, EPS, MAX_GRAD_NORM = 5, 2e-5, 0.01, 1e-6, 1.0
+SCHEDULE_STEPS = 100_000  # the linear decay's length: far beyond any run here, so the lr stays ~2e-5
+PADDINGS = ("full", "padded")
+CUDA_DEFAULTS = dict(configs="base-128:32,large-128:32", warmup=3, steps=5, rounds=3)
+CPU_DEFAULTS = dict(configs="tiny-64:4", warmup=1, steps=1, rounds=1)
+
+
+def parse_config(text: str) -> tuple[str, int, int]:
+    """`preset-seq:batch` -> (preset, seq, batch)."""
+    name, batch = text.split(":")
+    preset, seq = name.rsplit("-", 1)
+    return preset, int(seq), int(batch)
+
+
+def make_batch(
+    batch_size: int, seq: int, vocab_size: int, padded: bool, pin: bool, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    """A host batch as fine-tuning collates one: [CLS] ids [SEP] ids [SEP], the second segment's
+    token types 1, `labels` in [0, NUM_LABELS)."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(seq // 2, seq + 1, batch_size) if padded else np.full(batch_size, seq)
+    encoded = []
+    for n in lengths:
+        ids = rng.integers(5, vocab_size, n).tolist()
+        half = n // 2
+        ids[0], ids[half - 1], ids[-1] = 2, 3, 3  # [CLS] ... [SEP] ... [SEP]
+        encoded.append((ids, [0] * half + [1] * (n - half)))
+    targets = torch.from_numpy(rng.integers(0, NUM_LABELS, batch_size))
+    return collate(encoded, list(range(batch_size)), 0, targets, pin)
+
+
+class Ours:
+    """Fine-tuning's own step on our AlbertForSequenceClassification."""
+
+    def __init__(self, weights: AlbertForSequenceClassification, batch, device: torch.device, precision: str, compile_):
+        self.model = copy.deepcopy(weights).to(device).train()
+        if compile_:
+            apply_compile(self.model)
+        self.optimizer = build_optimizer(self.model, "adamw", LR, WEIGHT_DECAY)
+        self.schedule = build_schedule(self.optimizer, SCHEDULE_STEPS, 0.0)
+        self.batch, self.device, self.precision = batch, device, precision
+
+    def step(self) -> torch.Tensor:
+        """One optimizer step; the batch's mean loss (on the device)."""
+        n = len(self.batch["labels"])
+        loss_sum = finetune_step(
+            self.model,
+            self.optimizer,
+            self.schedule,
+            self.batch,
+            n,
+            MAX_GRAD_NORM,
+            False,
+            self.device,
+            self.precision,
+        )
+        return loss_sum / n
+
+
+class Transformers:
+    """transformers' AlbertForSequenceClassification stepped as Trainer's inner loop steps it."""
+
+    def __init__(
+        self, weights: AlbertForSequenceClassification, batch, device: torch.device, precision: str, work: str
+    ):
+        import transformers
+
+        config = transformers.AlbertConfig(**weights.config.to_hf_dict(), attn_implementation="sdpa")
+        model = transformers.AlbertForSequenceClassification(config)
+        model.load_state_dict(to_hf_state_dict(weights))
+        cuda = device.type == "cuda"
+        args = transformers.TrainingArguments(
+            output_dir=work,
+            bf16=precision == "bf16",
+            use_cpu=not cuda,
+            per_device_train_batch_size=len(batch["labels"]),
+            learning_rate=LR,
+            weight_decay=WEIGHT_DECAY,
+            adam_epsilon=EPS,
+            max_grad_norm=MAX_GRAD_NORM,
+            lr_scheduler_type="linear",
+            warmup_steps=0,
+            optim="adamw_torch_fused" if cuda else "adamw_torch",
+            report_to=[],
+            save_strategy="no",
+            logging_strategy="no",
+            disable_tqdm=True,
+            seed=0,
+        )
+        self.trainer = trainer = transformers.Trainer(model=model, args=args)
+        # What Trainer._inner_training_loop prepares before its first step (one device, no DeepSpeed).
+        trainer.create_optimizer()
+        self.model, trainer.optimizer = trainer.accelerator.prepare(trainer.model, trainer.optimizer)
+        trainer.create_scheduler(num_training_steps=SCHEDULE_STEPS)
+        trainer.model_wrapped = self.model
+        trainer.current_gradient_accumulation_steps = 1
+        self.batch = batch
+
+    def step(self) -> torch.Tensor:
+        """One optimizer step; the batch's mean loss (on the device)."""
+        t = self.trainer
+        on_device = {k: v.to(t.args.device) for k, v in self.batch.items()}  # its DataLoader's copy
+        samples, num_items_in_batch = t.get_batch_samples(iter([on_device]), 1, t.args.device)
+        loss = t.training_step(self.model, samples[0], num_items_in_batch)
+        t.accelerator.clip_grad_norm_(self.model.parameters(), t.args.max_grad_norm)
+        t.optimizer.step()
+        if not t.accelerator.optimizer_step_was_skipped:
+            t.lr_scheduler.step()
+        self.model.zero_grad()
+        return loss
+
+
+def build_weights(config: AlbertConfig, seed: int = 0) -> AlbertForSequenceClassification:
+    torch.manual_seed(seed)
+    return AlbertForSequenceClassification(config)
+
+
+def build_contenders(
+    config: AlbertConfig,
+    batch: dict[str, torch.Tensor],
+    device: torch.device,
+    precision: str,
+    work: str,
+    compiled: bool = False,
+) -> dict:
+    """ours, transformers (and ours_compiled) with the same initial weights, on the same batch."""
+    weights = build_weights(config)
+    makers = {
+        "ours": lambda: Ours(weights, batch, device, precision, compile_=False),
+        "transformers": lambda: Transformers(weights, batch, device, precision, work),
+    }
+    if compiled:
+        makers["ours_compiled"] = lambda: Ours(weights, batch, device, precision, compile_=True)
+    return makers
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(step, steps: int, device: torch.device) -> float:
+    """Seconds per step over `steps` steps, the device synchronised before and after."""
+    sync(device)
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    return (time.perf_counter() - started) / steps
+
+
+def measure(args, text: str, padding: str, device: torch.device, work: str) -> dict:
+    preset, seq, batch_size = parse_config(text)
+    cuda = device.type == "cuda"
+    precision = "bf16" if cuda else "fp32"
+    config = AlbertConfig.from_preset(preset, vocab_size=30000, num_labels=NUM_LABELS, classifier_dropout_prob=0.1)
+    batch = make_batch(batch_size, seq, config.vocab_size, padding == "padded", pin=cuda)
+    torch._dynamo.reset()  # a fresh compile cache per size
+    makers = build_contenders(config, batch, device, precision, work, compiled=cuda and args.finetune_compile)
+    real_tokens = int(batch["attention_mask"].sum())
+    result: dict = {
+        "preset": preset,
+        "seq": seq,
+        "batch": batch_size,
+        "padding": padding,
+        "width": batch["input_ids"].shape[1],
+        "real_tokens": real_tokens,
+        "precision": precision,
+    }
+    built = {}
+    for name, make in makers.items():  # build and warm up one at a time, measuring its peak
+        sync(device)
+        before = torch.cuda.memory_allocated() if cuda else 0
+        started = time.perf_counter()
+        built[name] = make()
+        for _ in range(args.warmup):
+            built[name].step()
+        sync(device)
+        result[f"{name}_warmup_s"] = time.perf_counter() - started
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+            built[name].step()
+            sync(device)
+            result[f"{name}_peak_gib"] = (torch.cuda.max_memory_allocated() - before) / 2**30
+    names = list(built)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else names[::-1]:  # no contender always goes first
+            times[name].append(timed(built[name].step, args.steps, device))
+    for name, ts in times.items():
+        step_s = statistics.median(ts)
+        result[name] = {
+            "step_ms": step_s * 1e3,
+            "step_ms_rounds": [t * 1e3 for t in ts],
+            "sequences_per_s": batch_size / step_s,
+            "real_tokens_per_s": real_tokens / step_s,
+        }
+    theirs = result["transformers"]["sequences_per_s"]
+    result["speedup"] = result["ours"]["sequences_per_s"] / theirs
+    if "ours_compiled" in result:
+        result["speedup_compiled"] = result["ours_compiled"]["sequences_per_s"] / theirs
+    del built
+    if cuda:
+        torch.cuda.empty_cache()
+    return result
+
+
+def summary_of(r: dict) -> dict:
+    """Sequences/s of each contender and the speedups, for a progress line."""
+    if "error" in r:
+        return r
+    seqs = {name: round(v["sequences_per_s"]) for name, v in r.items() if isinstance(v, dict)}
+    return seqs | {k: round(r[k], 2) for k in ("speedup", "speedup_compiled") if k in r}
+
+
+def finetune_phase(args) -> dict:
+    """Every config of args.finetune_configs (null: the device's defaults) at every padding of
+    args.finetune_padding, keyed `config/padding`. Also reads args.device ("cuda" or "cpu"),
+    args.warmup, args.steps, args.rounds and args.finetune_compile."""
+    device = torch.device(args.device)
+    configs = args.finetune_configs or (CUDA_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["configs"]
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="finetune-speed-") as work:
+        for text in configs.split(","):
+            for padding in args.finetune_padding.split(","):
+                key = f"{text}/{padding}"
+                try:
+                    out[key] = measure(args, text, padding, device, work)
+                except Exception as error:  # one size failing (memory, compile) must not hide the others
+                    out[key] = {"error": f"{type(error).__name__}: {error}"}
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                print(f"finetune {key}: {json.dumps(summary_of(out[key]))}", flush=True)
+    return out
+
+
+def table(results: dict) -> str:
+    """The phase's results as a markdown table."""
+    lines = [
+        "| config | padding | ours seq/s | compiled seq/s | transformers seq/s | speedup | compiled speedup "
+        "| peak GiB ours / compiled / theirs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, r in results.items():
+        config, padding = key.split("/")
+        if "error" in r:
+            lines.append(f"| {config} | {padding} | {r['error'][:80]} | | | | | |")
+            continue
+        compiled = r.get("ours_compiled")
+        compiled_seqs = f"{compiled['sequences_per_s']:,.0f}" if compiled else "-"
+        compiled_speedup = f"{r['speedup_compiled']:.2f}x" if compiled else "-"
+        peaks = " / ".join(
+            f"{r[name + '_peak_gib']:.1f}" if name + "_peak_gib" in r else "-"
+            for name in ("ours", "ours_compiled", "transformers")
+        )
+        lines.append(
+            f"| {config} | {padding} | {r['ours']['sequences_per_s']:,.0f} | {compiled_seqs} "
+            f"| {r['transformers']['sequences_per_s']:,.0f} | **{r['speedup']:.2f}x** | {compiled_speedup} | {peaks} |"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The phase's own options (bench/gpu_suite.py has --warmup, --steps, --rounds and --device)."""
+    p.add_argument(
+        "--finetune-configs", default=None, help="preset-seq:batch, comma-separated (CUDA: base-128:32,large-128:32)"
+    )
+    p.add_argument("--finetune-padding", default=",".join(PADDINGS), help="full (every sequence seq long), padded")
+    p.add_argument(
+        "--no-finetune-compile",
+        dest="finetune_compile",
+        action="store_false",
+        help="on CUDA, skip timing ours with finetune.compile",
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps per contender (CUDA 3, CPU 1)")
+    p.add_argument("--steps", type=int, default=None, help="steps per timed round (CUDA 5, CPU 1)")
+    p.add_argument("--rounds", type=int, default=None, help="alternating rounds (CUDA 3, CPU 1)")
+    p.add_argument("--json", type=Path, help="also write the results to this file")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    defaults = CUDA_DEFAULTS if args.device == "cuda" else CPU_DEFAULTS
+    for name in ("warmup", "steps", "rounds"):
+        if getattr(args, name) is None:
+            setattr(args, name, defaults[name])
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    import transformers
+
+    results = finetune_phase(args)
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(table(results))
+    print(f"\n{device}, torch {torch.__version__}, transformers {transformers.__version__}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

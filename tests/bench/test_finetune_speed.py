@@ -1,0 +1,74 @@
+"""The fine-tuning step benchmark runs end to end (as a script and as bench/gpu_suite.py's phase)
+and times the same work for ours and transformers' Trainer (numbers are recorded in docs/, never
+asserted)."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from albert_model import AlbertConfig
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))  # as when the script runs beside bench/'s other modules
+    import finetune_speed
+
+    return finetune_speed
+
+
+def test_cpu_smoke_run_times_ours_and_the_trainer_step(bench, tmp_path):
+    out = tmp_path / "result.json"
+    results = bench.main(["--device", "cpu", "--finetune-configs", "tiny-32:2", "--json", str(out)])
+    assert json.loads(out.read_text()) == results
+    assert list(results) == ["tiny-32:2/full", "tiny-32:2/padded"]
+    for r in results.values():
+        assert "error" not in r, r
+        assert {k for k, v in r.items() if isinstance(v, dict)} == {"ours", "transformers"}  # no compile on CPU
+        assert r["precision"] == "fp32"
+        for name in ("ours", "transformers"):
+            assert len(r[name]["step_ms_rounds"]) == 1 and r[name]["sequences_per_s"] > 0
+        assert r["speedup"] == pytest.approx(r["ours"]["sequences_per_s"] / r["transformers"]["sequences_per_s"])
+    full, padded = results["tiny-32:2/full"], results["tiny-32:2/padded"]
+    assert full["width"] == 32 and full["real_tokens"] == 64
+    assert 16 <= padded["width"] <= 32 and padded["real_tokens"] < 64
+    assert "| tiny-32:2 | padded |" in bench.table(results)
+
+
+def test_gpu_suite_options_and_defaults(bench):
+    suite = argparse.ArgumentParser()  # the options bench/gpu_suite.py already has
+    for name, default in (("--warmup", 3), ("--steps", 5), ("--rounds", 3)):
+        suite.add_argument(name, type=int, default=default)
+    suite.add_argument("--device", default="cuda")
+    bench.add_arguments(suite)
+    args = suite.parse_args([])
+    assert args.finetune_configs is None  # the phase then takes the device's default sizes
+    assert args.finetune_padding == "full,padded" and args.finetune_compile is True
+    assert not suite.parse_args(["--no-finetune-compile"]).finetune_compile
+
+
+def test_batches_are_full_or_padded_within_half_to_full_length(bench):
+    full = bench.make_batch(8, 64, 500, padded=False, pin=False)
+    padded = bench.make_batch(8, 64, 500, padded=True, pin=False)
+    assert full["attention_mask"].all() and full["input_ids"].shape == (8, 64)
+    lengths = padded["attention_mask"].sum(1)
+    assert lengths.min() >= 32 and lengths.max() <= 64 and not padded["attention_mask"].all()
+    assert (full["input_ids"][:, 0] == 2).all() and full["labels"].max() < bench.NUM_LABELS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("padded", [False, True])
+def test_ours_and_the_trainer_take_the_same_steps(bench, tmp_path, padded):
+    """Same weights and batch, fp32 on the CPU, no dropout: the same loss before and after two
+    optimizer steps (AdamW, clipping, schedule), so both sides of the comparison do the same work."""
+    config = AlbertConfig.from_preset("tiny", vocab_size=500, num_labels=bench.NUM_LABELS, classifier_dropout_prob=0.0)
+    batch = bench.make_batch(4, 32, config.vocab_size, padded, pin=False)
+    makers = bench.build_contenders(config, batch, torch.device("cpu"), "fp32", str(tmp_path))
+    losses = {name: [float(c.step()) for _ in range(3)] for name, c in ((n, make()) for n, make in makers.items())}
+    assert losses["ours"] == pytest.approx(losses["transformers"], abs=1e-4)
+    assert losses["ours"][0] - losses["ours"][2] > 1e-3  # the optimizer did move them

@@ -1,0 +1,111 @@
+"""The GPU path of fine-tuning (CUDA only: skipped without it, and a skip is never a pass): an
+epoch never waits for the device between steps, bf16 stays within its tolerance of fp32, fp32 on
+the GPU equals the CPU, and compiled layer groups equal eager ones over batches of several widths.
+`python bench/gpu_suite.py` runs these with the GPU benchmarks."""
+
+import numpy as np
+import pytest
+import torch
+
+from albert_model import AlbertConfig, AlbertForSequenceClassification
+from pipelines.finetuning.loop import build_schedule, collate, epoch_batches, finetune_step, predict, train_epoch
+from pipelines.train.build import build_optimizer
+from pipelines.train.parallel import apply_compile
+
+pytestmark = pytest.mark.gpu
+
+CONFIG = AlbertConfig(
+    vocab_size=1000,
+    embedding_size=64,
+    hidden_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    intermediate_size=1024,
+    max_position_embeddings=128,
+    num_labels=3,
+    classifier_dropout_prob=0.0,
+)
+N = 96
+CUDA = torch.device("cuda", 0)
+
+
+def examples(seed: int = 0) -> tuple[list[tuple[list[int], list[int]]], list[int]]:
+    """Lengths 40..128 (batches of several widths, most padded) and labels a toy rule can learn."""
+    rng = np.random.default_rng(seed)
+    encoded, labels = [], []
+    for _ in range(N):
+        ids = [2, *rng.integers(5, 1000, rng.integers(38, 127)).tolist(), 3]
+        encoded.append((ids, [0] * len(ids)))
+        labels.append(ids[1] % 3)
+    return encoded, labels
+
+
+def epoch(device: torch.device, precision: str, compile_: bool = False, epochs: int = 2):
+    """Train losses of `epochs` epochs from the same start, and the logits after them."""
+    encoded, labels = examples()
+    torch.manual_seed(0)
+    model = AlbertForSequenceClassification(CONFIG).to(device)
+    if compile_:
+        apply_compile(model)
+    optimizer = build_optimizer(model, "adamw", 1e-4, 0.01)
+    schedule = build_schedule(optimizer, epochs * 6, 0.1)
+    losses = [
+        train_epoch(
+            model,
+            optimizer,
+            schedule,
+            encoded,
+            labels,
+            epoch_batches(N, 16, 0, e),
+            0,
+            1.0,
+            False,
+            device=device,
+            precision=precision,
+        )
+        for e in range(epochs)
+    ]
+    return losses, predict(model, encoded, 32, 0, device=device, precision=precision)
+
+
+def test_steps_never_wait_for_the_device():
+    encoded, labels = examples()
+    torch.manual_seed(0)
+    model = AlbertForSequenceClassification(CONFIG).to(CUDA).train()
+    optimizer = build_optimizer(model, "adamw", 1e-4, 0.01)
+    assert optimizer.defaults["fused"]  # torch's fused AdamW on the GPU
+    schedule = build_schedule(optimizer, 10, 0.1)
+    targets = torch.tensor(labels)
+    full = [i for i, (ids, _) in enumerate(encoded) if len(ids) == max(len(x) for x, _ in encoded)][:1]
+    batches = [collate(encoded, b, 0, targets, pin=True) for b in ([0, 1, 2, 3], full, [4, 5, 6, 7, 8])]
+    finetune_step(model, optimizer, schedule, batches[0], 4, 1.0, False, CUDA, "bf16")  # allocations, lazy init
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        losses = [
+            finetune_step(model, optimizer, schedule, b, len(b["labels"]), 1.0, False, CUDA, "bf16") for b in batches
+        ]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(loss.is_cuda and torch.isfinite(loss) for loss in losses)
+
+
+def test_bf16_stays_within_its_tolerance_of_fp32():
+    fp32_losses, fp32_logits = epoch(CUDA, "fp32")
+    bf16_losses, bf16_logits = epoch(CUDA, "bf16")
+    assert bf16_losses == pytest.approx(fp32_losses, rel=0.02)
+    assert np.abs(bf16_logits - fp32_logits).max() < 0.05 * np.abs(fp32_logits).max() + 0.05
+
+
+def test_fp32_on_the_gpu_equals_the_cpu():
+    cpu_losses, cpu_logits = epoch(torch.device("cpu"), "fp32")
+    gpu_losses, gpu_logits = epoch(CUDA, "fp32")
+    assert gpu_losses == pytest.approx(cpu_losses, rel=1e-4)
+    np.testing.assert_allclose(gpu_logits, cpu_logits, atol=1e-3)
+
+
+def test_compile_equals_eager():
+    eager_losses, eager_logits = epoch(CUDA, "fp32")
+    compiled_losses, compiled_logits = epoch(CUDA, "fp32", compile_=True)
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-4)
+    np.testing.assert_allclose(compiled_logits, eager_logits, atol=1e-3)
