@@ -30,7 +30,7 @@ the device synchronised around each; a figure is the median round's mean step ti
 contender was built: its weights, gradients, optimizer state and the step's activations.
 
     python bench/finetune_speed.py                                   # CUDA: base and large at 128
-    python bench/finetune_speed.py --configs base-512:32,large-512:32 --padding full
+    python bench/finetune_speed.py --finetune-configs base-512:32,large-512:32 --finetune-padding full
     python bench/finetune_speed.py --device cpu                      # a smoke run: tiny, fp32
 
 bench/gpu_suite.py runs it as a phase: `finetune_speed.finetune_phase(args)`.
