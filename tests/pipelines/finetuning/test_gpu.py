@@ -7,24 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from albert_model import AlbertConfig, AlbertForSequenceClassification
+from albert_model import AlbertForSequenceClassification
 from pipelines.finetuning.loop import build_schedule, collate, epoch_batches, finetune_step, predict, train_epoch
 from pipelines.train.build import build_optimizer
 from pipelines.train.parallel import apply_compile
+from tests.pipelines.train.test_gpu import CONFIG as PRETRAINING_CONFIG
 
 pytestmark = pytest.mark.gpu
 
-CONFIG = AlbertConfig(
-    vocab_size=1000,
-    embedding_size=64,
-    hidden_size=256,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=1024,
-    max_position_embeddings=128,
-    num_labels=3,
-    classifier_dropout_prob=0.0,
-)
+CONFIG = PRETRAINING_CONFIG.replace(num_labels=3, classifier_dropout_prob=0.0)  # the pretraining GPU tests' sizes
 N = 96
 CUDA = torch.device("cuda", 0)
 

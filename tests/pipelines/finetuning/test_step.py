@@ -20,19 +20,11 @@ from pipelines.finetuning.loop import (
 )
 from pipelines.finetuning.trial import TrialData, fit_trial
 from pipelines.train.build import build_optimizer
+from tests.albert_model.test_model import tiny as tiny_config
 
 
 def tiny(**kw) -> AlbertConfig:
-    defaults = dict(
-        vocab_size=97,
-        embedding_size=16,
-        hidden_size=32,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        intermediate_size=64,
-        num_labels=3,
-    )
-    return AlbertConfig(**{**defaults, **kw})
+    return tiny_config(**{"num_labels": 3, **kw})
 
 
 def toy_examples(n: int, seed: int = 0) -> list[tuple[list[int], list[int]]]:
