@@ -5,7 +5,9 @@ Every swap is a journal, `{run_dir}/_swap.json`: the list of deletes and moves, 
 done, written before the first and after each. A swap interrupted by a crash is finished by the
 next run, so an output is never half here and half there for longer than that. Only folders
 carrying albert-ray's marker are moved or deleted, checked for every folder before the first
-change.
+change. A journal read back is a file of the run_dir, which anyone with write access could have
+edited: it is replayed only if every path in it has the shape a swap writes (`<stage>`,
+`_building/<stage>`, `_previous/<stage>[.suffix]`) and resolves inside the run_dir.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from .errors import BadInput, MissingInput
 from .lease import hold
 from .ownership import BUILDING, MARKER, PREVIOUS, check_run_dir, ensure_folder, owned, refuse_unowned
 from .stages import MANIFEST, read_manifest_at
-from .storage import delete_tree, exists, filesystem, join, move_tree, read_json, write_json
+from .storage import delete_tree, exists, filesystem, join, move_tree, path_inside, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,31 @@ def _run_journal(run_dir: str, journal: dict[str, Any]) -> None:
     fs.rm(p)
 
 
+def _refuse_journal(path: str, why: str) -> BadInput:
+    return BadInput(f"{path}: {why}; nothing was moved or deleted: check it, then remove {path} by hand")
+
+
+def check_journal(run_dir: str, journal: Any) -> None:
+    """A journal read from the run_dir is one a swap could have written, every path inside the run_dir."""
+    path = join(run_dir, SWAP)
+    ops = journal.get("ops") if isinstance(journal, dict) else None
+    done = journal.get("done") if isinstance(journal, dict) else None
+    if not isinstance(ops, list) or not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= len(ops):
+        raise _refuse_journal(path, "not a swap journal (ops, done)")
+    for op in ops:
+        keys = {"delete": ("path",), "move": ("src", "dst")}.get(op.get("op")) if isinstance(op, dict) else None
+        if keys is None or set(op) != {"op", *keys}:
+            raise _refuse_journal(path, f"operation {op!r} is not a delete or a move")
+        for key in keys:
+            rel = op[key]
+            parts = rel.split("/") if isinstance(rel, str) else []
+            shaped = (len(parts) == 1 or (len(parts) == 2 and parts[0] in (BUILDING, PREVIOUS))) and all(
+                p and p not in (".", "..") and "\\" not in p and ":" not in p for p in parts
+            )
+            if not shaped or path_inside(run_dir, join(run_dir, rel)) in (None, "."):
+                raise _refuse_journal(path, f"{key}={rel!r} is not a stage folder inside {run_dir}")
+
+
 def finish_interrupted_swap(run_dir: str) -> None:
     """A swap interrupted by a crash (its journal is still there) is finished before anything else."""
     path = join(run_dir, SWAP)
@@ -62,6 +89,7 @@ def finish_interrupted_swap(run_dir: str) -> None:
             f"folders, {BUILDING}/ and {PREVIOUS}/ of {run_dir} by hand, then remove {path}"
         ) from None
     if journal:
+        check_journal(run_dir, journal)
         log.warning(
             "finishing the interrupted %s of the %s stage in %s", journal.get("action"), journal.get("stage"), run_dir
         )
@@ -129,4 +157,13 @@ def restore(config, name: str) -> str:
     return join(run_dir, name)
 
 
-__all__ = ["SWAP", "building_dir", "commit", "finish_interrupted_swap", "previous_dir", "restore", "set_aside"]
+__all__ = [
+    "SWAP",
+    "building_dir",
+    "check_journal",
+    "commit",
+    "finish_interrupted_swap",
+    "previous_dir",
+    "restore",
+    "set_aside",
+]

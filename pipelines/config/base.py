@@ -1,8 +1,9 @@
 """What every config section shares: strict types (pydantic), its key names, its checks, its docs.
 
 A section is a pydantic dataclass in strict mode: a value of the wrong type is an error (no `1` for
-a bool, no `3` for a path), an unknown key is an error, and each field's attribute docstring is its
-description (`--help`). Its semantic checks run in `__post_init__` through `Section.require`,
+a bool, no `3` for a path), an unknown key is an error, a float must be finite (no `.inf` or `.nan`
+anywhere: one rule for every float setting, the search space's values included), and each field's
+attribute docstring is its description (`--help`). Its semantic checks run in `__post_init__` through `Section.require`,
 which names the key as it is written on the command line.
 """
 
@@ -15,7 +16,7 @@ from pydantic import ConfigDict, ValidationError
 
 from ..errors import ConfigError
 
-STRICT = ConfigDict(strict=True, extra="forbid", use_attribute_docstrings=True)
+STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
 
 
 class Section:
@@ -52,6 +53,8 @@ def one_error(error: ValidationError, cls: type, values: dict[str, Any] | None =
     if first["type"] == "unexpected_keyword_argument":
         return str(unknown_key(cls.key(name), cls, where))
     value = (values or {}).get(name, first.get("input"))
+    if first["type"] == "finite_number":
+        return f"{where}{cls.key(name)}={value!r}: must be a finite number"
     return f"{where}{cls.key(name)}={value!r}: must be {cls.__dataclass_fields__[name].type}"
 
 

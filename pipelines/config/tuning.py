@@ -3,6 +3,7 @@ and `tune` (the Ray Tune search over them)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import field
 from typing import Any, ClassVar
 
@@ -166,10 +167,10 @@ class TuneSection(Section):
         self.require(
             "resources_per_trial",
             all(
-                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf
                 for k, v in resources.items()
             ),
-            "must map resource names (CPU, GPU, ...) to amounts >= 0",
+            "must map resource names (CPU, GPU, ...) to finite amounts >= 0",
         )
         self.require("seed", self.seed >= 0, "must be >= 0")
         for key, spec in self.space.items():

@@ -19,7 +19,7 @@ from ..models import read_model_config
 from ..prep.masking import MaskingSpec
 from ..prep.process import example_schema
 from ..stages import read_manifest, stage_dir
-from ..storage import exists, join, read_json, read_jsonl, write_text
+from ..storage import exists, join, path_inside, read_json, read_jsonl, write_text
 from .input import split_files
 
 METRICS = "metrics.jsonl"
@@ -206,6 +206,15 @@ def continuation(run: StageRun) -> str | None:
         )
         print(f"pretrain: the complete output in {run.current} {why}: training anew", flush=True)
         return None
+    checkpoint = join(run.current, previous["checkpoint"])
+    # The run_dir is the trust boundary (DCP's .metadata is unpickled): a path read from the run's
+    # own manifest must stay inside the output it belongs to, links resolved.
+    inside = isinstance(previous["checkpoint"], str) and path_inside(run.current, checkpoint)
+    if not inside or inside == ".":
+        raise BadInput(
+            f"{join(run.current, 'manifest.json')}: checkpoint={previous['checkpoint']!r} is not a folder inside "
+            f"{run.current}; refusing to read it (fix the manifest, or --force pretrain to train anew)"
+        )
     print(
         f"pretrain: continuing the complete run in {run.current} from step {previous['steps']} to {max_steps} "
         f"(the learning-rate schedule is recomputed for {max_steps} steps)",
@@ -216,7 +225,7 @@ def continuation(run: StageRun) -> str | None:
             join(run.out, METRICS),
             "".join(json.dumps(r) + "\n" for r in read_metrics(join(run.current, METRICS), previous["steps"])),
         )
-    return join(run.current, previous["checkpoint"])
+    return checkpoint
 
 
 def check_resolved(run: StageRun, plan: PretrainPlan) -> None:

@@ -329,3 +329,37 @@ def test_elastic_worker_range_splits_every_global_batch_evenly():
     for bad, why in bad_ranges:
         with pytest.raises(ValueError, match=f"train.num_workers={re.escape(str(bad))}: must be {why}"):
             TrainSection(num_workers=bad, global_batch_size=8)
+
+
+def float_keys() -> list[str]:
+    """Every float setting of the tree, as written on the command line (subsections included)."""
+    from pipelines.config import SECTIONS
+
+    keys = []
+    for cls in SECTIONS.values():
+        for name, info in cls.__pydantic_fields__.items():
+            sub = cls.SUBSECTIONS.get(name)
+            if sub is not None:
+                keys += [sub.key(n) for n, i in sub.__pydantic_fields__.items() if "float" in str(i.annotation)]
+            elif "float" in str(info.annotation):
+                keys.append(cls.key(name))
+    return keys
+
+
+def test_every_float_setting_must_be_finite():
+    """One rule for every float key (issue #27: an infinite lr trained into NaN, an infinite clip
+    norm or threshold was accepted): .inf and .nan are refused in one line naming the key."""
+    keys = float_keys()
+    assert {"train.lr", "train.max_grad_norm", "train.health.spike_threshold", "finetune.lr"} <= set(keys)
+    for key in keys:
+        for value in (".inf", "-.inf", ".nan"):
+            with pytest.raises(ConfigError, match=rf"^{re.escape(key)}=[-a-z]+: must be a finite number$"):
+                load_config(None, [f"{key}={value}"])
+
+
+def test_search_space_values_and_resources_must_be_finite():
+    for space in ("{finetune.lr: .inf}", "{finetune.lr: [0.001, .nan]}", "{finetune.lr: {loguniform: [0.001, .inf]}}"):
+        with pytest.raises(ConfigError, match=r"finetune.lr=(inf|nan): must be a finite number"):
+            load_config(None, [f"tune.space={space}"])
+    with pytest.raises(ConfigError, match="must map resource names .* to finite amounts"):
+        load_config(None, ["tune.resources_per_trial={CPU: .inf}"])

@@ -69,6 +69,11 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
         (["data", "--config", f"{tmp_path}/missing.yaml"], f"cannot read config file '{tmp_path}/missing.yaml'"),
         (["data", "data.max_seq_len=128"], "unknown config key 'data.max_seq_len'"),
         (["pretrain", "train.lr=-1"], "train.lr=-1.0: must be > 0"),
+        (["pretrain", "train.lr=.inf"], "train.lr=inf: must be a finite number"),
+        (
+            ["finetune", "tune.space={finetune.lr: .nan}"],
+            "tune.space['finetune.lr']=nan: finetune.lr=nan: must be a finite",
+        ),
         (["data", "run_dir=/"], "run_dir=/: a filesystem root"),
         (["vocab", "run_dir=~"], "run_dir=~: the home folder"),
         (["data", "run_dir=s3://bucket"], "run_dir=s3://bucket: a bucket root"),
@@ -144,6 +149,33 @@ def test_a_damaged_swap_journal_is_one_line(spiece_model, tmp_path, capsys):
     (run / "_swap.json").write_text('{"stage": "vocab", "ops": [')
     assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}", "vocab.lowercase=false") == 2
     assert f"{run}/_swap.json is unreadable: a swap was interrupted" in one_error_line(capsys, "pipelines.vocab")
+
+
+def test_a_crafted_swap_journal_touches_nothing_outside(spiece_model, tmp_path, capsys):
+    """Issue #27: a journal is a file of the run_dir; one naming paths outside it (relative, absolute,
+    through a link, or not a stage folder's shape) is refused in one line and nothing moves."""
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (outside / "keep" / "data.txt").write_text("mine")
+    write_marker(str(outside / "keep"), "stage", stage="vocab")  # even a folder that looks like ours
+    assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}") == 0
+    (run / "elsewhere").symlink_to(outside / "keep")
+    crafted = [
+        [{"op": "delete", "path": "../outside/keep"}],
+        [{"op": "delete", "path": str(outside / "keep")}],
+        [{"op": "move", "src": "vocab", "dst": "../outside/keep/vocab"}],
+        [{"op": "delete", "path": "elsewhere"}],
+        [{"op": "delete", "path": "_previous/../../outside/keep"}],
+        [{"op": "delete", "path": "vocab/spiece.model/.."}],
+        [{"op": "run", "path": "vocab"}],
+    ]
+    for ops in crafted:
+        (run / "_swap.json").write_text(json.dumps({"stage": "vocab", "action": "commit", "ops": ops, "done": 0}))
+        assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}", "vocab.lowercase=false") == 2, ops
+        line = one_error_line(capsys, "pipelines.vocab")
+        assert f"{run}/_swap.json: " in line and "nothing was moved or deleted" in line, line
+        assert (outside / "keep" / "data.txt").read_text() == "mine"
+        assert (run / "vocab" / "spiece.model").exists() and (run / "_swap.json").exists()
 
 
 def test_a_held_run_dir_stops_the_second_run(spiece_model, tmp_path, capsys):

@@ -4,6 +4,7 @@ transformers export, up-front errors and s3:// storage (one shared Ray session).
 import contextlib
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from safetensors.torch import load_file
 
 from pipelines.config import load_config
 from pipelines.data import run_data
+from pipelines.errors import BadInput
 from pipelines.pretrain import FAULT_ENV, run_pretrain
 from pipelines.storage import filesystem
 from pipelines.train.build import build_model
@@ -246,6 +248,27 @@ def test_raising_max_steps_continues_the_complete_run(one_worker, tmp_path, caps
     )
     with pytest.raises(AssertionError):  # it trained on
         assert_same_weights(final_weights(run_dir), final_weights(one_worker))
+
+
+def test_a_checkpoint_pointer_outside_the_run_dir_is_refused(one_worker, tmp_path):
+    """Issue #27: the manifest's `checkpoint` is read from the run_dir's own files, the trust
+    boundary (DCP's .metadata is unpickled): a relative path out of the output, an absolute path,
+    or a link inside it that resolves outside are refused in one line before anything is read."""
+    outside = tmp_path / "outside" / "checkpoint_x"
+    shutil.copytree(next((Path(one_worker) / "pretrain" / "train").glob("checkpoint_*")), outside)
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    for name, pointer in (("relative", "../../outside/checkpoint_x"), ("absolute", str(outside)), ("link", "train/x")):
+        run_dir = tmp_path / name
+        shutil.copytree(one_worker, run_dir)
+        manifest_path = run_dir / "pretrain" / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        if name == "link":
+            (run_dir / "pretrain" / "train" / "x").symlink_to(outside)
+        manifest_path.write_text(json.dumps({**manifest, "checkpoint": pointer}))
+        with pytest.raises(BadInput, match=rf"manifest.json: checkpoint='{re.escape(pointer)}' is not a folder inside"):
+            run_pretrain(configure(run_dir, "train.max_steps=8"))
+        assert json.loads(manifest_path.read_text())["steps"] == 4  # the complete output is kept
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
 
 
 def test_export_loads_in_transformers_and_gives_our_logits(one_worker):
