@@ -58,6 +58,7 @@ class Lamb(torch.optim.Optimizer):
         super().__init__(params, defaults)
         self.fused = fused
         self._layouts: dict[int, dict] = {}  # per group: the fused step's block table
+        self._always: dict[torch.device, torch.Tensor] = {}
 
     @torch.no_grad()
     def step(self, closure=None, apply: torch.Tensor | None = None):
@@ -95,8 +96,10 @@ class Lamb(torch.optim.Optimizer):
     def _fused(self, index: int, group: dict, params: list[torch.Tensor], apply: torch.Tensor | None) -> None:
         beta1, beta2 = group["betas"]
         device = local_tensor(params[0]).device
-        if apply is None:
-            apply = torch.ones(1, dtype=torch.int32, device=device)
+        if apply is None:  # one "apply" flag per device, kept: no fill kernel per step
+            if device not in self._always:
+                self._always[device] = torch.ones(1, dtype=torch.int32, device=device)
+            apply = self._always[device]
         groups = shard_groups(params)
         fused_lamb.lamb_step(
             [local_tensor(p) for p in params],
