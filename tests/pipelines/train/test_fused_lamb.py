@@ -47,8 +47,12 @@ for step in range(5):
         p.grad = g.clone()
     for p, g in zip(reference, grads):
         p.grad = g.clone()
-    fused.step(apply=apply)
-    foreach.step(apply=apply)
+    if step == 4:  # no flag: the step applies (the fused step's own kept flag)
+        fused.step()
+        foreach.step()
+    else:
+        fused.step(apply=apply)
+        foreach.step(apply=apply)
     result["steps"].append({
         "max_param_difference": max((a - b).abs().max().item() for a, b in zip(ours, reference)),
         "max_moment_difference": max(
