@@ -20,6 +20,11 @@ OPTIMIZERS = ("lamb", "adamw")
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
+def resolved_precision(setting: str, gpu: bool) -> str:
+    """A precision setting with auto resolved: bf16 on GPUs, fp32 on CPUs (pretraining and fine-tuning alike)."""
+    return ("bf16" if gpu else "fp32") if setting == "auto" else setting
+
+
 @dataclass(config=STRICT)
 class CorpusSection(Section):
     """Where the raw documents come from."""
@@ -322,4 +327,5 @@ __all__ = [
     "ModelSection",
     "TrainSection",
     "VocabSection",
+    "resolved_precision",
 ]

@@ -23,6 +23,7 @@ from albert_model.config import AlbertConfig
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification, AlbertModel
 
+from ..config.sections import resolved_precision
 from ..models import read_model_config
 from ..train.loader import to_device
 from .tokenizer import pad_batch
@@ -71,10 +72,8 @@ def steps_per_epoch(n: int, batch_size: int, world: int = 1) -> int:
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """finetune.precision with auto resolved: bf16 on CUDA, fp32 elsewhere."""
-    if precision == "auto":
-        return "bf16" if device.type == "cuda" else "fp32"
-    return precision
+    """finetune.precision with auto resolved for `device` (the rule pretraining follows too)."""
+    return resolved_precision(precision, device.type == "cuda")
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:

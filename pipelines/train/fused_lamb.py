@@ -59,6 +59,18 @@ def usable(tensors: list[torch.Tensor]) -> bool:
 if triton is not None:
 
     @triton.jit
+    def _block(block_tensor, block_start, numels, BLOCK: tl.constexpr):
+        """This program's tensor, its element offsets and their mask (from the block table)."""
+        t = tl.load(block_tensor + tl.program_id(0))
+        offsets = tl.load(block_start + tl.program_id(0)) + tl.arange(0, BLOCK)
+        return t, offsets, offsets < tl.load(numels + t)
+
+    @triton.jit
+    def _tensor(ptrs, t):
+        """Tensor t's fp32 data, from a table of addresses."""
+        return tl.load(ptrs + t).to(tl.pointer_type(tl.float32))
+
+    @triton.jit
     def _moments_kernel(
         w_ptrs, g_ptrs, m_ptrs, v_ptrs, numels, block_tensor, block_start, partials, apply_ptr,
         beta1, one_minus_beta1, beta2, one_minus_beta2, eps, weight_decay,
@@ -67,13 +79,9 @@ if triton is not None:
         pid = tl.program_id(0)
         if tl.load(apply_ptr) == 0:
             return
-        t = tl.load(block_tensor + pid)
-        offsets = tl.load(block_start + pid) + tl.arange(0, BLOCK)
-        mask = offsets < tl.load(numels + t)
-        w_ptr = tl.load(w_ptrs + t).to(tl.pointer_type(tl.float32))
-        g_ptr = tl.load(g_ptrs + t).to(tl.pointer_type(tl.float32))
-        m_ptr = tl.load(m_ptrs + t).to(tl.pointer_type(tl.float32))
-        v_ptr = tl.load(v_ptrs + t).to(tl.pointer_type(tl.float32))
+        t, offsets, mask = _block(block_tensor, block_start, numels, BLOCK)
+        w_ptr, g_ptr = _tensor(w_ptrs, t), _tensor(g_ptrs, t)
+        m_ptr, v_ptr = _tensor(m_ptrs, t), _tensor(v_ptrs, t)
         w = tl.load(w_ptr + offsets, mask=mask, other=0.0)
         g = tl.load(g_ptr + offsets, mask=mask, other=0.0)
         m = tl.load(m_ptr + offsets, mask=mask, other=0.0) * beta1 + g * one_minus_beta1
@@ -110,14 +118,10 @@ if triton is not None:
         w_ptrs, u_ptrs, numels, block_tensor, block_start, squares, apply_ptr, lr,
         ADAPT: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
-        pid = tl.program_id(0)
         if tl.load(apply_ptr) == 0:
             return
-        t = tl.load(block_tensor + pid)
-        offsets = tl.load(block_start + pid) + tl.arange(0, BLOCK)
-        mask = offsets < tl.load(numels + t)
-        w_ptr = tl.load(w_ptrs + t).to(tl.pointer_type(tl.float32))
-        u_ptr = tl.load(u_ptrs + t).to(tl.pointer_type(tl.float32))
+        t, offsets, mask = _block(block_tensor, block_start, numels, BLOCK)
+        w_ptr, u_ptr = _tensor(w_ptrs, t), _tensor(u_ptrs, t)
         u = tl.load(u_ptr + offsets, mask=mask, other=0.0)
         if ADAPT:
             w_norm = tl.sqrt(tl.load(squares + 2 * t))
@@ -146,9 +150,8 @@ def layout(numels: tuple[int, ...], device: torch.device) -> Layout:
     start = [b * BLOCK for c in counts for b in range(c)]
     first = [sum(counts[:t]) for t in range(len(counts))]
 
-    def on(values, dtype):  # pinned and without blocking: a pageable copy would wait for the device
-        table = torch.tensor(values, dtype=dtype)
-        return table.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else table
+    def on(values, dtype):
+        return _to_device(torch.tensor(values, dtype=dtype), device)
 
     return Layout(
         on(list(numels), torch.int64),
@@ -160,13 +163,15 @@ def layout(numels: tuple[int, ...], device: torch.device) -> Layout:
     )
 
 
+def _to_device(table: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host table on the device without blocking the host: pinned (the caching host
+    allocator keeps the buffer until the copy has run); a pageable copy would wait for the device."""
+    return table.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else table
+
+
 def _addresses(tensors: list[list[torch.Tensor]], device: torch.device) -> torch.Tensor:
-    """[len(tensors), T] int64 of data pointers, copied to the device without blocking the host
-    (pinned: the caching host allocator keeps the buffer until the copy has run)."""
-    table = torch.tensor([[t.data_ptr() for t in row] for row in tensors], dtype=torch.int64)
-    if device.type != "cuda":
-        return table
-    return table.pin_memory().to(device, non_blocking=True)
+    """[len(tensors), T] int64 of data pointers, on the device."""
+    return _to_device(torch.tensor([[t.data_ptr() for t in row] for row in tensors], dtype=torch.int64), device)
 
 
 def lamb_step(

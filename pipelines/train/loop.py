@@ -231,14 +231,11 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         plan.masking, plan.batches_per_epoch,
     )  # fmt: skip
     processes = train.loader_processes if train.loader_processes is not None else int(device.type == "cuda")
-    readers = []  # a thread's reader, kept across rollbacks (the footers read once)
+    # a thread reuses one reader across rollbacks (the footers read once); a process makes its own
+    reader = source.reader() if processes == 0 and step < train.max_steps else None
 
     def batches_from(first: int):
-        if processes == 0 and not readers:
-            readers.append(source.reader())
-        return loader_batches(
-            source, first, processes, pin=device.type == "cuda", reader=readers[0] if readers else None
-        )
+        return loader_batches(source, first, processes, pin=device.type == "cuda", reader=reader)
 
     batches = batches_from(step) if step < train.max_steps else None
     # Under the warn policy a step is checked one step late: the host reads step k's loss while the
@@ -269,15 +266,11 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         width = mean_width(micro_batches)
         micro_batches = [to_device(mb, device) for mb in micro_batches]
         factor = _loss_factor(plan, step + 1, rank, world, injected)
-        if deferred:
-            pending = train_step(
-                model, optimizer, scheduler, micro_batches, train.max_grad_norm, None, factor,
-                guard=True, skip=step + 1 in health.skip_steps,
-            )  # fmt: skip
-        else:
-            pending = train_step(
-                model, optimizer, scheduler, micro_batches, train.max_grad_norm, check if health else None, factor
-            )
+        pending = train_step(
+            model, optimizer, scheduler, micro_batches, train.max_grad_norm,
+            check if health is not None and not deferred else None, factor,
+            guard=deferred, skip=deferred and step + 1 in health.skip_steps,
+        )  # fmt: skip
         step += 1
         last = step == train.max_steps
         due = last or step % train.log_every == 0 or step % train.eval_every == 0 or step % train.checkpoint_every == 0

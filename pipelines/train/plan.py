@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from albert_model import AlbertConfig
 
 from ..config import Config, TrainSection
+from ..config.sections import resolved_precision
 from ..errors import BadInput, MissingInput
 from ..lifecycle import StageRun
 from ..models import read_model_config
@@ -173,7 +174,7 @@ def plan_pretraining(config: Config, out_dir: str, gpus: tuple[int, int | None],
         albert=albert,
         train=train,
         use_gpu=use_gpu,
-        precision=train.precision if train.precision != "auto" else ("bf16" if use_gpu else "fp32"),
+        precision=resolved_precision(train.precision, use_gpu),
         masking=masking,
         max_predictions=written["max_predictions_per_seq"],
         n_train=n_train,
