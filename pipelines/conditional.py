@@ -12,17 +12,35 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
+from .errors import LeaseHeld
 from .storage import filesystem, is_remote, replace_file
+
+LOCK_WAIT_S = 60.0
+"""How long a local conditional write waits for `<path>.lock`. Its holders keep it for one read and
+write, or for one commit's renames: a longer wait means a paused or hung process holds it."""
 
 
 @contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
+def locked(path: str, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """An exclusive flock on the local `<path>.lock`, waited for at most `wait_s` seconds."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise LeaseHeld(
+                        f"{path}.lock has been held for over {wait_s:.0f} s by a process that does not release it "
+                        "(paused or hung): resume or stop it"
+                    ) from None
+                time.sleep(0.05)
         try:
             yield
         finally:
@@ -80,7 +98,7 @@ def create_exclusive(path: str, data: bytes) -> str | None:
         response = _s3_call(path, "put_object", Body=data, IfNoneMatch="*")
         return response["ETag"] if response else None
     _, p = filesystem(path)
-    with _locked(p):
+    with locked(p):
         if os.path.exists(p):
             return None
         replace_file(p, data)
@@ -93,7 +111,7 @@ def replace_if(path: str, data: bytes, token: str) -> str | None:
         response = _s3_call(path, "put_object", Body=data, IfMatch=token)
         return response["ETag"] if response else None
     _, p = filesystem(path)
-    with _locked(p):
+    with locked(p):
         current = read_versioned(p)
         if current is None or current[1] != token:
             return None
@@ -106,7 +124,7 @@ def delete_if(path: str, token: str) -> bool:
     if is_remote(path):
         return _s3_call(path, "delete_object", IfMatch=token) is not None
     _, p = filesystem(path)
-    with _locked(p):
+    with locked(p):
         current = read_versioned(p)
         if current is None or current[1] != token:
             return False
@@ -114,4 +132,4 @@ def delete_if(path: str, token: str) -> bool:
     return True
 
 
-__all__ = ["create_exclusive", "delete_if", "read_versioned", "replace_if"]
+__all__ = ["LOCK_WAIT_S", "create_exclusive", "delete_if", "locked", "read_versioned", "replace_if"]

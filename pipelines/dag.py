@@ -26,15 +26,14 @@ from typing import Any
 from .cli import report_user_error, setup_logging
 from .config import Config, build_arg_parser, parse_cli
 from .errors import ConfigError, UserError, find_user_error, one_line
-from .generations import building_dir, previous_dir
+from .generations import SWAP, building_dir, pending_moves, previous_dir
 from .lease import hold, read_holder
 from .lifecycle import can_resume, extends_values, run_stage
-from .ownership import check_input_paths, check_run_dir, ensure_run_dir, read_marker
+from .ownership import BUILDING, PREVIOUS, check_input_paths, check_run_dir, ensure_run_dir, read_marker
 from .report.costs import ReservationMeter, cost_record, write_cost
 from .stages import (
     STAGES,
     config_value,
-    read_manifest,
     read_manifest_at,
     stage_dir,
     stage_fingerprint,
@@ -79,29 +78,64 @@ class StagePlan:
     """What the run_dir holds for it: the current, unfinished and previous outputs."""
 
 
-def _held(config: Config, name: str, lineage: str | None) -> list[str]:
-    current, building, previous = (
-        stage_dir(config, name),
-        building_dir(config.run_dir, name),
-        previous_dir(config.run_dir, name),
-    )
-    lines = []
-    manifest = read_manifest_at(current)
+@dataclass(frozen=True)
+class RunDirView:
+    """The run_dir as the next run will find it once it has finished an interrupted swap: each stage
+    folder's current place (`moved`), and the journal itself."""
+
+    run_dir: str
+    journal: dict[str, Any] | None
+    moved: dict[str, str | None]
+
+    @classmethod
+    def read(cls, run_dir: str) -> RunDirView:
+        journal, moved = pending_moves(run_dir) if exists(run_dir) else (None, {})
+        return cls(run_dir, journal, moved)
+
+    def folder(self, rel: str) -> str | None:
+        """Where `rel`'s content is now (None: nothing will be there)."""
+        now = self.moved.get(rel, rel)
+        return None if now is None else join(self.run_dir, now)
+
+    def manifest(self, rel: str) -> dict[str, Any] | None:
+        folder = self.folder(rel)
+        return None if folder is None else read_manifest_at(folder)
+
+
+def _held(
+    config: Config, view: RunDirView, name: str, lineage: str | None, fingerprint: str, forced: bool
+) -> tuple[list[str], bool]:
+    """What the run_dir holds for the stage, and whether the next run swaps in a complete build
+    instead of building (a run killed between its manifest and its swap)."""
+    run_dir = view.run_dir
+    current, building, previous = join(run_dir, name), building_dir(run_dir, name), previous_dir(run_dir, name)
+    lines, swaps_in = [], False
+    manifest = view.manifest(name)
     if manifest is not None:
         steps = f", {manifest['steps']} steps" if "steps" in manifest else ""
         lines.append(
             f"current:  {current} (complete{steps}, committed {manifest.get('committed', '?')}; kept until "
             "a replacement is complete)"
         )
-    elif exists(current):
+    elif view.folder(name) is not None and exists(view.folder(name)):
         lines.append(f"current:  {current} (incomplete: no readable manifest.json)")
-    marker = read_marker(building)
+    building_now = view.folder(f"{BUILDING}/{name}")
+    marker = read_marker(building_now) if building_now else None
     if marker is not None:
-        resumes = lineage is not None and can_resume(marker, name, lineage, extends_values(config, name))
-        lines.append(f"unfinished: {building} ({'resumed' if resumes else 'discarded'} by the next run)")
-    if read_manifest_at(previous) is not None:
+        built = read_manifest_at(building_now)
+        if built is not None and built.get("fingerprint") == fingerprint and not forced:
+            swaps_in = True
+            what = "complete, not swapped in yet: the next run swaps it in without building again"
+        elif built is None and lineage is not None and can_resume(marker, name, lineage, extends_values(config, name)):
+            what = "unfinished: resumed by the next run"
+        elif built is None and STAGES[name].resumable:
+            what = f"unfinished: set aside to {previous}.unfinished by the next run"
+        else:
+            what = f"{'complete' if built else 'unfinished'}, another config or forced: discarded by the next run"
+        lines.append(f"building: {building} ({what})")
+    if view.manifest(f"{PREVIOUS}/{name}") is not None:
         lines.append(f"previous: {previous} (restore: python -m pipelines.restore {name})")
-    return lines
+    return lines, swaps_in
 
 
 def plan_dag(config: Config, selected: Sequence[str], forced: set[str]) -> list[StagePlan]:
@@ -109,9 +143,10 @@ def plan_dag(config: Config, selected: Sequence[str], forced: set[str]) -> list[
     inputs will have (they are config hashes, so they are known before anything runs)."""
     predicted: dict[str, str | None] = {}
     plans = []
+    view = RunDirView.read(config.run_dir)
     for name in STAGES:
         stage = STAGES[name]
-        manifest = read_manifest(config, name)
+        manifest = view.manifest(name)
         current = manifest.get("fingerprint") if manifest else None
         deps = stage_inputs(config, name)
         inputs = (
@@ -146,10 +181,12 @@ def plan_dag(config: Config, selected: Sequence[str], forced: set[str]) -> list[
             status = "runs: continues the current output" if continues else "runs: config or inputs changed"
         else:
             status = "up to date: skipped"
-        runs = status.startswith("runs")
         predicted[name] = fingerprint if not missing or stage.partial_inputs else None
         lineage = None if missing else stage_fingerprint(config, name, inputs_now, exclude=stage.extends, known=known)
-        plans.append(StagePlan(name, True, runs, status, inputs, outputs, _held(config, name, lineage)))
+        held, swaps_in = _held(config, view, name, lineage, fingerprint, name in forced)
+        if swaps_in and status.startswith("runs") and not missing:
+            status = "runs: swaps in its complete build (made by a run stopped before its swap), no rebuild"
+        plans.append(StagePlan(name, True, status.startswith("runs"), status, inputs, outputs, held))
     return plans
 
 
@@ -157,7 +194,22 @@ def format_plan(config: Config, plans: list[StagePlan]) -> str:
     lines = [f"DAG for run_dir={config.run_dir} ({' -> '.join(STAGES)}):"]
     holder = read_holder(config.run_dir) if exists(config.run_dir) else None
     if holder is not None:
-        lines.append(f"  in use by {holder[0].describe()}")
+        why = holder[0].why_stale()
+        lines.append(
+            f"  in use by {holder[0].describe()}"
+            if why is None
+            else f"  lease: left by {holder[0].describe()}; no longer held ({why}): the next run takes it over"
+        )
+    journal = RunDirView.read(config.run_dir).journal
+    if journal is not None:
+        what = f"{journal.get('action')} of the {journal.get('stage')} stage"
+        lines.append(
+            f"  interrupted {what} ({SWAP}, {journal['done']} of {len(journal['ops'])} steps done): "
+            "the next run finishes it first; the stages below are shown as it will leave them"
+            if journal.get("fenced", True)
+            else f"  unconfirmed {what} ({SWAP}) of a run that lost its lease: the next run removes it (none of it "
+            "was done)"
+        )
     for p in plans:
         lines.append(f"  {p.name}: {p.status}")
         lines += [f"      in:  {i}" for i in p.inputs]

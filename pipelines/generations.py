@@ -8,18 +8,25 @@ carrying albert-ray's marker are moved or deleted, checked for every folder befo
 change. A journal read back is a file of the run_dir, which anyone with write access could have
 edited: it is replayed only if every path in it has the shape a swap writes (`<stage>`,
 `_building/<stage>`, `_previous/<stage>[.suffix]`) and resolves inside the run_dir.
+
+Every swap is fenced by the run_dir's lease (pipelines/lease.py `Fence`): its journal is written
+unconfirmed (`fenced: false`), confirmed once the fence holds, and each step is preceded by a check,
+so a run that was paused and lost its lease moves nothing. A journal left unconfirmed is removed
+by the next run (none of it was done).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
-from .errors import BadInput, MissingInput
-from .lease import hold
+from .conditional import create_exclusive, delete_if, read_versioned, replace_if
+from .errors import BadInput, LeaseHeld, MissingInput
+from .lease import Fence, hold
 from .ownership import BUILDING, MARKER, PREVIOUS, check_run_dir, ensure_folder, owned, refuse_unowned
 from .stages import MANIFEST, read_manifest_at
-from .storage import delete_tree, exists, filesystem, join, move_tree, path_inside, read_json, write_json
+from .storage import delete_tree, exists, join, move_tree, path_inside
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +41,27 @@ def previous_dir(run_dir: str, name: str) -> str:
     return join(run_dir, PREVIOUS, name)
 
 
-def _run_journal(run_dir: str, journal: dict[str, Any]) -> None:
-    """Carry out a journal's remaining operations, recording each, then remove the journal."""
+def _encode(journal: dict[str, Any]) -> bytes:
+    return (json.dumps(journal, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _record(path: str, journal: dict[str, Any], token: str) -> str:
+    """Write the journal's progress, only over the version this run wrote last."""
+    token = replace_if(path, _encode(journal), token)
+    if token is None:
+        raise LeaseHeld(
+            f"{path} was changed by another run (one that took the run_dir's lease over and finished this "
+            f"{journal.get('action')}); this run stops here"
+        )
+    return token
+
+
+def _run_journal(run_dir: str, journal: dict[str, Any], token: str, fence: Fence) -> None:
+    """Carry out a journal's remaining operations, each after checking the fence and recorded after
+    it, then remove the journal."""
     path = join(run_dir, SWAP)
     for i in range(journal["done"], len(journal["ops"])):
+        fence.check()
         op = journal["ops"][i]
         if op["op"] == "delete":
             delete_tree(join(run_dir, op["path"]), last=[MARKER])
@@ -48,9 +72,8 @@ def _run_journal(run_dir: str, journal: dict[str, Any]) -> None:
                 # when it leaves (first); both sides keep their marker throughout
                 move_tree(src, dst, complete_last=[MANIFEST], owner_first=[MARKER])
         journal["done"] = i + 1
-        write_json(path, journal)
-    fs, p = filesystem(path)
-    fs.rm(p)
+        token = _record(path, journal, token)
+    delete_if(path, token)
 
 
 def _refuse_journal(path: str, why: str) -> BadInput:
@@ -64,6 +87,8 @@ def check_journal(run_dir: str, journal: Any) -> None:
     done = journal.get("done") if isinstance(journal, dict) else None
     if not isinstance(ops, list) or not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= len(ops):
         raise _refuse_journal(path, "not a swap journal (ops, done)")
+    if not isinstance(journal.get("fenced", True), bool):
+        raise _refuse_journal(path, f"fenced={journal['fenced']!r} is not true or false")
     for op in ops:
         keys = {"delete": ("path",), "move": ("src", "dst")}.get(op.get("op")) if isinstance(op, dict) else None
         if keys is None or set(op) != {"op", *keys}:
@@ -78,33 +103,87 @@ def check_journal(run_dir: str, journal: Any) -> None:
                 raise _refuse_journal(path, f"{key}={rel!r} is not a stage folder inside {run_dir}")
 
 
-def finish_interrupted_swap(run_dir: str) -> None:
-    """A swap interrupted by a crash (its journal is still there) is finished before anything else."""
+def read_journal(run_dir: str) -> tuple[dict[str, Any], str] | None:
+    """The journal of an interrupted swap and its version token, checked; None when there is none."""
     path = join(run_dir, SWAP)
+    found = read_versioned(path)
+    if found is None:
+        return None
     try:
-        journal = read_json(path)
+        journal = json.loads(found[0])
     except ValueError:
         raise BadInput(
             f"{path} is unreadable: a swap was interrupted and its journal damaged; check the stage "
             f"folders, {BUILDING}/ and {PREVIOUS}/ of {run_dir} by hand, then remove {path}"
         ) from None
-    if journal:
-        check_journal(run_dir, journal)
-        log.warning(
-            "finishing the interrupted %s of the %s stage in %s", journal.get("action"), journal.get("stage"), run_dir
-        )
-        print(f"{journal.get('stage')}: finishing an interrupted {journal.get('action')} in {run_dir}", flush=True)
-        _run_journal(run_dir, journal)
+    check_journal(run_dir, journal)
+    return journal, found[1]
 
 
-def _swap(run_dir: str, name: str, action: str, ops: list[dict[str, Any]]) -> None:
-    for op in ops:  # every folder touched must be ours before the first change
-        for key in ("path", "src"):
-            if key in op:
-                refuse_unowned(join(run_dir, op[key]), name)
-    journal = {"stage": name, "action": action, "ops": ops, "done": 0}
-    write_json(join(run_dir, SWAP), journal)
-    _run_journal(run_dir, journal)
+def finish_interrupted_swap(run_dir: str, fence: Fence) -> None:
+    """A swap interrupted by a crash (its journal is still there) is finished before anything else.
+    A journal its run never confirmed under the lease (`fenced: false`: nothing of it was done) is
+    removed instead."""
+    if read_journal(run_dir) is None:
+        return
+    with fence.held():
+        found = read_journal(run_dir)  # again under the fence: the run that wrote it may have finished it
+        if found is None:
+            return
+        journal, token = found
+        stage, action = journal.get("stage"), journal.get("action")
+        if journal.get("fenced", True) is False:
+            fence.check()
+            delete_if(join(run_dir, SWAP), token)
+            print(
+                f"{stage}: removed the unconfirmed {action} journal of a run that lost its lease (none of it was done)"
+            )
+            return
+        log.warning("finishing the interrupted %s of the %s stage in %s", action, stage, run_dir)
+        print(f"{stage}: finishing an interrupted {action} in {run_dir}", flush=True)
+        _run_journal(run_dir, journal, token, fence)
+
+
+def pending_moves(run_dir: str) -> tuple[dict[str, Any] | None, dict[str, str | None]]:
+    """The interrupted swap's journal, and where the next run will have moved each folder it names
+    once it has finished it (`{"pretrain": "_building/pretrain"}`: what `_building/pretrain` holds
+    now will be the current output; None: nothing will be there). An unconfirmed journal moves
+    nothing. Read-only, for --dry-run."""
+    found = read_journal(run_dir)
+    if found is None or found[0].get("fenced", True) is False:
+        return (found[0] if found else None), {}
+    journal, moved = found[0], {}
+    for op in journal["ops"][journal["done"] :]:
+        if op["op"] == "delete":
+            moved[op["path"]] = None
+            continue
+        now = moved.get(op["src"], op["src"])
+        if now is not None and (now != op["src"] or exists(join(run_dir, now))):
+            moved[op["dst"]], moved[op["src"]] = now, None
+    return journal, moved
+
+
+def _swap(run_dir: str, name: str, action: str, ops: list[dict[str, Any]], fence: Fence) -> None:
+    """Journal and carry out `ops` under the fence: the journal is written unconfirmed, confirmed once
+    the fence holds (the commit point), and only then is anything moved."""
+    path = join(run_dir, SWAP)
+    with fence.held():
+        fence.check()
+        for op in ops:  # every folder touched must be ours before the first change
+            for key in ("path", "src"):
+                if key in op:
+                    refuse_unowned(join(run_dir, op[key]), name)
+        journal = {"stage": name, "action": action, "ops": ops, "done": 0, "owner": fence.owner, "fenced": False}
+        token = create_exclusive(path, _encode(journal))
+        if token is None:
+            raise LeaseHeld(f"{path}: another run's swap is in progress; this {action} of {name} was not started")
+        try:
+            fence.check()
+        except LeaseHeld:
+            delete_if(path, token)
+            raise
+        journal["fenced"] = True
+        _run_journal(run_dir, journal, _record(path, journal, token), fence)
 
 
 def _replace(run_dir: str, src: str, dst: str) -> list[dict[str, Any]]:
@@ -113,7 +192,7 @@ def _replace(run_dir: str, src: str, dst: str) -> list[dict[str, Any]]:
     return [*ops, {"op": "move", "src": src, "dst": dst}]
 
 
-def commit(run_dir: str, name: str) -> None:
+def commit(run_dir: str, name: str, fence: Fence) -> None:
     """Swap the complete `_building/<name>` in. A complete current output becomes the previous
     generation (replacing the one before it); an incomplete one (no readable manifest) is kept
     aside as `_previous/<name>.incomplete`, leaving the previous generation alone."""
@@ -125,15 +204,15 @@ def commit(run_dir: str, name: str) -> None:
         ensure_folder(join(run_dir, PREVIOUS))
         ops += _replace(run_dir, name, f"{PREVIOUS}/{name}.incomplete")
     ops.append({"op": "move", "src": f"{BUILDING}/{name}", "dst": name})
-    _swap(run_dir, name, "commit", ops)
+    _swap(run_dir, name, "commit", ops, fence)
 
 
-def set_aside(run_dir: str, name: str) -> str:
+def set_aside(run_dir: str, name: str, fence: Fence) -> str:
     """Move an unfinished build that a run will not resume (another lineage, or --force) to
     `_previous/<name>.unfinished/` instead of deleting it: its checkpoints may have cost days."""
     ensure_folder(join(run_dir, PREVIOUS))
     aside = f"{PREVIOUS}/{name}.unfinished"
-    _swap(run_dir, name, "set-aside", _replace(run_dir, f"{BUILDING}/{name}", aside))
+    _swap(run_dir, name, "set-aside", _replace(run_dir, f"{BUILDING}/{name}", aside), fence)
     return join(run_dir, aside)
 
 
@@ -143,8 +222,9 @@ def restore(config, name: str) -> str:
     run_dir = check_run_dir(config.run_dir)
     if not owned(run_dir, kind="run"):
         raise MissingInput(f"run_dir={config.run_dir}: no run of albert-ray there")
-    with hold(run_dir):
-        finish_interrupted_swap(run_dir)
+    with hold(run_dir) as lease:
+        fence = Fence(run_dir, lease)
+        finish_interrupted_swap(run_dir, fence)
         previous = previous_dir(run_dir, name)
         if read_manifest_at(previous) is None:
             raise MissingInput(f"{previous}: no complete previous output of the {name} stage to restore")
@@ -153,7 +233,7 @@ def restore(config, name: str) -> str:
         if exists(join(run_dir, name)):
             ops.append({"op": "move", "src": name, "dst": f"{PREVIOUS}/{name}"})
         ops.append({"op": "move", "src": stash, "dst": name})
-        _swap(run_dir, name, "restore", ops)
+        _swap(run_dir, name, "restore", ops, fence)
     return join(run_dir, name)
 
 
@@ -163,7 +243,9 @@ __all__ = [
     "check_journal",
     "commit",
     "finish_interrupted_swap",
+    "pending_moves",
     "previous_dir",
+    "read_journal",
     "restore",
     "set_aside",
 ]

@@ -7,6 +7,11 @@ renewing it for TTL seconds (or whose process is gone, on this host) is taken ov
 The writes are conditional (create-if-absent, compare-and-swap; pipelines/storage.py), so two
 runs that start together cannot both win. The DAG's stage tasks run under their driver's lease:
 they check that it still names their run before they commit an output.
+
+A commit is fenced (`Fence`): locally it runs under the lease file's lock after reading the lease
+there, so a takeover waits until the commit ends; on S3 (no locks) every step of the swap is
+preceded by a conditional write of the lease, and the swap's journal is itself written
+conditionally, so a run that lost its lease stops before its next step.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -24,18 +30,27 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
-from .conditional import create_exclusive, delete_if, read_versioned, replace_if
-from .errors import LeaseHeld
-from .storage import join
+from .conditional import create_exclusive, delete_if, locked, read_versioned, replace_if
+from .errors import ConfigError, LeaseHeld
+from .storage import filesystem, is_remote, join
 
 log = logging.getLogger(__name__)
 
 LEASE_FILE = "_lease.json"
 TTL_ENV = "ALBERT_LEASE_TTL_S"
+MAX_TTL_S = 3600.0
+"""No lease blocks a run_dir longer than this after its last heartbeat, whatever TTL it claims."""
 
 
 def lease_ttl_s() -> float:
-    return float(os.environ.get(TTL_ENV, 120))
+    raw = os.environ.get(TTL_ENV, "120")
+    try:
+        ttl = float(raw)
+    except ValueError:
+        ttl = math.nan
+    if not 0 < ttl <= MAX_TTL_S:
+        raise ConfigError(f"{TTL_ENV}={raw}: the lease's TTL must be a number of seconds in (0, {MAX_TTL_S:.0f}]")
+    return ttl
 
 
 def _job_id() -> str | None:
@@ -85,11 +100,23 @@ class Holder:
             f"{max(0.0, now - self.heartbeat):.0f} s ago)"
         )
 
-    def stale(self, now: float | None = None) -> bool:
+    def why_stale(self, now: float | None = None) -> str | None:
+        """Why another run may take this lease over; None while it is held. A TTL above MAX_TTL_S
+        counts as MAX_TTL_S, and a heartbeat more than a TTL in the future (no clock is that far
+        off) as none, so a crafted or corrupted lease cannot block the run_dir forever."""
         now = time.time() if now is None else now
-        if now - self.heartbeat > self.ttl_s:
-            return True
-        return self.host == socket.gethostname() and not _pid_alive(self.pid)
+        ttl = min(self.ttl_s, MAX_TTL_S) if math.isfinite(self.ttl_s) and self.ttl_s > 0 else 0.0
+        age = now - self.heartbeat
+        if not math.isfinite(age) or age > ttl:
+            return f"no heartbeat for {age:.0f} s (TTL {ttl:.0f} s)" if math.isfinite(age) else "no heartbeat"
+        if age < -ttl:
+            return f"its heartbeat is {-age:.0f} s in the future"
+        if self.host == socket.gethostname() and not _pid_alive(self.pid):
+            return f"its process (pid {self.pid}) is gone"
+        return None
+
+    def stale(self, now: float | None = None) -> bool:
+        return self.why_stale(now) is not None
 
     def encode(self) -> bytes:
         return (json.dumps(asdict(self), indent=2) + "\n").encode()
@@ -103,7 +130,13 @@ def read_holder(run_dir: str) -> tuple[Holder, str] | None:
         return None
     data, token = found
     try:
-        return Holder(**json.loads(data)), token
+        holder = Holder(**json.loads(data))
+        numbers = (holder.pid, holder.started, holder.heartbeat, holder.ttl_s)
+        if not all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers):
+            raise TypeError("not a number")
+        if not all(isinstance(t, str) for t in (holder.owner, holder.host, holder.command)):
+            raise TypeError("not a string")
+        return holder, token
     except (ValueError, TypeError):
         return Holder("unreadable", "?", -1, "an unreadable lease file", None, 0.0, 0.0, 0.0), token
 
@@ -227,17 +260,76 @@ def hold(run_dir: str, owner: str | None = None) -> Iterator[Lease | None]:
                 _held[run_dir] = (lease, count - 1)
 
 
-def check_owner(run_dir: str, owner: str) -> None:
-    """Raise unless the run_dir's lease is held, and renewed, by `owner` (a DAG's driver)."""
+def check_owner(run_dir: str, owner: str, fresh: bool = True) -> None:
+    """Raise unless the run_dir's lease is held by `owner` (a DAG's driver) and, with `fresh`, renewed."""
     found = read_holder(run_dir)
     if found is None or found[0].owner != owner:
         who = found[0].describe() if found else "nobody"
         raise LeaseHeld(f"run_dir {run_dir}: this run no longer holds its lease (held by {who}); nothing was committed")
-    if found[0].stale():
+    if fresh and found[0].stale():
         raise LeaseHeld(
             f"run_dir {run_dir}: this run's lease is no longer renewed by its driver "
             f"({found[0].describe()}); nothing was committed"
         )
 
 
-__all__ = ["LEASE_FILE", "Holder", "Lease", "check_owner", "hold", "lease_ttl_s", "read_holder"]
+class Fence:
+    """A commit's proof that this run still holds the run_dir's lease, checked where the commit
+    happens rather than before it: a run paused between a check and its commit must not commit.
+
+    `with fence.held():` wraps a whole swap. Locally it takes the lease file's lock, which every
+    lease write also takes, so no run can take the lease over until the swap ends, and `check()`
+    only reads the lease. On S3 there are no locks: `check()` writes the lease conditionally (its
+    renewal, or the driver's unchanged lease for a DAG task), which succeeds only if nobody took it
+    over, and the swap checks before its first change and before each step; the journal's own
+    conditional writes stop a run whose journal another run has finished meanwhile.
+    """
+
+    def __init__(self, run_dir: str, lease: Lease | None, owner: str | None = None):
+        if lease is None and owner is None:
+            raise ValueError("a fence needs the held lease or its owner")
+        self.run_dir, self.lease = run_dir, lease
+        self.owner = lease.holder.owner if lease is not None else owner
+        self.path = join(run_dir, LEASE_FILE)
+        self._locked = False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[Fence]:
+        if is_remote(self.run_dir) or self._locked:
+            yield self
+            return
+        if self.lease is not None:
+            self.lease.confirm()  # renewed now: its write takes the lock we are about to hold
+        with locked(filesystem(self.path)[1]):
+            self._locked = True
+            try:
+                yield self
+            finally:
+                self._locked = False
+
+    def check(self) -> None:
+        """Raise LeaseHeld unless this run holds the lease now (locally: for the whole `held` block)."""
+        if self._locked:
+            check_owner(self.run_dir, self.owner, fresh=self.lease is None)
+        elif self.lease is not None:
+            self.lease.confirm()
+        else:
+            check_owner(self.run_dir, self.owner)
+            found = read_versioned(self.path)
+            if found is None or replace_if(self.path, found[0], found[1]) is None:
+                raise LeaseHeld(
+                    f"run_dir {self.run_dir}: this run's lease changed hands just now; nothing was committed"
+                )
+
+
+__all__ = [
+    "LEASE_FILE",
+    "MAX_TTL_S",
+    "Fence",
+    "Holder",
+    "Lease",
+    "check_owner",
+    "hold",
+    "lease_ttl_s",
+    "read_holder",
+]

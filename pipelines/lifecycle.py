@@ -27,7 +27,7 @@ from typing import Any
 
 from .config import Config, dump_yaml
 from .generations import building_dir, commit, finish_interrupted_swap, set_aside
-from .lease import check_owner, hold, read_holder
+from .lease import Fence, hold, read_holder
 from .ownership import (
     BUILDING,
     MARKER,
@@ -127,7 +127,7 @@ def can_resume(marker: dict[str, Any], name: str, lineage: str, extends: dict[st
 
 
 def _prepare_building(
-    config: Config, run_dir: str, name: str, fingerprint: str, lineage: str, force_token: str | None
+    config: Config, run_dir: str, name: str, fingerprint: str, lineage: str, force_token: str | None, fence: Fence
 ) -> str:
     """`_building/<name>` ready to build into: "complete" (built but not swapped in), "resume" (an
     unfinished attempt it continues) or "new". An unfinished resumable build that is not resumed is
@@ -155,7 +155,7 @@ def _prepare_building(
             write_marker(folder, "stage", **{**fields, "forced_by": marker.get("forced_by")})
             return "resume"
         if STAGES[name].resumable and manifest is None:
-            aside = set_aside(run_dir, name)
+            aside = set_aside(run_dir, name, fence)
             print(f"{name}: the unfinished build of another config is kept in {aside}", flush=True)
         else:
             log.info("%s: discarding the build in %s (another config, or forced)", name, folder)
@@ -220,20 +220,17 @@ def run_stage(config: Config, name: str, force: bool | str = False, owner: str |
         return _say_up_to_date(config, name)
     ensure_run_dir(run_dir)
     with hold(run_dir, owner) as lease:
-        finish_interrupted_swap(run_dir)
+        fence = Fence(run_dir, lease, owner)
+        finish_interrupted_swap(run_dir, fence)
         refuse_unowned(stage_dir(config, name), name)
         fingerprint, lineage = stage_fingerprint(config, name), lineage_fingerprint(config, name)
         if _up_to_date(config, name, force_token):  # another run finished it meanwhile
             return _say_up_to_date(config, name)
-        state = _prepare_building(config, run_dir, name, fingerprint, lineage, force_token)
+        state = _prepare_building(config, run_dir, name, fingerprint, lineage, force_token, fence)
         out = building_dir(run_dir, name)
         if state != "complete":
             _build(config, name, out, state, fingerprint, lineage, force_token)
-        if lease is not None:
-            lease.confirm()  # this run still holds the lease, renewed just now
-        else:
-            check_owner(run_dir, owner)
-        commit(run_dir, name)
+        commit(run_dir, name, fence)  # fenced: a run that lost the lease meanwhile commits nothing
     return StageOutcome(name, stage_dir(config, name), False, fingerprint)
 
 

@@ -141,6 +141,15 @@ def _state_file(state_dir: Path) -> Path:
     return state_dir / "head.json"
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a secret (the head's token) readable by its owner alone from the first byte: the file
+    is created 0600, and an existing one is made 0600 before anything is written to it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, 0o600)
+        f.write(text)
+
+
 def load_head(state_dir: Path = STATE_DIR) -> LocalHead | None:
     """The head this state dir started, if it is still up."""
     try:
@@ -167,7 +176,7 @@ def start_head(
     """Start a head for this state dir and wait until it takes jobs. `extra_args` go to `ray start`
     (e.g. an autoscaling config), `extra_env` to every process of the cluster; `ports` as
     `pick_ports` gives them (picked here when None)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     ports = ports or pick_ports()
     temp_dir = head_temp_dir(state_dir)
     token = secrets.token_hex(32)
@@ -203,12 +212,8 @@ def start_head(
             command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
     head = LocalHead(process.pid, ports, temp_dir, token)
-    token_file = state_dir / "token"
-    token_file.write_text(token)
-    token_file.chmod(0o600)
-    state = _state_file(state_dir)
-    state.write_text(json.dumps(asdict(head), indent=2))
-    state.chmod(0o600)
+    write_private(state_dir / "token", token)
+    write_private(_state_file(state_dir), json.dumps(asdict(head), indent=2))
     deadline = time.time() + timeout_s
     # The job agent comes up seconds after the dashboard; jobs submitted before it fail.
     while not (head.responds() and head.agent_listening()):

@@ -1,19 +1,29 @@
 """The run_dir lease: one run at a time, a lease nobody renews taken over, and a run that lost its
 lease (or could not renew it) committing nothing; locally and on s3:// (moto)."""
 
+import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
 
-from pipelines import lifecycle, ownership
-from pipelines.errors import LeaseHeld
-from pipelines.lease import LEASE_FILE, TTL_ENV, Holder, Lease, hold, read_holder
+from pipelines import generations, lifecycle, ownership
+from pipelines.conditional import locked
+from pipelines.errors import ConfigError, LeaseHeld
+from pipelines.lease import LEASE_FILE, MAX_TTL_S, TTL_ENV, Holder, Lease, hold, lease_ttl_s, read_holder
 from pipelines.lifecycle import run_stage
-from pipelines.storage import filesystem, join, write_text
+from pipelines.stages import read_manifest_at
+from pipelines.storage import exists, filesystem, join, write_text
 
 from .toy_stage import build_toy, configure, toy_output
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_second_run_is_refused_while_the_first_holds_the_run_dir(run_root, toy):
@@ -70,7 +80,7 @@ def test_a_lease_nobody_renews_is_taken_over(run_root, caplog):
 def test_a_run_that_lost_its_lease_commits_nothing(run_root, toy, monkeypatch):
     run_dir = join(run_root, "run")
     run_stage(configure(run_dir, 1), "toy")
-    thief = Holder("thief", "elsewhere", 1, "another run", None, time.time(), time.time() + 3600, 120.0)
+    thief = Holder("thief", "elsewhere", 1, "another run", None, time.time(), time.time(), 120.0)
 
     def steal_then_build(run):  # taken over between two renewals: the commit renews, and finds out
         write_text(join(run_dir, LEASE_FILE), thief.encode().decode())
@@ -105,3 +115,106 @@ def test_a_lease_deleted_or_not_renewable_stops_the_commit(run_root, monkeypatch
             lease.confirm()
         assert lease._thread.is_alive()  # the renewer survives storage errors and keeps trying
         monkeypatch.undo()
+
+
+def test_a_paused_run_whose_lease_was_taken_over_commits_nothing(run_root, toy, tmp_path, monkeypatch):
+    """A real stage process stopped (SIGSTOP) between its build and its commit, while another run
+    takes the lease over and commits: resumed, it commits nothing and says so in one line; the other
+    run's output stays current and nothing was set aside."""
+    run_dir = join(run_root, "run")
+    monkeypatch.setenv(TTL_ENV, "2")
+    ready = tmp_path / "ready"
+    paused = subprocess.Popen(
+        [sys.executable, "-m", "tests.pipelines.paused_stage", str(ready), f"run_dir={run_dir}", "data.seed=1"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists():
+            assert paused.poll() is None and time.monotonic() < deadline, paused.communicate()
+            time.sleep(0.05)
+        time.sleep(2.5)  # its heartbeat stopped with it: the lease is stale after the TTL
+        run_stage(configure(run_dir, 2), "toy")  # takes the lease over, builds and commits
+        assert toy_output(run_dir) == "seed 2"
+    finally:
+        os.kill(paused.pid, signal.SIGCONT)
+    out, err = paused.communicate(timeout=60)
+    assert paused.returncode == 2, out + err
+    last = err.strip().splitlines()[-1]  # after the lease thread's log line saying it lost the lease
+    assert last.startswith("pipelines.toy: error: ") and "taken over" in last and "nothing was committed" in last
+    assert "Traceback" not in err, err
+    assert toy_output(run_dir) == "seed 2" and read_manifest_at(join(run_dir, "toy"))["seed"] == 2
+    assert not exists(join(run_dir, "_previous", "toy")) and not exists(join(run_dir, "_swap.json"))
+
+
+def test_a_lease_taken_over_mid_swap_stops_it_before_the_next_step(run_root, toy, monkeypatch):
+    """On S3 a swap's steps are checked one by one (locally the lease file's lock keeps a takeover
+    out for the whole swap): a swap whose lease is taken after its first step does no second step,
+    and the run that took the lease finishes the journal."""
+    run_dir = join(run_root, "run")
+    run_stage(configure(run_dir, 1), "toy")
+    thief = Holder("thief", "elsewhere", 1, "another run", None, time.time(), time.time(), 120.0)
+    real_move = generations.move_tree
+    moved = []
+
+    def stolen_after_first_move(src, dst, **order):
+        real_move(src, dst, **order)
+        moved.append(dst)
+        if "://" in run_dir:
+            write_text(join(run_dir, LEASE_FILE), thief.encode().decode())
+        else:  # the lock keeps a takeover out: it waits for the swap
+            with pytest.raises(LeaseHeld, match="held for over 0 s"), locked(lock_path, wait_s=0):
+                pass
+
+    lock_path = filesystem(join(run_dir, LEASE_FILE))[1]
+    monkeypatch.setattr(generations, "move_tree", stolen_after_first_move)
+    if "://" not in run_dir:
+        run_stage(configure(run_dir, 2), "toy")
+        assert toy_output(run_dir) == "seed 2" and len(moved) == 2
+        return
+    with pytest.raises(LeaseHeld, match="taken over by `another run`"):
+        run_stage(configure(run_dir, 2), "toy")
+    assert len(moved) == 1 and read_manifest_at(join(run_dir, "toy")) is None  # stopped after one step
+    monkeypatch.setattr(generations, "move_tree", real_move)
+    write_text(join(run_dir, LEASE_FILE), replace(thief, heartbeat=0.0).encode().decode())  # the thief died
+    run_stage(configure(run_dir, 2), "toy")  # takes over, finishes the journal: seed 2 is current
+    assert toy_output(run_dir) == "seed 2" and toy_output(run_dir, "_previous/toy") == "seed 1"
+    assert not exists(join(run_dir, "_swap.json"))
+
+
+def test_an_unconfirmed_journal_is_removed_not_replayed(run_root, toy, capsys):
+    run_dir = join(run_root, "run")
+    run_stage(configure(run_dir, 1), "toy")
+    journal = {"stage": "toy", "action": "commit", "ops": [{"op": "delete", "path": "toy"}], "done": 0}
+    write_text(join(run_dir, "_swap.json"), json.dumps({**journal, "owner": "gone", "fenced": False}))
+    run_stage(configure(run_dir, 2), "toy")
+    assert "removed the unconfirmed commit journal" in capsys.readouterr().out
+    assert toy_output(run_dir) == "seed 2" and toy_output(run_dir, "_previous/toy") == "seed 1"
+    assert not exists(join(run_dir, "_swap.json"))
+
+
+def test_a_lease_cannot_block_a_run_dir_forever(run_root):
+    run_dir = join(run_root, "run")
+    ownership.ensure_run_dir(run_dir)
+    now = time.time()
+    for crafted, why in [
+        (Holder("future", "elsewhere", 1, "x", None, now, now + 10**9, 120.0), "in the future"),
+        (Holder("huge", "elsewhere", 1, "x", None, now, now - MAX_TTL_S - 1, 10.0**12), "no heartbeat for"),
+        (Holder("nan", "elsewhere", 1, "x", None, now, now, float("nan")), "no heartbeat for"),
+    ]:
+        assert why in crafted.why_stale()
+        write_text(join(run_dir, LEASE_FILE), crafted.encode().decode())
+        with hold(run_dir) as lease:
+            assert read_holder(run_dir)[0].owner == lease.holder.owner
+    write_text(join(run_dir, LEASE_FILE), json.dumps({**asdict(crafted), "heartbeat": "tomorrow"}))
+    assert read_holder(run_dir)[0].owner == "unreadable"
+
+
+@pytest.mark.parametrize("ttl", ["0", "-1", "inf", "nan", "1e9", "soon"])
+def test_the_lease_ttl_setting_is_checked(monkeypatch, ttl):
+    monkeypatch.setenv(TTL_ENV, ttl)
+    with pytest.raises(ConfigError, match=rf"{TTL_ENV}={ttl}: the lease's TTL must be"):
+        lease_ttl_s()

@@ -217,7 +217,7 @@ def test_a_forced_stage_retried_by_its_submission_is_not_redone(tmp_path, toy, m
     run_stage(configure(run_dir, 1), "toy")
     real_commit, built = lifecycle.commit, []
 
-    def dies_once(run_dir, name):
+    def dies_once(run_dir, name, fence):
         monkeypatch.setattr(lifecycle, "commit", real_commit)
         raise KeyboardInterrupt("the task's worker died")
 

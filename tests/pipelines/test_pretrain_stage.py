@@ -216,7 +216,7 @@ def test_settings_rerun_nothing_and_a_killed_rerun_keeps_the_complete_output(one
     text = dry_run_status(run_dir, "train.lr=0.005")
     assert "  pretrain: runs: config or inputs changed\n" in text
     assert f"      current:  {run_dir}/pretrain (complete, 4 steps, committed " in text
-    assert f"      unfinished: {run_dir}/_building/pretrain (resumed by the next run)\n" in text
+    assert f"      building: {run_dir}/_building/pretrain (unfinished: resumed by the next run)\n" in text
     assert "  pretrain: up to date: skipped\n" in dry_run_status(run_dir)
 
 
