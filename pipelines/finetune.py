@@ -31,7 +31,15 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 from .cli import stage_main
 from .config import Config, FinetuneSection, TuneSection, config_to_dict, searched_overrides, tune_metric
 from .finetuning import results
-from .finetuning.trial import TrialData, encode_task, fit_trial, materialize, read_pretrained_files, trial_finetune
+from .finetuning.trial import (
+    TrialData,
+    check_pretrained,
+    encode_task,
+    fit_trial,
+    materialize,
+    read_pretrained_files,
+    trial_finetune,
+)
 from .lifecycle import StageRun, stage_runner
 from .ray_runtime import init_ray
 from .stages import pretrained_dir
@@ -225,7 +233,9 @@ def build_finetune(run: StageRun) -> dict:
             getattr(config.finetune, key.partition(".")[2]),
         )
     pretrained = pretrained_dir(config)
-    data, task, truncated = encode_task(config.finetune, read_pretrained_files(pretrained))
+    files = read_pretrained_files(pretrained)
+    check_pretrained(config.finetune, files, pretrained)  # before any table is read or trial started
+    data, task, truncated = encode_task(config.finetune, files)
     storage = join(run.scratch, "tune")  # the search's working folder, removed when the output is complete
     storage = storage if "://" in storage else os.path.abspath(storage)
     # Keeping one checkpoint per trial forces a state snapshot per report; Tune warns about it each time.

@@ -33,12 +33,18 @@ class Section:
 
     def require(self, name: str, ok: bool, why: str) -> None:
         if not ok:
-            raise ConfigError(f"{self.key(name)}={getattr(self, name)!r}: {why}")
+            raise ConfigError(f"{self.key(name)}={shown(getattr(self, name))}: {why}")
+
+
+def shown(value: Any, limit: int = 200) -> str:
+    """`value`'s repr for an error line, cut short when long (a value can be a whole YAML list)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def unknown_key(key: str, cls: type, where: str = "") -> ConfigError:
     names = ", ".join(sorted(f.name for f in dataclasses.fields(cls)))
-    return ConfigError(f"{where}unknown config key {key!r}; {cls.SECTION or 'the top level'} has: {names}")
+    return ConfigError(f"{where}unknown config key {shown(key)}; {cls.SECTION or 'the top level'} has: {names}")
 
 
 def one_error(error: ValidationError, cls: type, values: dict[str, Any] | None = None, where: str = "") -> str:
@@ -52,10 +58,10 @@ def one_error(error: ValidationError, cls: type, values: dict[str, Any] | None =
     name = str(first["loc"][0]) if first["loc"] else ""
     if first["type"] == "unexpected_keyword_argument":
         return str(unknown_key(cls.key(name), cls, where))
-    value = (values or {}).get(name, first.get("input"))
+    value = shown((values or {}).get(name, first.get("input")))
     if first["type"] == "finite_number":
-        return f"{where}{cls.key(name)}={value!r}: must be a finite number"
-    return f"{where}{cls.key(name)}={value!r}: must be {cls.__dataclass_fields__[name].type}"
+        return f"{where}{cls.key(name)}={value}: must be a finite number"
+    return f"{where}{cls.key(name)}={value}: must be {cls.__dataclass_fields__[name].type}"
 
 
 def build_section(cls: type, values: dict[str, Any], where: str = "") -> Any:
@@ -82,4 +88,4 @@ def config_to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-__all__ = ["STRICT", "Section", "build_section", "config_to_dict", "field_docs", "one_error", "unknown_key"]
+__all__ = ["STRICT", "Section", "build_section", "config_to_dict", "field_docs", "one_error", "shown", "unknown_key"]

@@ -1,5 +1,6 @@
 """The config from YAML and the command line: `--config FILE`, then `section.key=value` overrides
-in order, every key and value checked (pydantic, strict) with errors that name them; `--help`
+in order (a mapping value such as tune.space replaced whole), every key and value checked
+(pydantic, strict) with errors that name them, the YAML read bounded (bounded_yaml.py); `--help`
 lists every key with its default and meaning; the resolved config is written back as YAML."""
 
 from __future__ import annotations
@@ -8,19 +9,19 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..errors import ConfigError
-from .base import build_section, config_to_dict, field_docs, unknown_key
+from .base import build_section, config_to_dict, field_docs, shown, unknown_key
+from .bounded_yaml import MAX_CONFIG_BYTES, YamlRefused, load_yaml
 from .tree import SECTIONS, SETTINGS, Config
 
 
 def _check_section_keys(cls: type, name: str, value: Any, where: str) -> None:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}config section {name!r} must be a mapping of its keys, got {value!r}")
+        raise ConfigError(f"{where}config section {name!r} must be a mapping of its keys, got {shown(value)}")
     known, subsections = {f.name for f in dataclasses.fields(cls)}, cls.SUBSECTIONS
     for key, inner in value.items():
         if key not in known:
@@ -38,20 +39,33 @@ def _check_keys(raw: dict[Any, Any], where: str = "") -> None:
             _check_section_keys(SECTIONS[name], name, value, where)
 
 
-def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """`update` over `base`, mappings merged key by key (a subsection's other keys stay)."""
+def _merge(base: dict[str, Any], update: dict[str, Any], cls: type) -> dict[str, Any]:
+    """`update` over section `cls`'s `base`: a subsection (train.health) merged key by key, any other
+    key replaced whole, a mapping value such as tune.space included."""
     merged = dict(base)
     for key, value in update.items():
-        old = merged.get(key)
-        merged[key] = _merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+        old, sub = merged.get(key), cls.SUBSECTIONS.get(key)
+        merged[key] = _merge(old, value, sub) if sub and isinstance(old, dict) and isinstance(value, dict) else value
     return merged
 
 
 def _read_yaml(path: str) -> dict[Any, Any]:
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
         raise ConfigError(f"cannot read config file {path!r}: {e.strerror}") from e
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path!r} is larger than {MAX_CONFIG_BYTES} bytes: not a config file")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(f"config file {path!r} is not UTF-8 text (line {line}, byte {e.start}: {e.reason})") from e
+    try:
+        raw = load_yaml(text)
+    except YamlRefused as e:
+        raise ConfigError(f"config file {path!r}: {e}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"config file {path!r} is not valid YAML: {' '.join(str(e).split())}") from e
     if raw is not None and not isinstance(raw, dict):
@@ -63,16 +77,18 @@ def _parse_override(text: str) -> dict[str, Any]:
     """`section.key=value` (or `run_dir=value`) as the nested mapping a YAML file would hold."""
     key, sep, value_text = text.partition("=")
     if not sep:
-        raise ConfigError(f"malformed override {text!r}: expected section.key=value")
+        raise ConfigError(f"malformed override {shown(text)}: expected section.key=value")
     try:  # `~` is YAML's null, but on a command line it means the home folder
-        value = value_text if value_text == "~" or value_text.startswith("~/") else yaml.safe_load(value_text)
+        value = value_text if value_text == "~" or value_text.startswith("~/") else load_yaml(value_text)
+    except YamlRefused as e:
+        raise ConfigError(f"override {shown(text)}: {e}") from e
     except yaml.YAMLError as e:
-        raise ConfigError(f"override {text!r}: value is not valid YAML: {' '.join(str(e).split())}") from e
+        raise ConfigError(f"override {shown(text)}: value is not valid YAML: {' '.join(str(e).split())}") from e
     section, dot, name = key.partition(".")
     if dot and section not in SECTIONS:
         raise unknown_key(key, Config)
     if not dot and section in SECTIONS:
-        raise ConfigError(f"override {text!r}: {section} is a section; set its keys as {section}.KEY=VALUE")
+        raise ConfigError(f"override {shown(text)}: {section} is a section; set its keys as {section}.KEY=VALUE")
     if not dot:
         return {section: value}
     nested: Any = value
@@ -91,7 +107,7 @@ def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -
         _check_keys(update)
     for update in updates:
         for name, value in update.items():
-            raw[name] = _merge(raw.get(name) or {}, value) if name in SECTIONS else value
+            raw[name] = _merge(raw.get(name) or {}, value, SECTIONS[name]) if name in SECTIONS else value
     values = {
         name: build_section(SECTIONS[name], value or {}) if name in SECTIONS else value for name, value in raw.items()
     }

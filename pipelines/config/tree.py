@@ -97,6 +97,12 @@ def check_rules(config: Config) -> None:
                 f"data.max_seq_length={config.data.max_seq_length} exceeds the model's "
                 f"max_position_embeddings={positions} (model.preset={config.model.preset})"
             )
+        # the model the pretrain stage exports; a given finetune.pretrained is checked by the stage
+        if config.finetune.pretrained is None and config.finetune.max_seq_length > positions:
+            raise ConfigError(
+                f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds the pretrained model's "
+                f"max_position_embeddings={positions} (model.preset={config.model.preset})"
+            )
 
 
 def tune_metric(config: Config) -> str:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import STRICT, Section, one_error
+from .base import STRICT, Section, one_error, shown
 from .sections import PRECISIONS
 
 FINETUNE_TASKS = ("classification", "regression")
@@ -178,7 +178,7 @@ class TuneSection(Section):
 
     def _check_dimension(self, key: Any, spec: Any) -> None:
         def fail(why: str) -> None:
-            raise ConfigError(f"tune.space[{key!r}]={spec!r}: {why}")
+            raise ConfigError(f"tune.space[{shown(key)}]={shown(spec)}: {why}")
 
         name = key[len("finetune.") :] if isinstance(key, str) and key.startswith("finetune.") else None
         if name not in TUNABLE_KEYS:

@@ -92,6 +92,20 @@ def _read_jsonl(f, path: str) -> dict[str, list[Any]]:
     return {name: [row.get(name) for row in rows] for name in names}
 
 
+def _read_csv_as_text(data: bytes, parse: pacsv.ParseOptions) -> dict[str, list[Any]]:
+    """Every cell as the text the file holds: no type inference (`007` stays `007`, `1.0` stays
+    `1.0`) and no null tokens (a label `NA`, `null` or `nan` is that string; an empty cell is "",
+    which the rows then reject by name)."""
+    names = pacsv.open_csv(io.BytesIO(data), parse_options=parse).schema.names
+    convert = pacsv.ConvertOptions(
+        column_types={name: pa.string() for name in names},
+        null_values=[],
+        strings_can_be_null=False,
+        quoted_strings_can_be_null=False,
+    )
+    return pacsv.read_csv(io.BytesIO(data), parse_options=parse, convert_options=convert).to_pydict()
+
+
 def read_table(path: str) -> dict[str, list[Any]]:
     """The whole table as columns; a file that cannot be parsed or has no rows is an error naming it."""
     fmt = table_format(path)
@@ -107,7 +121,7 @@ def read_table(path: str) -> dict[str, list[Any]]:
                     quote_char=False if fmt == "tsv" else '"',
                     newlines_in_values=True,
                 )
-                columns = pacsv.read_csv(f, parse_options=parse).to_pydict()
+                columns = _read_csv_as_text(f.read(), parse)
             elif fmt == "jsonl":
                 columns = _read_jsonl(f, path)
             else:

@@ -4,6 +4,7 @@ epoch loop that reports metrics and a transformers-format checkpoint after every
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tempfile
 import time
@@ -15,10 +16,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from albert_model.config import AlbertConfig
 from albert_model.hf import save_hf_pretrained
 
 from ..config import FinetuneSection, config_to_dict
-from ..errors import MissingInput
+from ..errors import BadInput, ConfigError, MissingInput
 from ..models import require_model_dir
 from ..storage import filesystem
 from ..train.build import build_optimizer
@@ -81,6 +83,21 @@ def read_pretrained_files(directory: str) -> dict[str, bytes]:
         or (n.startswith("model-") and n.endswith(".safetensors"))
     ]
     return {n: fs.cat_file(f"{root}/{n}") for n in sorted(wanted)}
+
+
+def check_pretrained(cfg: FinetuneSection, files: dict[str, bytes], directory: str) -> None:
+    """The pretrained config.json is an ALBERT config whose position embedding covers
+    finetune.max_seq_length: checked once by the driver, since every trial would fail on it."""
+    try:
+        model = AlbertConfig.from_hf_dict(json.loads(files["config.json"]))
+    except (ValueError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
+        raise BadInput(f"finetune.pretrained: {directory}/config.json is not an ALBERT config: {e}") from e
+    if cfg.max_seq_length > model.max_position_embeddings:
+        raise ConfigError(
+            f"finetune.max_seq_length={cfg.max_seq_length} exceeds the pretrained model's "
+            f"max_position_embeddings={model.max_position_embeddings} ({directory}/config.json); "
+            f"use at most {model.max_position_embeddings}"
+        )
 
 
 def encode_task(cfg: FinetuneSection, files: dict[str, bytes]) -> tuple[TrialData, Task, dict[str, int]]:
@@ -192,6 +209,7 @@ def fit_trial(
 
 __all__ = [
     "TrialData",
+    "check_pretrained",
     "encode_task",
     "fit_trial",
     "materialize",

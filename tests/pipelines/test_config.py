@@ -363,3 +363,25 @@ def test_search_space_values_and_resources_must_be_finite():
             load_config(None, [f"tune.space={space}"])
     with pytest.raises(ConfigError, match="must map resource names .* to finite amounts"):
         load_config(None, ["tune.resources_per_trial={CPU: .inf}"])
+
+
+def test_a_mapping_value_on_the_command_line_replaces_the_files(write_yaml):
+    """Issue #27: tune.space= (and tune.resources_per_trial=) replace the file's mapping whole, as
+    documented; a subsection (train.health) still merges key by key."""
+    path = write_yaml(
+        "tune:\n  space:\n    finetune.lr: [0.001]\n    finetune.epochs: [1, 2]\n  resources_per_trial: {CPU: 2}\n"
+        "train:\n  health:\n    max_rollbacks: 2\n"
+    )
+    assert load_config(path).tune.space == {"finetune.lr": [0.001], "finetune.epochs": [1, 2]}
+    config = load_config(path, ["tune.space={finetune.lr: 0.01}", "tune.resources_per_trial={GPU: 1}"])
+    assert config.tune.space == {"finetune.lr": 0.01} and config.tune.resources_per_trial == {"GPU": 1}
+    health = load_config(path, ["train.health.spike_threshold=5.0"]).train.health
+    assert (health.max_rollbacks, health.spike_threshold) == (2, 5.0)
+
+
+def test_finetune_sequences_must_fit_the_pretrain_stages_model():
+    short = ["model.max_position_embeddings=128", "data.max_seq_length=128"]
+    with pytest.raises(ConfigError, match=r"^finetune.max_seq_length=512 exceeds the pretrained model's max_pos"):
+        load_config(overrides=short)
+    assert load_config(overrides=[*short, "finetune.max_seq_length=128"]).finetune.max_seq_length == 128
+    assert load_config(overrides=[*short, "finetune.pretrained=elsewhere"]).finetune.pretrained == "elsewhere"

@@ -115,6 +115,44 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
     )
 
 
+def test_bad_config_files_and_a_too_long_finetune_sequence_are_one_line(tmp_path, capsys, monkeypatch):
+    """Issue #27: an alias bomb, a key written twice, a file that is not UTF-8; and a
+    finetune.max_seq_length past the pretrained model's positions, refused before Ray starts."""
+    from pipelines import finetune
+
+    bomb = "[lol]" + "".join(f", l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10))
+    (tmp_path / "bomb.yaml").write_text(f"tune:\n  space: {{l0: &l0 {bomb}}}\n")
+    (tmp_path / "twice.yaml").write_text("data:\n  seed: 1\n  ngram: 2\n  seed: 3\n")
+    (tmp_path / "latin1.yaml").write_bytes(b"data:\n  seed: 1 # caf\xe9\n")
+    model = tmp_path / "model"  # only what the check reads: config.json and the tokenizer's name
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "albert", "max_position_embeddings": 64}))
+    (model / "spiece.model").write_bytes(b"not read")
+    (tmp_path / "train.csv").write_text("text,label\na,x\nb,y\n")
+    monkeypatch.setattr(finetune, "init_ray", lambda: pytest.fail("Ray was started"))
+    cases = [
+        (["data", "--config", f"{tmp_path}/bomb.yaml"], f"'{tmp_path}/bomb.yaml': its YAML aliases expand to"),
+        (["data", "--config", f"{tmp_path}/twice.yaml"], "key 'seed' appears twice in one mapping (line 2 and line 4)"),
+        (["data", "--config", f"{tmp_path}/latin1.yaml"], f"'{tmp_path}/latin1.yaml' is not UTF-8 text (line 2"),
+        (["finetune", f"tune.space={{l0: &l0 {bomb}}}"], "its YAML aliases expand to"),
+        (
+            [
+                "finetune",
+                f"run_dir={tmp_path}/r",
+                f"finetune.pretrained={model}",
+                f"finetune.train_path={tmp_path}/train.csv",
+                "finetune.max_seq_length=128",
+            ],
+            "finetune.max_seq_length=128 exceeds the pretrained model's max_position_embeddings=64",
+        ),
+    ]
+    for argv, message in cases:
+        assert stage(*argv) == 2, argv
+        line = one_error_line(capsys, f"pipelines.{argv[0]}")
+        assert message in line and len(line) < 400, (argv, line)
+    assert not (tmp_path / "r" / "finetune").exists()
+
+
 def test_inputs_inside_replaced_outputs_are_refused_by_the_commands(spiece_model, tmp_path, capsys):
     run = tmp_path / "run"
     assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}") == 0

@@ -115,6 +115,20 @@ def test_regression_target_must_be_a_number(tmp_path):
     assert sorted(task.train_targets + task.eval_targets) == [i / 2 for i in range(10)]
 
 
+def test_csv_cells_are_text_with_no_null_tokens(tmp_path):
+    """Issue #27: Arrow's CSV reader took `NA`, `null`, `nan`, `N/A` for missing values (in a numeric
+    column) and `007` for 7; a cell is now the text it holds, and only an empty label is missing."""
+    rows = [("nan", "1"), ("007", "NA"), ("N/A", "null"), ("true", "2"), ("x", "nan"), ("y", "N/A"), ("z", None)]
+    path = write_csv(tmp_path / "t.csv", rows)
+    task = load_task(FinetuneSection(train_path=path, eval_path=path))
+    assert task.train.texts == ["nan", "007", "N/A", "true", "x", "y"]
+    assert task.train.labels == ["1", "NA", "null", "2", "nan", "N/A"]
+    assert task.label_names == ["1", "2", "N/A", "NA", "nan", "null"]
+    assert task.accounting["inputs"][0]["rejected"] == {"missing_label": 1}
+    with pytest.raises(ValueError, match=r"t\.csv: column 'label' row 1: 'NA' is not a finite number"):
+        load_task(FinetuneSection(train_path=path, task="regression"))
+
+
 def test_all_rows_rejected_is_an_error(tmp_path):
     path = write_csv(tmp_path / "t.csv", [("", "a"), (" ", "b")])
     with pytest.raises(ValueError, match=r"t\.csv: no usable rows in column 'text' / 'label'"):

@@ -1,0 +1,85 @@
+"""Config YAML as it is read (pipelines/config/bounded_yaml.py): alias bombs, recursive aliases, deep
+nesting, duplicate keys, files that are not UTF-8 or too large are refused in one short line naming
+the file or the override (issue #27); anchors, aliases and merge keys within bounds still work."""
+
+import re
+
+import pytest
+
+from pipelines.config import load_config
+from pipelines.config.bounded_yaml import MAX_ALIASES, MAX_CONFIG_BYTES, MAX_DEPTH, MAX_VALUES, load_yaml
+from pipelines.errors import ConfigError
+
+
+def billion_laughs(levels: int = 9, width: int = 9) -> str:
+    """A flow mapping whose last entry holds width**levels "lol"s, written in a few hundred characters."""
+    entries = ["l0: &l0 [lol]"] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels + 1)]
+    return "{" + ", ".join(entries) + "}"
+
+
+def refusal(path, text: str | bytes) -> str:
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    message = str(e.value)
+    assert message.startswith(f"config file '{path}'") and len(message) < 300, message
+    return message
+
+
+def test_alias_bombs_recursive_aliases_and_deep_nesting_are_refused(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    assert f"values (at most {MAX_VALUES}); write the values out" in refusal(
+        path, f"tune:\n  space: {billion_laughs()}\n"
+    )
+    doubling = ["tune:", "  space:", "    d0: &d0 [x]"] + [
+        f"    d{i}: &d{i} [*d{i - 1}, *d{i - 1}]" for i in range(1, 40)
+    ]
+    assert "its YAML aliases expand to" in refusal(path, "\n".join(doubling))
+    many = "tune:\n  space: {a: &a 1, b: [" + ", ".join(["*a"] * (MAX_ALIASES + 1)) + "]}\n"
+    assert f"more than {MAX_ALIASES} YAML aliases (line 2)" in refusal(path, many)
+    assert "a YAML alias refers to a node that contains it (line 2)" in refusal(path, "tune:\n  space: &s {a: *s}\n")
+    assert f"nested more than {MAX_DEPTH} levels deep" in refusal(path, "tune:\n  space: " + "[" * 3000 + "]" * 3000)
+    with pytest.raises(ConfigError, match=r"^override 'tune.space=\{l0: .*\.\.\. \(\d+ characters\): its YAML aliases"):
+        load_config(None, [f"tune.space={billion_laughs()}"])
+
+
+def test_aliases_and_merge_keys_within_bounds_still_work(tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text("tune:\n  space: &s {finetune.lr: [0.001, 0.002]}\n  resources_per_trial: {<<: {CPU: 1}, GPU: 1}\n")
+    config = load_config(str(path))
+    assert config.tune.space == {"finetune.lr": [0.001, 0.002]} and config.tune.resources_per_trial == {
+        "CPU": 1,
+        "GPU": 1,
+    }
+    assert load_yaml("a: &a {x: 1, y: 2}\nb: {<<: *a, x: 3}\n") == {"a": {"x": 1, "y": 2}, "b": {"x": 3, "y": 2}}
+
+
+def test_a_key_written_twice_names_the_file_the_key_and_the_lines(tmp_path):
+    path = tmp_path / "dup.yaml"
+    assert "key 'seed' appears twice in one mapping (line 2 and line 4)" in refusal(
+        path, "data:\n  seed: 1\n  ngram: 2\n  seed: 3\n"
+    )
+    assert "key 'data' appears twice in one mapping (line 1 and line 3)" in refusal(
+        path, "data: {seed: 1}\nvocab: {size: 100}\ndata: {seed: 2}\n"
+    )
+    with pytest.raises(ConfigError, match="override .*: key 'finetune.lr' appears twice"):
+        load_config(None, ["tune.space={finetune.lr: 0.001, finetune.lr: 0.002}"])
+
+
+def test_a_file_that_is_not_utf8_or_is_too_large_is_one_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    assert "is not UTF-8 text (line 3, byte 21: invalid" in refusal(path, b"data:\n  seed: 1\n# caf\xe9 au lait\n")
+    path.write_bytes(b"\xef\xbb\xbfdata:\n  seed: 5\n")  # a byte order mark is fine
+    assert load_config(str(path)).data.seed == 5
+    big = "data:\n  seed: 1\n" + "#" * MAX_CONFIG_BYTES + "\n"
+    assert f"is larger than {MAX_CONFIG_BYTES} bytes" in refusal(tmp_path / "big.yaml", big)
+
+
+def test_a_long_value_is_cut_short_in_the_error():
+    values = ", ".join(["1.0e-3"] * 3000)
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [f"tune.space={{finetune.lr: [{values}, -1.0]}}"])
+    assert re.fullmatch(
+        r"tune.space\['finetune.lr'\]=\[0.001, .*\.\.\. \(\d+ characters\): finetune.lr=-1.0: must be > 0", str(e.value)
+    )
+    assert len(str(e.value)) < 400
