@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from .cli import stage_main
 from .config import DataSection, config_to_dict
+from .errors import UserError, error_record, raise_error_record
 from .lifecycle import StageRun, stage_runner
 from .prep.corpus import Rejected, list_inputs, read_documents
 from .prep.process import SPLITS, DocumentProcessor, PrepStats, ShardBuffer
@@ -41,6 +42,12 @@ class CreateExamplesFn:
         self.dynamic = data.masking == "dynamic"
 
     def __call__(self, batch):
+        try:
+            return self.create_examples(batch)
+        except UserError as e:  # e.g. a parquet file without the text column: its one line, on the driver
+            return {"record": np.array([json.dumps(error_record(e))], dtype=object)}
+
+    def create_examples(self, batch):
         unit, files = unit_files(batch)
         stats = PrepStats()
         buffers = {split: ShardBuffer(self.dynamic) for split in SPLITS}
@@ -90,6 +97,10 @@ def build_data(run: StageRun) -> dict:
     """{train,validation}/*.parquet in the stage's folder; returns the manifest's fields."""
     config = run.config
     files = list_inputs(config.corpus.paths, config.corpus.format)
+    stats = PrepStats()
+    usable = stats.reject_unlisted(files)
+    if not usable:
+        stats.require_used()
     spiece_model = read_bytes(join(stage_dir(config, "vocab"), "spiece.model"))
     init_ray()
     workers = resolve_num_workers(config.data.num_workers)
@@ -100,12 +111,17 @@ def build_data(run: StageRun) -> dict:
         text_field=config.corpus.text_field,
         out_dir=run.out,
     )
-    stats = PrepStats()
-    for record in map_units(files, workers, CreateExamplesFn, fn_kwargs):
+    for record in map_units(usable, workers, CreateExamplesFn, fn_kwargs):
+        raise_error_record(record)
         stats.merge(PrepStats.from_dict(record))
+    stats.require_used()
     log.info("%s examples from %d of %d documents", dict(stats.examples), stats.documents_used, stats.documents_read)
     return {
-        "inputs": [{"path": f.url, "source": f.source, "bytes": f.size, "format": f.format} for f in files],
+        "inputs": [
+            {"path": f.url, "source": f.source, "bytes": f.size, "format": f.format}
+            | ({"rejected": f.rejected} if f.rejected else {})
+            for f in files
+        ],
         "documents": {
             "read": stats.documents_read,
             "used": stats.documents_used,

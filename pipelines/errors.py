@@ -33,6 +33,19 @@ def one_line(error: BaseException) -> str:
     return " ".join(str(error).split())
 
 
+def error_record(error: UserError) -> dict:
+    """A UserError as JSON fields, for a Ray Data UDF to return instead of raising: raised, it
+    reaches the driver as Ray Data's UserCodeException, whose cause (ours) is not pickled with it."""
+    return {"user_error": type(error).__name__, "message": str(error)}
+
+
+def raise_error_record(record: dict) -> None:
+    """Raise the UserError an `error_record` describes, when `record` is one."""
+    if "user_error" in record:
+        kinds = {kind.__name__: kind for kind in (ConfigError, MissingInput, BadInput, RefusedPath, LeaseHeld)}
+        raise kinds.get(record["user_error"], UserError)(record["message"])
+
+
 def find_user_error(error: BaseException | None) -> UserError | None:
     """The UserError behind `error`, looking through causes and Ray's wrappers (a RayTaskError
     keeps the task's exception in `.cause`)."""
@@ -61,6 +74,8 @@ __all__ = [
     "MissingInput",
     "RefusedPath",
     "UserError",
+    "error_record",
     "find_user_error",
     "one_line",
+    "raise_error_record",
 ]

@@ -20,10 +20,11 @@ import sentencepiece as spm
 
 from .cli import stage_main
 from .config import config_to_dict
-from .errors import ConfigError
+from .errors import ConfigError, UserError, error_record, raise_error_record
 from .lifecycle import StageRun, stage_runner
-from .prep.corpus import Document, list_inputs, read_documents
+from .prep.corpus import Rejected, list_inputs, read_documents
 from .prep.examples import stable_hash
+from .prep.process import PrepStats
 from .prep.text import normalize_text, split_sentences
 from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
 from .storage import read_bytes, write_bytes, write_text
@@ -40,14 +41,21 @@ class SampleSentencesFn:
         self.k, self.seed, self.lowercase, self.text_field = k, seed, lowercase, text_field
 
     def __call__(self, batch):
+        try:
+            return self.sample(batch)
+        except UserError as e:  # e.g. a parquet file without the text column: its one line, on the driver
+            return {"record": np.array([json.dumps(error_record(e))], dtype=object)}
+
+    def sample(self, batch):
         _, files = unit_files(batch)
         heap: list[tuple[int, str]] = []  # max-heap by negated hash of the k smallest so far
-        documents = sentences = 0
+        stats, sentences = PrepStats(), 0
         for f in files:
             for doc in read_documents(f, self.text_field):
-                if not isinstance(doc, Document):
+                if isinstance(doc, Rejected):
+                    stats.reject(doc)
                     continue
-                documents += 1
+                stats.documents_used += 1
                 for i, sentence in enumerate(doc.lines if doc.lines is not None else split_sentences(doc.text)):
                     sentences += 1
                     h = stable_hash(self.seed, doc.key, i)
@@ -56,7 +64,7 @@ class SampleSentencesFn:
                     elif -heap[0][0] > h:
                         heapq.heapreplace(heap, (-h, sentence))
         records = [{"hash": -neg, "sentence": normalize_text(s, self.lowercase)} for neg, s in heap]
-        records.append({"documents": documents, "sentences": sentences})
+        records.append({"stats": stats.to_dict(), "sentences": sentences})
         return {"record": np.array([json.dumps(r) for r in records], dtype=object)}
 
 
@@ -101,28 +109,36 @@ def build_vocab(run: StageRun) -> dict:
         model = read_bytes(config.vocab.model)
         sample_info = {"reused": config.vocab.model}
     else:
-        init_ray()
         files = list_inputs(config.corpus.paths, config.corpus.format)
+        stats = PrepStats()
+        usable = stats.reject_unlisted(files)
+        if not usable:
+            stats.require_used()
+        init_ray()
         workers = resolve_num_workers(config.data.num_workers)
         k = config.vocab.input_sentence_size
         fn_kwargs = dict(
             k=k, seed=config.data.seed, lowercase=config.vocab.lowercase, text_field=config.corpus.text_field
         )
         best: list[tuple[int, str]] = []
-        documents = sentences = 0
-        for record in map_units(files, workers, SampleSentencesFn, fn_kwargs):
+        sentences = 0
+        for record in map_units(usable, workers, SampleSentencesFn, fn_kwargs):
+            raise_error_record(record)
             if "hash" in record:
                 best.append((record["hash"], record["sentence"]))
                 if len(best) >= 2 * k:
                     best = heapq.nsmallest(k, best)
             else:
-                documents += record["documents"]
+                stats.merge(PrepStats.from_dict(record["stats"]))
                 sentences += record["sentences"]
+        stats.require_used()
         sample = [s for _, s in sorted(heapq.nsmallest(k, best))]
         log.info("training SentencePiece on %d of %d sentences", len(sample), sentences)
         model = train_sentencepiece(sample, config.vocab.size, config.vocab.user_defined_symbols)
         sample_info = {
-            "documents": documents,
+            "documents": stats.documents_used,
+            "rejected": dict(stats.documents_rejected),
+            "rejection_examples": stats.rejection_examples,
             "sentences": sentences,
             "sampled_sentences": len(sample),
             "input_files": len(files),

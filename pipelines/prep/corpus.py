@@ -3,19 +3,28 @@
 Formats: `text` (a file is a document), `text_blank_line_docs` (one sentence per line, a blank line
 between documents: the original BERT/ALBERT input), `jsonl` (a line is a document) and `parquet`
 (a row is a document). `.gz` files are decompressed on the fly; `auto` picks by extension.
+Every file found is listed, hidden and `_`-prefixed names included; what cannot be read (an
+unreadable folder or file, a FIFO or device, a link loop, a truncated or corrupt file) is counted
+as rejected under a reason, never opened when the listing already knows, and never left out silently.
 """
 
 from __future__ import annotations
 
+import errno
 import glob as globlib
 import gzip
 import io
 import json
+import os
 import posixpath
+import stat
+import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
-from ..errors import BadInput, MissingInput
+import pyarrow as pa
+
+from ..errors import BadInput, MissingInput, UserError
 from ..storage import filesystem, key_relpath, resolve_pkg
 
 FORMATS = ("text", "text_blank_line_docs", "jsonl", "parquet")
@@ -31,6 +40,8 @@ EMPTY, BINARY, MALFORMED_JSON, MISSING_FIELD, NOT_TEXT, TOO_SHORT = (
     "not_text",
     "too_short",
 )
+# Reasons a whole input is not used (a file, or a folder that cannot be listed), counted as one each.
+UNREADABLE, CORRUPT, NOT_A_REGULAR_FILE, SYMLINK_LOOP = "unreadable", "corrupt", "not_a_regular_file", "symlink_loop"
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,8 @@ class InputFile:
     source: str  # stable name: root folder name + path below it, the same locally and on s3
     size: int
     format: str
+    rejected: str = ""  # a reason the listing found: counted under it, never opened
+    detail: str = ""
 
     def to_row(self) -> dict:
         return asdict(self)
@@ -72,51 +85,131 @@ def _detect_format(url: str, configured: str) -> str:
 
 
 def list_inputs(paths: list[str], configured_format: str) -> list[InputFile]:
-    """Expand files, folders and globs (local or s3://). Fails at once, naming the path, when one
-    matches nothing or cannot be read; skips hidden and `_`-prefixed files (markers, not data)."""
+    """Expand files, folders and globs (local or s3://), every name included (`_SUCCESS`, `.x.txt`).
+    Fails at once, naming the path, when one matches nothing or cannot be read; an entry that
+    cannot be used (an unreadable folder, a FIFO, a link loop) is listed as rejected, to be counted."""
     files: dict[str, InputFile] = {}
     for root in paths:
         fs, p = filesystem(root)
         protocol = "s3://" if root.startswith("s3://") else ""
         try:
-            # Sources are named from the folder holding the input on down ("speeches/x.txt"), so
-            # the same tree gives the same names (and so the same examples) locally and on s3.
-            if globlib.has_magic(p):
-                literal_prefix = p[: min(p.find(c) for c in "*?[" if c in p)]
-                base = posixpath.dirname(posixpath.dirname(literal_prefix))
-                matches = [m for m in fs.glob(p) if fs.isfile(m)]
-            elif fs.isdir(p):
-                base = posixpath.dirname(p.rstrip("/"))
-                matches = fs.find(p)
-            elif fs.isfile(p):
-                base = posixpath.dirname(posixpath.dirname(p))
-                matches = [p]
-            else:
-                raise MissingInput(f"corpus.paths: {root} ({resolve_pkg(root)}) does not exist")
-            details = {m: fs.info(m) for m in matches}
-        except FileNotFoundError:
+            base, found = _expand_remote(fs, p) if protocol else _expand_local(fs, p)
+        except (FileNotFoundError, UserError):
             raise
         except Exception as e:  # permissions, missing bucket, bad credentials
             raise OSError(f"corpus.paths: cannot read {root}: {type(e).__name__}: {e}") from e
-        kept = [m for m in sorted(matches) if not posixpath.basename(m).startswith((".", "_"))]
-        if not kept:
+        if found is None:
+            raise MissingInput(f"corpus.paths: {root} ({resolve_pkg(root)}) does not exist")
+        if not found:
             raise MissingInput(f"corpus.paths: {root} matches no files")
-        for m in kept:
+        for m, size, reason, detail in sorted(found):
             source = key_relpath(m, base) if base else m
             if source in files:
                 raise BadInput(
                     f"corpus.paths: two inputs share the name {source!r}: {files[source].url} and {protocol}{m}"
                 )
             url = protocol + m
-            files[source] = InputFile(
-                url, source, int(details[m].get("size") or 0), _detect_format(url, configured_format)
-            )
+            if not reason and size == 0:  # an empty marker (`_SUCCESS`): no format to tell, no document
+                reason, detail = EMPTY, f"{url}: an empty file"
+            fmt = "" if reason else _detect_format(url, configured_format)
+            files[source] = InputFile(url, source, size, fmt, reason, detail)
     return [files[s] for s in sorted(files)]
+
+
+_Entry = tuple[str, int, str, str]  # path, size, rejection reason ("" for a usable file), detail
+
+
+def _glob_base(p: str) -> str:
+    # Sources are named from the folder holding the input on down ("speeches/x.txt"), so the same
+    # tree gives the same names (and so the same examples) locally and on s3.
+    literal_prefix = p[: min(p.find(c) for c in "*?[" if c in p)]
+    return posixpath.dirname(posixpath.dirname(literal_prefix))
+
+
+def _expand_remote(fs, p: str) -> tuple[str, list[_Entry] | None]:
+    if globlib.has_magic(p):
+        infos = fs.glob(p, detail=True)
+        return _glob_base(p), [(m, int(i.get("size") or 0), "", "") for m, i in infos.items() if i["type"] == "file"]
+    if fs.isdir(p):
+        infos = fs.find(p, detail=True)
+        return posixpath.dirname(p.rstrip("/")), [(m, int(i.get("size") or 0), "", "") for m, i in infos.items()]
+    if fs.isfile(p):
+        return posixpath.dirname(posixpath.dirname(p)), [(p, int(fs.info(p).get("size") or 0), "", "")]
+    return "", None
+
+
+def _expand_local(fs, p: str) -> tuple[str, list[_Entry] | None]:
+    if globlib.has_magic(p):
+        unlistable: list[OSError] = []
+        entries = [e for m in fs.glob(p, on_error=unlistable.append) if (e := _local_entry(m)) is not None]
+        for error in unlistable:  # fsspec's walk would leave these folders out without a word
+            where = error.filename or p
+            entries.append((where, 0, UNREADABLE, f"{where}: cannot list the folder: {error.strerror or error}"))
+        return _glob_base(p), entries  # a folder that matches is not a file: not an input
+    if os.path.isdir(p):
+        return os.path.dirname(p.rstrip("/")), list(_walk_local(p, frozenset()))
+    if os.path.lexists(p):
+        return os.path.dirname(os.path.dirname(p)), [_local_entry(p)]
+    return "", None
+
+
+_SPECIAL_FILES = {stat.S_IFIFO: "FIFO", stat.S_IFSOCK: "socket", stat.S_IFCHR: "device", stat.S_IFBLK: "device"}
+
+
+def _local_entry(path: str) -> _Entry | None:
+    """One local entry, through links; None for a folder. Never opens it: a FIFO would block."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return path, 0, SYMLINK_LOOP, f"{path}: a loop of symbolic links"
+        broken = isinstance(e, FileNotFoundError) and os.path.islink(path)
+        return path, 0, UNREADABLE, f"{path}: {'a link to nothing' if broken else e.strerror}"
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        kind = _SPECIAL_FILES.get(stat.S_IFMT(st.st_mode), "special file")
+        return path, 0, NOT_A_REGULAR_FILE, f"{path}: a {kind}, not a regular file"
+    if not os.access(path, os.R_OK):
+        return path, st.st_size, UNREADABLE, f"{path}: {os.strerror(errno.EACCES)}"
+    return path, st.st_size, "", ""
+
+
+def _walk_local(folder: str, ancestors: frozenset) -> Iterator[_Entry]:
+    """Every entry below a local folder, through links to folders. A folder that cannot be listed
+    and a link back to a folder above are entries to count (fsspec's find leaves the first out
+    without a word and takes a link to a folder for a file)."""
+    try:
+        here = os.stat(folder)
+        with os.scandir(folder) as it:
+            names = sorted(entry.name for entry in it)
+    except OSError as e:
+        yield folder, 0, UNREADABLE, f"{folder}: cannot list the folder: {e.strerror or e}"
+        return
+    ancestors |= {(here.st_dev, here.st_ino)}
+    for name in names:
+        path = os.path.join(folder, name)
+        entry = _local_entry(path)
+        if entry is not None:
+            yield entry
+            continue
+        try:
+            st = os.stat(path)
+        except OSError as e:  # changed since
+            yield path, 0, UNREADABLE, f"{path}: {e.strerror or e}"
+            continue
+        if (st.st_dev, st.st_ino) in ancestors:
+            yield path, 0, SYMLINK_LOOP, f"{path}: a link to a folder above it"
+        else:
+            yield from _walk_local(path, ancestors)
 
 
 def _open_binary(file: InputFile):
     fs, p = filesystem(file.url)
-    raw = fs.open(p, "rb")
+    try:
+        raw = fs.open(p, "rb")
+    except OSError as e:
+        raise _CannotOpen(e) from e
     return gzip.GzipFile(fileobj=raw) if file.url.endswith(".gz") else raw
 
 
@@ -132,15 +225,41 @@ def _looks_binary(data: bytes) -> bool:
     return b"\x00" in sample
 
 
+# What reading a file that opened raises when it is cut short or damaged (pyarrow's thrift errors
+# are plain OSErrors): the file counts as CORRUPT; one that does not open counts as UNREADABLE.
+_READ_ERRORS = (OSError, EOFError, zlib.error, pa.ArrowException)
+
+
+class _CannotOpen(Exception):
+    def __init__(self, error: OSError):
+        super().__init__(error.strerror or str(error))
+
+
 def read_documents(file: InputFile, text_field: str = "text") -> Iterator[Document | Rejected]:
-    """Every document of one file, or a Rejected record naming the file, line or row and why."""
+    """Every document of one file, or a Rejected record naming the file, line or row and why. A file
+    the listing rejected is not opened; one that fails while read (truncated .gz, corrupt parquet,
+    no permission) is one more rejection, after the documents read before the failure."""
+    if file.rejected:
+        yield Rejected(f"{file.source}:0", file.rejected, file.detail)
+        return
     reader = {
         "text": _read_text,
         "text_blank_line_docs": _read_blank_line_docs,
         "jsonl": _read_jsonl,
         "parquet": _read_parquet,
     }[file.format]
-    yield from reader(file, text_field)
+    read = 0
+    try:
+        for doc in reader(file, text_field):
+            yield doc
+            read += 1
+    except _CannotOpen as e:
+        yield Rejected(f"{file.source}:0", UNREADABLE, f"{file.url}: {e}")
+    except UserError:
+        raise
+    except _READ_ERRORS as e:
+        after = f" (after {read} documents)" if read else ""
+        yield Rejected(f"{file.source}:{read}", CORRUPT, f"{file.url}: {type(e).__name__}: {e}{after}")
 
 
 def _read_text(file: InputFile, _field: str) -> Iterator[Document | Rejected]:
@@ -218,7 +337,8 @@ def _read_parquet(file: InputFile, field: str) -> Iterator[Document | Rejected]:
                 if text is None or (isinstance(text, str) and not text.strip()):
                     yield Rejected(key, EMPTY, f"{file.url}: row {row}: column {field!r} is empty")
                 elif not isinstance(text, str):
-                    yield Rejected(key, NOT_TEXT, f"{file.url}: row {row}: column {field!r} is not text")
+                    kind = pf.schema_arrow.field(field).type
+                    yield Rejected(key, NOT_TEXT, f"{file.url}: row {row}: column {field!r} is {kind}, not text")
                 else:
                     yield Document(key, text, None)
                 row += 1

@@ -13,7 +13,8 @@ import pyarrow as pa
 import sentencepiece as spm
 
 from ..config import DataSection
-from .corpus import TOO_SHORT, Document, Rejected
+from ..errors import BadInput
+from .corpus import TOO_SHORT, Document, InputFile, Rejected, read_documents
 from .examples import PairingSpec, document_examples, document_rng, is_validation_document, split_long_segments
 from .masking import MaskingSpec, word_start_table
 from .text import normalize_text, split_sentences
@@ -23,7 +24,7 @@ MAX_REJECTION_DETAILS = 50  # examples of rejections kept in the manifest, per r
 
 
 def example_schema(dynamic: bool) -> pa.Schema:
-    """The parquet schema of the examples (documented in the README)."""
+    """The parquet schema of the examples (documented in docs/data.md)."""
     fields = [
         pa.field("example_id", pa.string()),
         pa.field("input_ids", pa.list_(pa.int32())),
@@ -64,6 +65,24 @@ class PrepStats:
         details = self.rejection_examples.setdefault(rejected.reason, [])
         if len(details) < MAX_REJECTION_DETAILS:
             details.append(rejected.detail)
+
+    def reject_unlisted(self, files: list[InputFile]) -> list[InputFile]:
+        """Count the inputs the listing rejected (never opened); the others, for the workers."""
+        for f in files:
+            if f.rejected:
+                self.reject(next(read_documents(f)))
+        return [f for f in files if not f.rejected]
+
+    def require_used(self) -> None:
+        """A corpus of which no document can be used is an error, not an empty dataset."""
+        if self.documents_used:
+            return
+        if not self.documents_read:
+            raise BadInput("corpus.paths: the inputs hold no documents")
+        counts = sorted(self.documents_rejected.items(), key=lambda kv: (-kv[1], kv[0]))
+        first = self.rejection_examples[counts[0][0]][0]
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in counts)
+        raise BadInput(f"corpus.paths: all {self.documents_read} documents were rejected ({reasons}); e.g. {first}")
 
     def merge(self, other: PrepStats) -> None:
         for name, value in vars(other).items():

@@ -1,5 +1,6 @@
 """The vocabulary and data stages end to end on Ray Data (one shared Ray session)."""
 
+import gzip
 import json
 import os
 import random
@@ -214,6 +215,38 @@ def test_bad_input_is_used_where_possible_and_counted(ray_session, business_voca
     ids = read_split(run, "train")["example_id"].to_pylist()
     assert any(i.startswith("corpus/huge.txt:0/") for i in ids)
     assert len([i for i in ids if i.startswith("corpus/huge.txt:0/")]) > 1000
+
+
+@pytest.mark.timeout(300)  # a FIFO opened would block forever
+def test_what_cannot_be_read_is_counted_never_opened_nor_dropped(ray_session, business_vocab, tmp_path):
+    """Issue #27: `.x` and `_x` files were left out without a word, a FIFO hung the stage, a link
+    loop, a truncated .gz or a corrupt parquet file ended it in a traceback; a column of lists was
+    not text. Each is now read, or counted under a reason naming it."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    good = "The committee met on Tuesday. It agreed on a budget. Members then left for home."
+    for name in ("good.txt", ".hidden.txt", "_under.txt"):
+        (corpus / name).write_text(good)
+    os.mkfifo(corpus / "pipe.txt")
+    (corpus / "loop").symlink_to(corpus / "loop")
+    (corpus / "cut.txt.gz").write_bytes(gzip.compress(good.encode() * 50)[:-20])
+    (corpus / "bad.parquet").write_bytes(b"PAR1" + bytes(64) + b"PAR1")
+    pq.write_table(pa.table({"text": pa.array([[good]], pa.list_(pa.string()))}), corpus / "lists.parquet")
+    run = str(tmp_path / "run")
+    overrides = [f"corpus.paths=[{corpus}]", f"vocab.model={business_vocab}", "data.validation_fraction=0"]
+    run_data(configure(run, *overrides, "data.num_workers=1"))
+    m = manifest(run)
+    docs = m["documents"]
+    assert docs["rejected"] == {"not_a_regular_file": 1, "symlink_loop": 1, "corrupt": 2, "not_text": 1}
+    assert docs["read"] == 8 and docs["used"] == 3
+    examples = docs["rejection_examples"]
+    assert examples["not_a_regular_file"] == [f"{corpus}/pipe.txt: a FIFO, not a regular file"]
+    assert examples["symlink_loop"] == [f"{corpus}/loop: a loop of symbolic links"]
+    assert sorted(e.split(": ")[0] for e in examples["corrupt"]) == [f"{corpus}/bad.parquet", f"{corpus}/cut.txt.gz"]
+    inputs = {i["source"]: i.get("rejected") for i in m["inputs"]}
+    assert len(inputs) == 8 and inputs["corpus/pipe.txt"] == "not_a_regular_file" and inputs["corpus/good.txt"] is None
+    sources = {i.rpartition(":")[0] for i in read_split(run, "train")["example_id"].to_pylist()}
+    assert sources == {"corpus/good.txt", "corpus/.hidden.txt", "corpus/_under.txt"}
 
 
 def test_missing_path_and_unreadable_bucket_fail_at_once(ray_session, tmp_path):
