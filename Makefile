@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_TIMEOUT ?= 900
 SUITE_TIMEOUT ?= 3600
 
-.PHONY: setup test test-cluster test-fast lint format bench gpu-suite lock run clean
+.PHONY: setup test test-cluster test-fast lint format bench gpu-suite lock config-doc run stop clean
 
 setup: $(STAMP)
 
@@ -59,10 +59,20 @@ lock:
 	/tmp/albert-lock-venv/bin/pip install --quiet --dry-run --ignore-installed --report /tmp/albert-lock.json -r requirements-dev.txt
 	$(PYTHON) .ci/write_lock.py /tmp/albert-lock.json constraints.txt
 
-# The whole job (pipelines/full_run.py, configs/default.yaml) on this checkout's local Ray head,
-# started if none is running; RUN_ARGS passes full_run arguments, e.g. RUN_ARGS="--force pretrain".
+# docs/config.md, the config reference, from the config's own field docs
+# (tests/pipelines/test_config_reference.py fails while it is stale).
+config-doc: setup
+	$(PY) -m pipelines.config.reference > docs/config.md
+
+# The whole job (`albert-ray run` = pipelines/full_run.py, configs/default.yaml) submitted to this
+# checkout's local Ray head, started if none is running; RUN_ARGS passes its arguments, e.g.
+# RUN_ARGS="--force pretrain".
 run: setup
-	$(PY) -m pipelines.local_cluster run --config configs/default.yaml $(RUN_ARGS)
+	$(VENV)/bin/albert-ray local run --config configs/default.yaml $(RUN_ARGS)
+
+# Stop this checkout's local Ray head (started by `make run`), and only it.
+stop: setup
+	$(VENV)/bin/albert-ray local stop
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -34,18 +34,19 @@ def guarded(prog: str, main: Callable[[], int]) -> int:
         return report_user_error(prog, user_error)
 
 
-def stage_main(name: str, description: str, argv: Sequence[str] | None = None) -> int:
-    """`python -m pipelines.STAGE [--config F] [--force] [key=value ...]`; returns the exit status."""
+def stage_main(name: str, description: str, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """`albert-ray STAGE [--config F] [--force] [key=value ...]`; returns the exit status."""
     from .lifecycle import run_stage
 
     setup_logging()
+    prog = prog or f"pipelines.{name}"
     parser = build_arg_parser(description)
+    parser.prog = prog
     parser.add_argument(
         "--force",
         action="store_true",
         help="run even when the output is up to date (an unfinished pretraining then starts over instead of resuming)",
     )
-    prog = f"pipelines.{name}"
 
     def main() -> int:
         config, args = parse_cli(argv, parser)

@@ -287,8 +287,9 @@ def run_all(config: Config, selected: Sequence[str], forced: set[str]) -> list[d
         return run_dag(config, selected, forced, lease.holder.owner)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = build_arg_parser(__doc__.strip().splitlines()[0])
+    parser.prog = prog or parser.prog
     parser.add_argument("--stages", metavar="A,B", help=f"run only these stages (default: all: {','.join(STAGES)})")
     parser.add_argument("--force", metavar="STAGE", help="rerun this stage and every selected stage after it")
     parser.add_argument(
@@ -299,21 +300,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def preflight(argv: Sequence[str] | None) -> tuple[Config, argparse.Namespace, list[str], set[str]]:
+def preflight(
+    argv: Sequence[str] | None, prog: str | None = None
+) -> tuple[Config, argparse.Namespace, list[str], set[str]]:
     """Everything checked before anything starts (no Ray, no writes): the config, the stage
     selection, the run_dir and the input paths. Raises UserError."""
-    config, args = parse_cli(argv, build_parser())
+    config, args = parse_cli(argv, build_parser(prog))
     selected, forced = select_stages(args.stages, args.force)
     check_run_dir(config.run_dir)
     check_input_paths(config, selected)
     return config, args, selected, forced
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     setup_logging()
     started = time.time()
     try:
-        config, args, selected, forced = preflight(argv)
+        config, args, selected, forced = preflight(argv, prog)
         print(format_plan(config, plan_dag(config, selected, forced)), flush=True)
         if args.dry_run:
             return 0
@@ -329,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2 if user_error else 1
     except UserError as e:
-        return report_user_error("full_run", e)
+        return report_user_error(prog or "full_run", e)
     print(f"full_run: all stages done in {time.time() - started:.0f} s", flush=True)
     for label, path in [
         ("report.md", join(stage_dir(config, "report"), "report.md")),

