@@ -1,7 +1,7 @@
 """The one lifecycle every stage runs through: refuse what is not ours, skip what is up to date,
 take the run_dir's lease, build beside, write the manifest last, swap in.
 
-Layout of a run_dir (documented in the README):
+Layout of a run_dir (documented in docs/run-directories.md):
 
     .albert-ray.json        marker: albert-ray made (or adopted) this folder (pipelines/ownership.py)
     _lease.json             the lease of the run writing here (pipelines/lease.py)

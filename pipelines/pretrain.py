@@ -7,7 +7,7 @@ from the latest checkpoint (FailureConfig); a re-run of an unfinished run resume
 number of workers: DCP reshards); a raised `train.max_steps` continues the complete output from
 its last checkpoint.
 
-Output layout (documented in the README): `train/checkpoint_*/` (DCP checkpoints, the newest few
+Output layout (documented in docs/pretraining.md): `train/checkpoint_*/` (DCP checkpoints, the newest few
 kept), `metrics.jsonl` (a line per log step, per validation pass and per start, resume or
 continuation), `eval.json`, `hf/` (the transformers export), `config.yaml`, `manifest.json` (last).
 """

@@ -119,19 +119,43 @@ def dump_yaml(config: Config) -> str:
     return yaml.safe_dump(config_to_dict(config), sort_keys=False)
 
 
+@dataclasses.dataclass(frozen=True)
+class KeyDoc:
+    """One config key as `--help` and docs/config.md (pipelines/config/reference.py) show it."""
+
+    key: str
+    type: str
+    default: Any
+    doc: str
+    setting: str | None
+    """Why the key never changes a result (SETTINGS), or None when it does."""
+
+
+def documented_sections() -> list[tuple[type, list[KeyDoc]]]:
+    """The root and every section and subsection in the tree's order, each with its own keys."""
+    documented = []
+    for cls in (Config, *(s for section in SECTIONS.values() for s in (section, *section.SUBSECTIONS.values()))):
+        defaults, docs = config_to_dict(cls()), field_docs(cls)
+        nested = SECTIONS if cls is Config else cls.SUBSECTIONS
+        keys = []
+        for f in dataclasses.fields(cls):
+            if f.name not in nested:
+                key = cls.key(f.name)
+                setting = SETTINGS.get(key, SETTINGS.get(cls.SECTION))
+                keys.append(KeyDoc(key, str(f.type), defaults[f.name], docs[f.name], setting))
+        documented.append((cls, keys))
+    return documented
+
+
 def _help_epilog() -> str:
     lines = [
         "config keys (in --config FILE, or as section.key=value; lists as [a,b], unset as null).",
         "[setting]: never changes a result, so changing it never makes a stage's output stale:",
     ]
-    sections = [s for cls in SECTIONS.values() for s in (cls, *cls.SUBSECTIONS.values())]
-    for cls in (Config, *sections):
-        defaults, docs = config_to_dict(cls()), field_docs(cls)
-        for f in dataclasses.fields(cls):
-            if f.name not in (SECTIONS if cls is Config else cls.SUBSECTIONS):
-                key = cls.key(f.name)
-                tag = " [setting]" if key in SETTINGS or cls.SECTION in SETTINGS else ""
-                lines.append(f"  {key} (default: {json.dumps(defaults[f.name])}){tag}: {docs[f.name]}")
+    for _, keys in documented_sections():
+        for k in keys:
+            tag = " [setting]" if k.setting else ""
+            lines.append(f"  {k.key} (default: {json.dumps(k.default)}){tag}: {k.doc}")
     return "\n".join(lines)
 
 
@@ -157,4 +181,4 @@ def parse_cli(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> tu
     return load_config(args.config, args.overrides), args
 
 
-__all__ = ["build_arg_parser", "dump_yaml", "load_config", "parse_cli"]
+__all__ = ["KeyDoc", "build_arg_parser", "documented_sections", "dump_yaml", "load_config", "parse_cli"]
