@@ -57,6 +57,16 @@ def _set_rng_state(plain: dict, tensors: dict) -> None:
         torch.cuda.set_rng_state(tensors["cuda"][0])
 
 
+def _alone() -> bool:
+    """One rank: DCP then skips its collectives, whose gloo threads would otherwise start an OpenMP
+    team of their own. libgomp counts every team's threads, and once they outnumber the CPUs it
+    makes all teams' idle threads sleep after ~100 spins instead of ~300,000: on a 2-core worker
+    the training thread's team then wakes its helper by futex at every parallel region: ~10% of a
+    CPU step in a quiet process, more in `make run`'s job, where Ray's niced worker waits to be
+    woken behind the head's processes (docs/BENCHMARKS.md)."""
+    return world_size() == 1
+
+
 def save_checkpoint(
     directory: str,
     model: torch.nn.Module,
@@ -67,7 +77,7 @@ def save_checkpoint(
 ) -> None:
     os.makedirs(directory, exist_ok=True)
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory)
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory, no_dist=_alone())
     this_rank = rank()
     plain, tensors = _rng_state()
     with open(os.path.join(directory, f"rng_rank{this_rank}.json"), "w") as f:
@@ -86,7 +96,7 @@ def load_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.opt
     total follows the new schedule (a resume with the same total gets the same value)."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=directory)
+    dcp.load(state, checkpoint_id=directory, no_dist=_alone())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     with open(os.path.join(directory, TRAIN_STATE)) as f:
         train_state = json.load(f)
