@@ -279,10 +279,10 @@ class Fence:
 
     `with fence.held():` wraps a whole swap. Locally it takes the lease file's lock, which every
     lease write also takes, so no run can take the lease over until the swap ends, and `check()`
-    only reads the lease. On S3 there are no locks: `check()` writes the lease conditionally (its
-    renewal, or the driver's unchanged lease for a DAG task), which succeeds only if nobody took it
-    over, and the swap checks before its first change and before each step; the journal's own
-    conditional writes stop a run whose journal another run has finished meanwhile.
+    only reads the lease. On S3 there are no locks: `check()` renews the lease by a conditional
+    write, which succeeds only if nobody took it over (a DAG task reads its driver's lease), and the
+    swap checks before its first change and before each step; the journal's own conditional writes
+    stop a run whose journal another run has finished meanwhile.
     """
 
     def __init__(self, run_dir: str, lease: Lease | None, owner: str | None = None):
@@ -313,13 +313,8 @@ class Fence:
             check_owner(self.run_dir, self.owner, fresh=self.lease is None)
         elif self.lease is not None:
             self.lease.confirm()
-        else:
+        else:  # a DAG task: its driver renews the lease; a write here would change the lease's ETag
             check_owner(self.run_dir, self.owner)
-            found = read_versioned(self.path)
-            if found is None or replace_if(self.path, found[0], found[1]) is None:
-                raise LeaseHeld(
-                    f"run_dir {self.run_dir}: this run's lease changed hands just now; nothing was committed"
-                )
 
 
 __all__ = [
