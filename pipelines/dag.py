@@ -117,7 +117,7 @@ def _held(
             f"current:  {current} (complete{steps}, committed {manifest.get('committed', '?')}; kept until "
             "a replacement is complete)"
         )
-    elif view.folder(name) is not None and exists(view.folder(name)):
+    elif (folder := view.folder(name)) is not None and exists(folder):
         lines.append(f"current:  {current} (incomplete: no readable manifest.json)")
     building_now = view.folder(f"{BUILDING}/{name}")
     marker = read_marker(building_now) if building_now else None
@@ -138,12 +138,14 @@ def _held(
     return lines, swaps_in
 
 
-def plan_dag(config: Config, selected: Sequence[str], forced: set[str]) -> list[StagePlan]:
+def plan_dag(
+    config: Config, selected: Sequence[str], forced: set[str], view: RunDirView | None = None
+) -> list[StagePlan]:
     """What a submission would do. A stage's fingerprint is predicted from the fingerprints its
     inputs will have (they are config hashes, so they are known before anything runs)."""
     predicted: dict[str, str | None] = {}
     plans = []
-    view = RunDirView.read(config.run_dir)
+    view = view or RunDirView.read(config.run_dir)
     for name in STAGES:
         stage = STAGES[name]
         manifest = view.manifest(name)
@@ -190,7 +192,7 @@ def plan_dag(config: Config, selected: Sequence[str], forced: set[str]) -> list[
     return plans
 
 
-def format_plan(config: Config, plans: list[StagePlan]) -> str:
+def format_plan(config: Config, plans: list[StagePlan], view: RunDirView) -> str:
     lines = [f"DAG for run_dir={config.run_dir} ({' -> '.join(STAGES)}):"]
     holder = read_holder(config.run_dir) if exists(config.run_dir) else None
     if holder is not None:
@@ -200,7 +202,7 @@ def format_plan(config: Config, plans: list[StagePlan]) -> str:
             if why is None
             else f"  lease: left by {holder[0].describe()}; no longer held ({why}): the next run takes it over"
         )
-    journal = RunDirView.read(config.run_dir).journal
+    journal = view.journal
     if journal is not None:
         what = f"{journal.get('action')} of the {journal.get('stage')} stage"
         lines.append(
@@ -317,7 +319,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     started = time.time()
     try:
         config, args, selected, forced = preflight(argv, prog)
-        print(format_plan(config, plan_dag(config, selected, forced)), flush=True)
+        view = RunDirView.read(config.run_dir)  # the interrupted swap's journal, read once
+        print(format_plan(config, plan_dag(config, selected, forced, view), view), flush=True)
         if args.dry_run:
             return 0
         run_all(config, selected, forced)
