@@ -5,8 +5,9 @@ Ours is `finetune_step` (pipelines/finetuning/loop.py), the body of train_epoch 
 the host batch to the device (pinned, not blocking), the forward under bf16 autocast with the last
 layer run only at [CLS], the loss in fp32, backward, torch's clip_grad_norm_ to 1.0, AdamW from
 pipelines/train/build.py (fused on CUDA; lr 2e-5, weight decay 0.01, none on LayerNorm and biases,
-eps 1e-6), the linear schedule. On CUDA it is timed eager and with finetune.compile (the layer
-groups compiled by apply_compile).
+eps 1e-6), the linear schedule. On CUDA it is timed eager, with finetune.compile (the layer
+groups compiled by apply_compile) and with finetune.cuda_graphs (GraphedModel: the whole model
+compiled with mode="reduce-overhead", its forward and backward replayed as CUDA graphs).
 
 Transformers' is its AlbertForSequenceClassification (attn_implementation="sdpa", our initial
 weights) under `transformers.Trainer` with TrainingArguments(bf16=True, optim="adamw_torch_fused",
@@ -54,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from albert_model import AlbertConfig, AlbertForSequenceClassification  # noqa: E402
 from albert_model.hf import to_hf_state_dict  # noqa: E402
-from pipelines.finetuning.loop import build_schedule, collate, finetune_step  # noqa: E402
+from pipelines.finetuning.loop import GraphedModel, build_schedule, collate, finetune_step  # noqa: E402
 from pipelines.train.build import build_optimizer  # noqa: E402
 from pipelines.train.parallel import apply_compile  # noqa: E402
 
@@ -92,10 +93,19 @@ def make_batch(
 class Ours:
     """Fine-tuning's own step on our AlbertForSequenceClassification."""
 
-    def __init__(self, weights: AlbertForSequenceClassification, batch, device: torch.device, precision: str, compile_):
+    def __init__(
+        self,
+        weights: AlbertForSequenceClassification,
+        batch,
+        device: torch.device,
+        precision: str,
+        compile_: bool,
+        graphs: bool = False,
+    ):
         self.model = copy.deepcopy(weights).to(device).train()
         if compile_:
             apply_compile(self.model)
+        self.stepped = GraphedModel(self.model, len(batch["labels"])) if graphs else self.model
         self.optimizer = build_optimizer(self.model, "adamw", LR, WEIGHT_DECAY)
         self.schedule = build_schedule(self.optimizer, SCHEDULE_STEPS, 0.0)
         self.batch, self.device, self.precision = batch, device, precision
@@ -104,7 +114,7 @@ class Ours:
         """One optimizer step; the batch's mean loss (on the device)."""
         n = len(self.batch["labels"])
         loss_sum = finetune_step(
-            self.model,
+            self.stepped,
             self.optimizer,
             self.schedule,
             self.batch,
@@ -182,8 +192,9 @@ def build_contenders(
     precision: str,
     work: str,
     compiled: bool = False,
+    graphs: bool = False,
 ) -> dict:
-    """ours, transformers (and ours_compiled) with the same initial weights, on the same batch."""
+    """ours, transformers (and ours_compiled, ours_graphs) with the same initial weights, on the same batch."""
     weights = build_weights(config)
     makers = {
         "ours": lambda: Ours(weights, batch, device, precision, compile_=False),
@@ -191,6 +202,8 @@ def build_contenders(
     }
     if compiled:
         makers["ours_compiled"] = lambda: Ours(weights, batch, device, precision, compile_=True)
+    if graphs:
+        makers["ours_graphs"] = lambda: Ours(weights, batch, device, precision, compile_=False, graphs=True)
     return makers
 
 
@@ -216,7 +229,15 @@ def measure(args, text: str, padding: str, device: torch.device, work: str) -> d
     config = AlbertConfig.from_preset(preset, vocab_size=30000, num_labels=NUM_LABELS, classifier_dropout_prob=0.1)
     batch = make_batch(batch_size, seq, config.vocab_size, padding == "padded", pin=cuda)
     torch._dynamo.reset()  # a fresh compile cache per size
-    makers = build_contenders(config, batch, device, precision, work, compiled=cuda and args.finetune_compile)
+    makers = build_contenders(
+        config,
+        batch,
+        device,
+        precision,
+        work,
+        compiled=cuda and args.finetune_compile,
+        graphs=cuda and args.finetune_graphs,
+    )
     real_tokens = int(batch["attention_mask"].sum())
     result: dict = {
         "preset": preset,
@@ -257,8 +278,9 @@ def measure(args, text: str, padding: str, device: torch.device, work: str) -> d
         }
     theirs = result["transformers"]["sequences_per_s"]
     result["speedup"] = result["ours"]["sequences_per_s"] / theirs
-    if "ours_compiled" in result:
-        result["speedup_compiled"] = result["ours_compiled"]["sequences_per_s"] / theirs
+    for name in ("compiled", "graphs"):
+        if f"ours_{name}" in result:
+            result[f"speedup_{name}"] = result[f"ours_{name}"]["sequences_per_s"] / theirs
     del built
     if cuda:
         torch.cuda.empty_cache()
@@ -270,13 +292,13 @@ def summary_of(r: dict) -> dict:
     if "error" in r:
         return r
     seqs = {name: round(v["sequences_per_s"]) for name, v in r.items() if isinstance(v, dict)}
-    return seqs | {k: round(r[k], 2) for k in ("speedup", "speedup_compiled") if k in r}
+    return seqs | {k: round(r[k], 2) for k in ("speedup", "speedup_compiled", "speedup_graphs") if k in r}
 
 
 def finetune_phase(args) -> dict:
     """Every config of args.finetune_configs (null: the device's defaults) at every padding of
     args.finetune_padding, keyed `config/padding`. Also reads args.device ("cuda" or "cpu"),
-    args.warmup, args.steps, args.rounds and args.finetune_compile."""
+    args.warmup, args.steps, args.rounds, args.finetune_compile and args.finetune_graphs."""
     device = torch.device(args.device)
     configs = args.finetune_configs or (CUDA_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["configs"]
     out = {}
@@ -297,25 +319,28 @@ def finetune_phase(args) -> dict:
 def table(results: dict) -> str:
     """The phase's results as a markdown table."""
     lines = [
-        "| config | padding | ours seq/s | compiled seq/s | transformers seq/s | speedup | compiled speedup "
-        "| peak GiB ours / compiled / theirs |",
-        "|---|---|---|---|---|---|---|---|",
+        "| config | padding | ours seq/s | compiled seq/s | CUDA graphs seq/s | transformers seq/s | speedup "
+        "| compiled speedup | CUDA graphs speedup | peak GiB ours / compiled / graphs / theirs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, r in results.items():
         config, padding = key.split("/")
         if "error" in r:
-            lines.append(f"| {config} | {padding} | {r['error'][:80]} | | | | | |")
+            lines.append(f"| {config} | {padding} | {r['error'][:80]} | | | | | | | |")
             continue
-        compiled = r.get("ours_compiled")
-        compiled_seqs = f"{compiled['sequences_per_s']:,.0f}" if compiled else "-"
-        compiled_speedup = f"{r['speedup_compiled']:.2f}x" if compiled else "-"
+        seqs, speedups = {}, {}
+        for name in ("compiled", "graphs"):
+            variant = r.get(f"ours_{name}")
+            seqs[name] = f"{variant['sequences_per_s']:,.0f}" if variant else "-"
+            speedups[name] = f"{r[f'speedup_{name}']:.2f}x" if variant else "-"
         peaks = " / ".join(
             f"{r[name + '_peak_gib']:.1f}" if name + "_peak_gib" in r else "-"
-            for name in ("ours", "ours_compiled", "transformers")
+            for name in ("ours", "ours_compiled", "ours_graphs", "transformers")
         )
         lines.append(
-            f"| {config} | {padding} | {r['ours']['sequences_per_s']:,.0f} | {compiled_seqs} "
-            f"| {r['transformers']['sequences_per_s']:,.0f} | **{r['speedup']:.2f}x** | {compiled_speedup} | {peaks} |"
+            f"| {config} | {padding} | {r['ours']['sequences_per_s']:,.0f} | {seqs['compiled']} | {seqs['graphs']} "
+            f"| {r['transformers']['sequences_per_s']:,.0f} | **{r['speedup']:.2f}x** | {speedups['compiled']} "
+            f"| {speedups['graphs']} | {peaks} |"
         )
     return "\n".join(lines)
 
@@ -331,6 +356,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         dest="finetune_compile",
         action="store_false",
         help="on CUDA, skip timing ours with finetune.compile",
+    )
+    p.add_argument(
+        "--no-finetune-graphs",
+        dest="finetune_graphs",
+        action="store_false",
+        help="on CUDA, skip timing ours with finetune.cuda_graphs",
     )
 
 

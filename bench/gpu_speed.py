@@ -99,6 +99,7 @@ class Ours:
         self.sync, self.torch_clip, self.fsdp = sync, torch_clip, fsdp
 
     def step(self) -> None:
+        torch.compiler.cudagraph_mark_step_begin()  # (graph variants) the last step's outputs are not read
         clip = step_module.clip_gradients
         if self.torch_clip:
             step_module.clip_gradients = torch_clip_gradients
@@ -125,6 +126,12 @@ VARIANTS = {
     "ours_sync_each_step": dict(sync=True),
     "ours_torch_clip": dict(torch_clip=True),
     "ours_no_fsdp": dict(fsdp=False),
+    # Inductor's autotuned matrix-product templates, which can take the elementwise work that
+    # follows a product (bias, GELU, residual) into its epilogue; no CUDA graphs.
+    "ours_autotune": dict(compile="layers:max-autotune-no-cudagraphs"),
+    # One GPU without FSDP2 (its hooks and per-step all-gather buffers defeat CUDA graphs): the
+    # encoder's forward and backward each replayed as one graph.
+    "ours_no_fsdp_encoder_graphs": dict(fsdp=False, compile="encoder:reduce-overhead"),
 }
 
 

@@ -90,6 +90,11 @@ def check_rules(config: Config) -> None:
             f"tune.metric={config.tune.metric}: not a {config.finetune.task} metric (finetune.task); "
             f"use one of {', '.join(allowed)}"
         )
+    if config.finetune.cuda_graphs and config.tune.workers_per_trial > 1:
+        raise ConfigError(
+            f"finetune.cuda_graphs needs one worker per trial (tune.workers_per_trial="
+            f"{config.tune.workers_per_trial}): its graphs hold no DDP all-reduce"
+        )
     if config.train.init_from is None:
         positions = config.model.albert_config(vocab_size=16).max_position_embeddings
         if config.data.max_seq_length > positions:

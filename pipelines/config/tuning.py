@@ -74,6 +74,10 @@ class FinetuneSection(Section):
     """auto (bf16 on GPU, fp32 on CPU), bf16 (autocast; fp32 weights, optimizer and loss) or fp32."""
     compile: bool = False
     """torch.compile the layer groups: a slower first epoch, faster after only where the GPU bounds a step."""
+    cuda_graphs: bool = False
+    """On a GPU: the whole model compiled and replayed as CUDA graphs (torch.compile mode
+    reduce-overhead), batches padded to one of 4 widths; a compilation per width, so it pays in
+    long fine-tunings at short sequences, where the host bounds a step. One worker per trial; no effect on CPU."""
     seed: int = 42
     """Seed of the split, the subsamples, the classifier's initialisation and the batch order."""
 
@@ -101,6 +105,11 @@ class FinetuneSection(Section):
         self.require("classifier_dropout", 0 <= self.classifier_dropout < 1, "must be in [0, 1)")
         self.require("max_grad_norm", self.max_grad_norm > 0, "must be > 0")
         self.require("precision", self.precision in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}")
+        self.require(
+            "cuda_graphs",
+            not (self.cuda_graphs and self.compile),
+            "compiles the whole model: leave finetune.compile (the layer groups) false",
+        )
         self.require("seed", self.seed >= 0, "must be >= 0")
 
 

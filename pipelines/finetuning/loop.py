@@ -84,14 +84,53 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 
 def collate(
-    encoded: Encoded, indices: Sequence[int], pad_id: int, targets: torch.Tensor | None = None, pin: bool = False
+    encoded: Encoded,
+    indices: Sequence[int],
+    pad_id: int,
+    targets: torch.Tensor | None = None,
+    pin: bool = False,
+    widths: Sequence[int] = (),
 ) -> dict[str, torch.Tensor]:
-    """The examples at `indices` as a host batch: pad_batch's columns and, given targets, `labels`.
-    Pinned (for a GPU), the copy to the device does not block the host."""
-    batch = {k: torch.from_numpy(v) for k, v in pad_batch([encoded[i] for i in indices], pad_id).items()}
+    """The examples at `indices` as a host batch: pad_batch's columns (padded to one of `widths`
+    where one holds them) and, given targets, `labels`. Pinned (for a GPU), the copy to the device
+    does not block the host."""
+    batch = {k: torch.from_numpy(v) for k, v in pad_batch([encoded[i] for i in indices], pad_id, widths).items()}
     if targets is not None:
         batch["labels"] = targets[torch.as_tensor(indices, dtype=torch.long)]
     return {k: v.pin_memory() for k, v in batch.items()} if pin else batch
+
+
+GRAPH_WIDTHS = 4
+"""finetune.cuda_graphs pads each batch to one of this many widths (a graph is captured per width)."""
+
+
+def graph_widths(max_seq_length: int, count: int = GRAPH_WIDTHS) -> tuple[int, ...]:
+    """`count` widths evenly spaced up to max_seq_length, each rounded up to a multiple of 8 (the
+    matrix units' tile) and none beyond max_seq_length: 32, 64, 96, 128 at 128."""
+    widths = set()
+    for i in range(1, count + 1):
+        even = -(-max_seq_length * i // count)  # the ceiling of max_seq_length * i / count
+        widths.add(min(max_seq_length, -(-even // 8) * 8))
+    return tuple(sorted(widths))
+
+
+class GraphedModel(nn.Module):
+    """finetune.cuda_graphs: the model compiled whole and replayed as CUDA graphs (torch.compile's
+    mode="reduce-overhead": its forward and its backward each one graph launch instead of a launch
+    per kernel), for the full training batches. Any other batch (an epoch's last, smaller one) runs
+    the same model eagerly instead of capturing a graph it would replay once an epoch. A graph is
+    captured per width: batches are padded to graph_widths."""
+
+    def __init__(self, model: nn.Module, batch_size: int):
+        super().__init__()
+        self.model, self.batch_size = model, batch_size
+        self.compiled = torch.compile(model, mode="reduce-overhead", dynamic=False)
+
+    def forward(self, input_ids: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
+        if len(input_ids) != self.batch_size:
+            return self.model(input_ids, **inputs)
+        torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are no longer read
+        return self.compiled(input_ids, **inputs)
 
 
 def _loss_sum(logits: torch.Tensor, targets: torch.Tensor, regression: bool) -> torch.Tensor:
@@ -142,15 +181,17 @@ def train_epoch(
     world: int = 1,
     device: torch.device | None = None,
     precision: str = "fp32",
+    widths: Sequence[int] = (),
 ) -> float:
-    """One pass over `batches`; returns the mean training loss over all workers' examples."""
+    """One pass over `batches`; returns the mean training loss over all workers' examples. Batches
+    are padded to one of `widths` where one holds them (finetune.cuda_graphs)."""
     device = device or torch.device("cpu")
     model.train()
     target_tensor = torch.tensor(targets, dtype=torch.float32 if regression else torch.long)
     pin = device.type == "cuda"
     total, seen = torch.zeros((), dtype=torch.float64, device=device), 0
     for batch in batches:
-        share = collate(encoded, batch[rank::world], pad_id, target_tensor, pin)
+        share = collate(encoded, batch[rank::world], pad_id, target_tensor, pin, widths)
         total += finetune_step(
             model, optimizer, schedule, share, len(batch), max_grad_norm, regression, device, precision, world
         )
@@ -202,6 +243,8 @@ __all__ = [
     "collate",
     "epoch_batches",
     "finetune_step",
+    "graph_widths",
+    "GraphedModel",
     "predict",
     "resolve_precision",
     "steps_per_epoch",

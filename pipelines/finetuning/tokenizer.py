@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -62,9 +63,14 @@ class PairTokenizer:
         return ids, types
 
 
-def pad_batch(encoded: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, np.ndarray]:
-    """Right-padded `input_ids`, `token_type_ids` and `attention_mask` ([B, longest])."""
-    width = max(len(ids) for ids, _ in encoded)
+def pad_batch(
+    encoded: list[tuple[list[int], list[int]]], pad_id: int, widths: Sequence[int] = ()
+) -> dict[str, np.ndarray]:
+    """Right-padded `input_ids`, `token_type_ids` and `attention_mask` ([B, width]): width is the
+    longest sequence's length, or the smallest of `widths` that holds it, so that a run sees few
+    shapes (finetune.cuda_graphs captures a graph per shape)."""
+    longest = max(len(ids) for ids, _ in encoded)
+    width = min((w for w in widths if w >= longest), default=longest)
     batch = {
         "input_ids": np.full((len(encoded), width), pad_id, np.int64),
         "token_type_ids": np.zeros((len(encoded), width), np.int64),

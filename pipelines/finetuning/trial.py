@@ -26,9 +26,11 @@ from ..storage import filesystem
 from ..train.build import build_optimizer
 from ..train.parallel import apply_compile
 from .loop import (
+    GraphedModel,
     build_classifier,
     build_schedule,
     epoch_batches,
+    graph_widths,
     predict,
     resolve_precision,
     steps_per_epoch,
@@ -168,7 +170,11 @@ def fit_trial(
     model = build_classifier(pretrained_dir, data.num_labels, cfg.classifier_dropout, cfg.init, cfg.seed).to(device)
     if cfg.compile:
         apply_compile(model)
-    trained = wrap(model)
+    graphs = cfg.cuda_graphs and device.type == "cuda"
+    if graphs and world > 1:
+        raise ValueError("finetune.cuda_graphs needs one worker per trial")
+    trained = GraphedModel(model, cfg.batch_size) if graphs else wrap(model)
+    widths = graph_widths(cfg.max_seq_length) if graphs else ()
     optimizer = build_optimizer(trained, "adamw", cfg.lr, cfg.weight_decay)
     schedule = build_schedule(
         optimizer, cfg.epochs * steps_per_epoch(len(data.train), cfg.batch_size, world), cfg.warmup_ratio
@@ -191,6 +197,7 @@ def fit_trial(
             world,
             device,
             precision,
+            widths=widths,
         )
         # The bare model: DDP's forward would sync buffers across workers' unequal eval shards.
         logits = predict(model, data.eval, cfg.eval_batch_size, data.pad_id, rank, world, device, precision)

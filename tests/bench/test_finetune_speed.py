@@ -50,6 +50,7 @@ def test_gpu_suite_options_and_defaults(bench):
     assert args.finetune_configs is None  # the phase then takes the device's default sizes
     assert args.finetune_padding == "full,padded" and args.finetune_compile is True
     assert not suite.parse_args(["--no-finetune-compile"]).finetune_compile
+    assert args.finetune_graphs is True and not suite.parse_args(["--no-finetune-graphs"]).finetune_graphs
 
 
 def test_batches_are_full_or_padded_within_half_to_full_length(bench):

@@ -385,3 +385,13 @@ def test_finetune_sequences_must_fit_the_pretrain_stages_model():
         load_config(overrides=short)
     assert load_config(overrides=[*short, "finetune.max_seq_length=128"]).finetune.max_seq_length == 128
     assert load_config(overrides=[*short, "finetune.pretrained=elsewhere"]).finetune.pretrained == "elsewhere"
+
+
+def test_cuda_graphs_need_one_worker_per_trial_and_exclude_layer_compile():
+    assert load_config(overrides=["finetune.cuda_graphs=true"]).finetune.cuda_graphs is True
+    with pytest.raises(
+        ConfigError, match=r"^finetune.cuda_graphs needs one worker per trial \(tune.workers_per_trial=2\)"
+    ):
+        load_config(overrides=["finetune.cuda_graphs=true", "tune.workers_per_trial=2"])
+    with pytest.raises(ConfigError, match=r"^finetune.cuda_graphs=True: compiles the whole model"):
+        load_config(overrides=["finetune.cuda_graphs=true", "finetune.compile=true"])

@@ -1,6 +1,7 @@
 """The GPU path of fine-tuning (CUDA only: skipped without it, and a skip is never a pass): an
 epoch never waits for the device between steps, bf16 stays within its tolerance of fp32, fp32 on
-the GPU equals the CPU, and compiled layer groups equal eager ones over batches of several widths.
+the GPU equals the CPU, and compiled layer groups and the CUDA graphs of finetune.cuda_graphs equal
+eager ones over batches of several widths.
 `python bench/gpu_suite.py` runs these with the GPU benchmarks."""
 
 import numpy as np
@@ -8,7 +9,16 @@ import pytest
 import torch
 
 from albert_model import AlbertForSequenceClassification
-from pipelines.finetuning.loop import build_schedule, collate, epoch_batches, finetune_step, predict, train_epoch
+from pipelines.finetuning.loop import (
+    GraphedModel,
+    build_schedule,
+    collate,
+    epoch_batches,
+    finetune_step,
+    graph_widths,
+    predict,
+    train_epoch,
+)
 from pipelines.train.build import build_optimizer
 from pipelines.train.parallel import apply_compile
 from tests.pipelines.train.test_gpu import CONFIG as PRETRAINING_CONFIG
@@ -31,28 +41,38 @@ def examples(seed: int = 0) -> tuple[list[tuple[list[int], list[int]]], list[int
     return encoded, labels
 
 
-def epoch(device: torch.device, precision: str, compile_: bool = False, epochs: int = 2):
+def epoch(
+    device: torch.device,
+    precision: str,
+    compile_: bool = False,
+    epochs: int = 2,
+    graphs: bool = False,
+    widths: tuple[int, ...] = (),
+    batch_size: int = 16,
+):
     """Train losses of `epochs` epochs from the same start, and the logits after them."""
     encoded, labels = examples()
     torch.manual_seed(0)
     model = AlbertForSequenceClassification(CONFIG).to(device)
     if compile_:
         apply_compile(model)
-    optimizer = build_optimizer(model, "adamw", 1e-4, 0.01)
+    trained = GraphedModel(model, batch_size) if graphs else model
+    optimizer = build_optimizer(trained, "adamw", 1e-4, 0.01)
     schedule = build_schedule(optimizer, epochs * 6, 0.1)
     losses = [
         train_epoch(
-            model,
+            trained,
             optimizer,
             schedule,
             encoded,
             labels,
-            epoch_batches(N, 16, 0, e),
+            epoch_batches(N, batch_size, 0, e),
             0,
             1.0,
             False,
             device=device,
             precision=precision,
+            widths=widths,
         )
         for e in range(epochs)
     ]
@@ -100,3 +120,20 @@ def test_compile_equals_eager():
     compiled_losses, compiled_logits = epoch(CUDA, "fp32", compile_=True)
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-4)
     np.testing.assert_allclose(compiled_logits, eager_logits, atol=1e-3)
+
+
+def test_cuda_graphs_equal_eager():
+    """finetune.cuda_graphs: the whole model compiled and replayed as CUDA graphs (batches of 20
+    padded to 4 widths, the last batch of 16 eager) trains as the eager model on the same batches,
+    and no graph was skipped (a skip would leave the speed path silently eager)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    widths = graph_widths(128)
+    eager_losses, eager_logits = epoch(CUDA, "fp32", widths=widths, batch_size=20)
+    graphed_losses, graphed_logits = epoch(CUDA, "fp32", graphs=True, widths=widths, batch_size=20)
+    assert counters["stats"]["unique_graphs"] >= 1
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    assert graphed_losses == pytest.approx(eager_losses, rel=1e-3)
+    np.testing.assert_allclose(graphed_logits, eager_logits, atol=1e-3)

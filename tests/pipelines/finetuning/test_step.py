@@ -9,11 +9,14 @@ import torch.nn.functional as F
 from albert_model import AlbertConfig, AlbertForSequenceClassification
 from pipelines.config import FinetuneSection, build_section
 from pipelines.errors import ConfigError
+from pipelines.finetuning import loop as loop_module
 from pipelines.finetuning import trial as trial_module
 from pipelines.finetuning.loop import (
+    GraphedModel,
     build_schedule,
     collate,
     epoch_batches,
+    graph_widths,
     predict,
     resolve_precision,
     train_epoch,
@@ -87,6 +90,59 @@ def test_collate_pads_and_selects_the_labels():
     assert batch["token_type_ids"].tolist() == [[0, 0, 0, 0, 0], [0, 0, 1, 1, 1]]
     assert batch["labels"].tolist() == [9, 8]
     assert set(collate(encoded, [0], 0)) == {"input_ids", "token_type_ids", "attention_mask"}
+
+
+def test_graph_widths_are_few_rounded_and_end_at_the_longest_sequence():
+    assert graph_widths(128) == (32, 64, 96, 128)
+    assert graph_widths(512) == (128, 256, 384, 512)
+    assert graph_widths(100) == (32, 56, 80, 100)  # multiples of 8, none beyond max_seq_length
+    assert graph_widths(130) == (40, 72, 104, 130)
+    assert graph_widths(6) == (6,)
+    encoded = [([2, 10, 3], [0, 0, 0]), ([2, 11, 12, 13, 3], [0, 0, 1, 1, 1])]
+    batch = collate(encoded, [0, 1], 0, widths=(4, 8, 12))
+    assert batch["input_ids"].tolist() == [[2, 10, 3, 0, 0, 0, 0, 0], [2, 11, 12, 13, 3, 0, 0, 0]]
+    assert batch["attention_mask"].sum(1).tolist() == [3, 5]
+    assert collate(encoded, [0], 0, widths=(4, 8))["input_ids"].shape == (1, 4)
+    assert collate(encoded, [1], 0, widths=(2, 4))["input_ids"].shape == (1, 5)  # no width holds it: its own
+
+
+def test_an_epoch_padded_to_the_graph_widths_trains_as_an_unpadded_one():
+    encoded, targets = toy_examples(40), [i % 3 for i in range(40)]
+    results = []
+    for widths in ((), graph_widths(12)):
+        torch.manual_seed(0)
+        model = AlbertForSequenceClassification(tiny(classifier_dropout_prob=0.0))
+        optimizer = build_optimizer(model, "adamw", 1e-3, 0.01)
+        schedule = build_schedule(optimizer, 10, 0.2)
+        batches = epoch_batches(40, 8, 0, 0)
+        loss = train_epoch(model, optimizer, schedule, encoded, targets, batches, 0, 1.0, False, widths=widths)
+        results.append((loss, predict(model.eval(), encoded, 16, 0)))
+    (loss, logits), (padded_loss, padded_logits) = results
+    assert padded_loss == pytest.approx(loss, rel=1e-5)
+    np.testing.assert_allclose(padded_logits, logits, atol=1e-5)
+
+
+def test_graphed_model_sends_full_batches_to_the_graphs_and_others_to_the_eager_model(monkeypatch):
+    """The routing alone (torch.compile recorded, not run): tests/pipelines/finetuning/test_gpu.py
+    runs the real graphs against the eager model on a GPU."""
+    compiled, calls = [], []
+
+    def fake_compile(model, **options):
+        compiled.append(options)
+        return lambda *args, **kwargs: calls.append("graphs") or model(*args, **kwargs)
+
+    monkeypatch.setattr(loop_module.torch, "compile", fake_compile)
+    monkeypatch.setattr(loop_module.torch.compiler, "cudagraph_mark_step_begin", lambda: calls.append("mark"))
+    torch.manual_seed(0)
+    model = AlbertForSequenceClassification(tiny())
+    graphed = GraphedModel(model, batch_size=4)
+    assert compiled == [{"mode": "reduce-overhead", "dynamic": False}]
+    assert {id(p) for p in graphed.parameters()} == {id(p) for p in model.parameters()}
+    ids = torch.randint(5, 97, (4, 8))
+    graphed(ids, token_type_ids=torch.zeros_like(ids), attention_mask=torch.ones_like(ids))
+    assert calls == ["mark", "graphs"]
+    graphed(ids[:3], token_type_ids=torch.zeros_like(ids[:3]), attention_mask=torch.ones_like(ids[:3]))
+    assert calls == ["mark", "graphs"]  # the epoch's last, smaller batch ran eagerly
 
 
 def reference_epoch(model, optimizer, schedule, encoded, targets, batches, regression: bool) -> float:
