@@ -4,12 +4,16 @@ A section is a pydantic dataclass in strict mode: a value of the wrong type is a
 a bool, no `3` for a path), an unknown key is an error, a float must be finite (no `.inf` or `.nan`
 anywhere: one rule for every float setting, the search space's values included), and each field's
 attribute docstring is its description (`--help`). Its semantic checks run in `__post_init__` through `Section.require`,
-which names the key as it is written on the command line.
+which names the key as it is written on the command line. A field that never changes a result says so
+in its metadata (`field(..., metadata=setting(why))`): fingerprints leave it out and `--help` marks it.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import textwrap
 from typing import Any, ClassVar
 
 from pydantic import ConfigDict, ValidationError
@@ -17,6 +21,9 @@ from pydantic import ConfigDict, ValidationError
 from ..errors import ConfigError
 
 STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
+
+SETTING = "setting"
+"""The field metadata key saying why a key never changes a result (see `setting`)."""
 
 
 class Section:
@@ -83,9 +90,55 @@ def field_docs(cls: type) -> dict[str, str]:
     return {name: " ".join((info.description or "").split()) for name, info in cls.__pydantic_fields__.items()}
 
 
+def setting(why: str) -> dict[str, str]:
+    """Metadata of a field that never changes a result, `why` saying why (shown by --help and docs/config.md):
+    fingerprints leave it out, so changing it never makes a stage stale. A subsection marked so is one
+    setting as a whole."""
+    return {SETTING: why}
+
+
+def section_settings(cls: type) -> dict[str, str]:
+    """key -> why, for every setting of section `cls` and of its subsections."""
+    found = {}
+    for f in dataclasses.fields(cls):
+        if SETTING in f.metadata:
+            found[cls.key(f.name)] = f.metadata[SETTING]
+        elif f.name in cls.SUBSECTIONS:
+            found.update(section_settings(cls.SUBSECTIONS[f.name]))
+    return found
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """A plain dataclass's attribute docstrings (the string under `name: type = default`), on one line each:
+    what pydantic's use_attribute_docstrings reads for a section."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    return {
+        node.target.id: " ".join(doc.value.value.split())
+        for node, doc in zip(body, body[1:])
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and isinstance(doc, ast.Expr)
+        and isinstance(doc.value, ast.Constant)
+        and isinstance(doc.value.value, str)
+    }
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     """A config (or one section) as plain YAML/JSON-ready data, every key included."""
     return dataclasses.asdict(config)
 
 
-__all__ = ["STRICT", "Section", "build_section", "config_to_dict", "field_docs", "one_error", "shown", "unknown_key"]
+__all__ = [
+    "SETTING",
+    "STRICT",
+    "Section",
+    "attribute_docs",
+    "build_section",
+    "config_to_dict",
+    "field_docs",
+    "one_error",
+    "section_settings",
+    "setting",
+    "shown",
+    "unknown_key",
+]

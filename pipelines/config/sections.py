@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import field
 from typing import Any, ClassVar
 
@@ -11,7 +13,7 @@ from pydantic.dataclasses import dataclass
 from albert_model.config import PRESETS, AlbertConfig
 
 from ..errors import ConfigError
-from .base import STRICT, Section, config_to_dict
+from .base import STRICT, Section, attribute_docs, config_to_dict, setting
 from .health import HealthSection
 
 CORPUS_FORMATS = ("auto", "text", "text_blank_line_docs", "jsonl", "parquet")
@@ -95,7 +97,9 @@ class DataSection(Section):
     """Random seed for the split, the pairing and the masking."""
     validation_fraction: float = 0.01
     """Fraction of the data held out for validation."""
-    num_workers: int | None = None
+    num_workers: int | None = field(
+        default=None, metadata=setting("the examples are the same for any number of workers")
+    )
     """Parallel data workers; null uses the cluster's CPUs."""
     masking: str = "static"
     """static (masks written with the data) or dynamic (masks drawn anew as batches are read)."""
@@ -122,7 +126,24 @@ class DataSection(Section):
         self.require("row_group_rows", self.row_group_rows >= 1, "must be >= 1")
 
 
+def _albert_overrides(cls: type) -> type:
+    """Adds to section `cls` a field for every AlbertConfig field but vocab_size (the vocabulary sets it):
+    its type or null, default null, with AlbertConfig's doc and what null means, so the model's fields
+    are declared once, in AlbertConfig."""
+    types, docs = typing.get_type_hints(AlbertConfig), attribute_docs(AlbertConfig)
+    from_presets = {name for preset in PRESETS.values() for name in preset}
+    for f in dataclasses.fields(AlbertConfig):
+        if f.name == "vocab_size":
+            continue
+        default = format(f.default, "g") if isinstance(f.default, float) else f.default
+        null = "null keeps the preset's" if f.name in from_presets else f"null: {default}"
+        cls.__annotations__[f.name] = types[f.name] | None
+        setattr(cls, f.name, field(default=None, metadata={"description": f"{docs[f.name].rstrip('.')}; {null}."}))
+    return cls
+
+
 @dataclass(config=STRICT)
+@_albert_overrides
 class ModelSection(Section):
     """The ALBERT architecture: a preset and any AlbertConfig field overriding it (null keeps the preset's)."""
 
@@ -130,40 +151,7 @@ class ModelSection(Section):
 
     preset: str = "base"
     """ALBERT size to start from: tiny, base, large, xlarge, xxlarge (tiny is CPU-sized)."""
-    embedding_size: int | None = None
-    """E: width of the factorized token embedding, projected to hidden_size; null keeps the preset's."""
-    hidden_size: int | None = None
-    """H: width of the transformer layers; null keeps the preset's."""
-    num_hidden_layers: int | None = None
-    """Number of layer applications (depth); with sharing they reuse the same weights; null keeps the preset's."""
-    num_attention_heads: int | None = None
-    """Attention heads per layer; must divide hidden_size; null keeps the preset's."""
-    intermediate_size: int | None = None
-    """Width of the feed-forward layer; null keeps the preset's."""
-    num_hidden_groups: int | None = None
-    """Number of distinct parameter groups; depth step i uses group i * groups // layers; null: 1."""
-    inner_group_num: int | None = None
-    """Layers inside one group, run one after the other at every depth step; null: 1."""
-    hidden_act: str | None = None
-    """Activation of the FFN and MLM head: gelu_new (tanh approximation), gelu, relu or silu; null: gelu_new."""
-    hidden_dropout_prob: float | None = None
-    """Dropout on embeddings and sublayer outputs (v1 used 0.1, v2 uses 0); null: 0."""
-    attention_probs_dropout_prob: float | None = None
-    """Dropout on attention probabilities; null: 0."""
-    max_position_embeddings: int | None = None
-    """Longest sequence the position embedding covers; null: 512."""
-    type_vocab_size: int | None = None
-    """Number of token types (segments A and B); null: 2."""
-    initializer_range: float | None = None
-    """Standard deviation of the normal weight initialisation; null: 0.02."""
-    layer_norm_eps: float | None = None
-    """Epsilon of every LayerNorm; null: 1e-12."""
-    classifier_dropout_prob: float | None = None
-    """Dropout before the sequence-classification head; null: 0.1."""
-    num_labels: int | None = None
-    """Outputs of the sequence-classification head; null: 2."""
-    sharing: str | None = None
-    """Cross-layer sharing (paper's ablation): all, attention (only), ffn (only) or none; null: all."""
+    # Its other keys are AlbertConfig's fields but vocab_size (model.hidden_size, ...), added by _albert_overrides.
 
     def __post_init__(self) -> None:
         self.require("preset", self.preset in PRESETS, f"must be one of {', '.join(PRESETS)}")
@@ -185,24 +173,31 @@ class TrainSection(Section):
     SECTION: ClassVar[str] = "train"
     SUBSECTIONS: ClassVar[dict[str, type]] = {"health": HealthSection}
 
-    num_workers: int | list[int] = 1
+    num_workers: int | list[int] = field(
+        default=1,
+        metadata=setting("the run is exact for any worker count (tested within 1e-5); a resume may change it"),
+    )
     """Ray Train workers (one per GPU, or CPU processes with gloo); [min, max]: an elastic run that
     starts with what the cluster has (at least min), grows when nodes arrive and shrinks when they are lost."""
-    resize_check_s: float = 60.0
+    resize_check_s: float = field(default=60.0, metadata=setting("elastic resize cadence"))
     """How often an elastic run asks whether the cluster could hold more workers, in seconds (Ray
     Train's elastic_resize_monitor_interval_s)."""
     use_gpu: bool | str = "auto"
     """Train on GPUs: true, false, or auto (GPUs when the cluster has them)."""
-    cpus_per_worker: float = 1.0
+    cpus_per_worker: float = field(default=1.0, metadata=setting("resources"))
     """CPUs each training worker reserves (fractional leaves CPUs for Ray Data on small machines)."""
-    torch_threads: int | None = None
+    torch_threads: int | None = field(default=None, metadata=setting("threads"))
     """Intra-op threads of each worker's torch; null = its whole reserved CPUs (Ray's OMP_NUM_THREADS)."""
-    loader_processes: int | None = None
+    loader_processes: int | None = field(
+        default=None, metadata=setting("the same batches, made in a thread or a process")
+    )
     """Processes per worker that read and collate the batches ahead of the step (0: a thread of the
     worker; 1: a process of its own, off the GIL of the thread that drives the GPU); null = 1 on GPU, 0 on CPU."""
     global_batch_size: int = 4096
     """Sequences per optimizer step, summed over workers and accumulation steps."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = field(
+        default=None, metadata=setting("accumulation computes the same update (tested within 1e-5)")
+    )
     """Sequences per worker per forward pass; null = global_batch_size / the worker count (no accumulation)."""
     max_steps: int = 125_000
     """Optimizer steps to train for; the schedule decays to 0 at this step."""
@@ -218,29 +213,30 @@ class TrainSection(Section):
     """Clip the global gradient norm to this."""
     precision: str = "auto"
     """auto (bf16 on GPU, fp32 on CPU), bf16 or fp32."""
-    compile: bool = False
+    compile: bool = field(default=False, metadata=setting("speed"))
     """torch.compile the layer groups."""
-    activation_checkpointing: bool = False
+    activation_checkpointing: bool = field(default=False, metadata=setting("memory"))
     """Recompute each layer application in backward instead of keeping its activations."""
-    checkpoint_every: int = 1000
+    checkpoint_every: int = field(default=1000, metadata=setting("checkpoint cadence"))
     """Steps between sharded checkpoints (one is always written at the end)."""
-    checkpoints_to_keep: int = 2
+    checkpoints_to_keep: int = field(default=2, metadata=setting("checkpoint retention"))
     """Newest checkpoints kept in storage."""
-    eval_every: int = 1000
+    eval_every: int = field(default=1000, metadata=setting("evaluation cadence"))
     """Steps between validation passes (one always runs at the end)."""
     eval_max_sequences: int | None = None
     """Validation sequences per pass; null uses the whole validation split."""
-    log_every: int = 100
+    log_every: int = field(default=100, metadata=setting("logging cadence"))
     """Steps between metrics lines (metrics.jsonl, Ray Train report, progress line)."""
     seed: int = 42
     """Seed of the initialisation, the epochs' order of the examples and dynamic masks."""
-    max_failures: int = 3
+    max_failures: int = field(default=3, metadata=setting("failure limit"))
     """Worker failures Ray Train recovers from (restarting from the latest checkpoint); -1 = forever."""
-    peak_tflops: float | None = None
+    peak_tflops: float | None = field(default=None, metadata=setting("MFU reporting"))
     """Peak dense TFLOP/s of one device for MFU; null looks the GPU up (H100, A100, ...), no MFU on CPU."""
     init_from: str | None = None
     """A transformers ALBERT directory to continue pretraining from; null starts from random weights."""
-    health: HealthSection = field(default_factory=HealthSection)
+    # acts only when a run goes wrong, and what it did is in metrics.jsonl and the report
+    health: HealthSection = field(default_factory=HealthSection, metadata=setting("recovery policy"))
     """Training health (train.health.KEY)."""
 
     def __post_init__(self) -> None:

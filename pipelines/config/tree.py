@@ -1,5 +1,5 @@
 """The config tree: the root `Config` with its sections, the rules across sections (checked
-whenever a Config is built), and the keys that never change a result."""
+whenever a Config is built), and the keys that never change a result (from their fields' metadata)."""
 
 from __future__ import annotations
 
@@ -10,36 +10,11 @@ from typing import ClassVar
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import STRICT, Section
+from .base import STRICT, Section, section_settings
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tuning import TUNE_METRICS, FinetuneSection, TuneSection
 
 log = logging.getLogger(__name__)
-
-SETTINGS: dict[str, str] = {
-    "data.num_workers": "the examples are the same for any number of workers",
-    "train.num_workers": "the run is exact for any worker count (tested within 1e-5); a resume may change it",
-    "train.resize_check_s": "elastic resize cadence",
-    "train.micro_batch_size": "accumulation computes the same update (tested within 1e-5)",
-    "train.cpus_per_worker": "resources",
-    "train.torch_threads": "threads",
-    "train.loader_processes": "the same batches, made in a thread or a process",
-    "train.compile": "speed",
-    "train.activation_checkpointing": "memory",
-    "train.checkpoint_every": "checkpoint cadence",
-    "train.checkpoints_to_keep": "checkpoint retention",
-    "train.eval_every": "evaluation cadence",
-    "train.log_every": "logging cadence",
-    "train.max_failures": "failure limit",
-    # acts only when a run goes wrong, and what it did is in metrics.jsonl and the report
-    "train.health": "recovery policy",
-    "train.peak_tflops": "MFU reporting",
-    "finetune.eval_batch_size": "evaluation batching",
-    "finetune.compile": "speed",
-    "tune.max_concurrent_trials": "concurrency cap",
-    "tune.resources_per_trial": "resources",
-}
-"""Keys that never change a result, so changing one never makes a stage stale (--help marks them)."""
 
 
 @dataclass(config=STRICT)
@@ -80,6 +55,12 @@ SECTIONS: dict[str, type] = {
     "tune": TuneSection,
 }
 """Section name -> its class, in the order of the tree."""
+
+SETTINGS: dict[str, str] = {
+    key: why for cls in (Config, *SECTIONS.values()) for key, why in section_settings(cls).items()
+}
+"""Key -> why it never changes a result, so changing it never makes a stage stale (--help marks them): the
+fields marked `metadata=setting(why)`, a subsection so marked as one key (train.health)."""
 
 
 def check_rules(config: Config) -> None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import STRICT, Section, one_error, shown
+from .base import STRICT, Section, one_error, setting, shown
 from .sections import PRECISIONS
 
 FINETUNE_TASKS = ("classification", "regression")
@@ -68,11 +68,11 @@ class FinetuneSection(Section):
     """Dropout on the pooled output before the classifier."""
     max_grad_norm: float = 1.0
     """Clip the gradient norm to this."""
-    eval_batch_size: int = 64
+    eval_batch_size: int = field(default=64, metadata=setting("evaluation batching"))
     """Sequences per evaluation batch."""
     precision: str = "auto"
     """auto (bf16 on GPU, fp32 on CPU), bf16 (autocast; fp32 weights, optimizer and loss) or fp32."""
-    compile: bool = False
+    compile: bool = field(default=False, metadata=setting("speed"))
     """torch.compile the layer groups: a slower first epoch, faster after only where the GPU bounds a step."""
     cuda_graphs: bool = False
     """On a GPU: the whole model compiled and replayed as CUDA graphs (torch.compile mode
@@ -132,7 +132,7 @@ class TuneSection(Section):
 
     num_samples: int = 8
     """Trials to run (each draws its hyperparameters from tune.space)."""
-    max_concurrent_trials: int | None = None
+    max_concurrent_trials: int | None = field(default=None, metadata=setting("concurrency cap"))
     """Most trials running at once; null runs as many as the cluster's resources fit."""
     scheduler: str = "asha"
     """asha (stop trials whose metric lags after each epoch) or none (every trial runs all its epochs)."""
@@ -150,7 +150,7 @@ class TuneSection(Section):
     inclusive); it overrides that finetune key."""
     workers_per_trial: int = 1
     """Training processes per trial: 1 runs the trial in one process, more run it as a Ray Train DDP job."""
-    resources_per_trial: dict | None = None
+    resources_per_trial: dict | None = field(default=None, metadata=setting("resources"))
     """Resources of each training process, e.g. {CPU: 4, GPU: 1}; null = {CPU: 1}, plus GPU: 1 when the
     cluster has GPUs."""
     seed: int = 0
