@@ -18,8 +18,8 @@ from pathlib import Path
 import ray
 
 from pipelines.config import load_config
-from pipelines.data import run_data
-from pipelines.pretrain import run_pretrain
+from pipelines.stages.data import run_data
+from pipelines.stages.pretrain import run_pretrain
 
 REPO = Path(__file__).resolve().parents[1]
 

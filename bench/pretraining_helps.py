@@ -18,7 +18,7 @@ from pathlib import Path
 import ray
 
 from pipelines.config import load_config
-from pipelines.finetune import run_finetune
+from pipelines.stages.finetune import run_finetune
 
 # The budget of tests/pipelines/test_pretrain_learns.py; `--epochs` varies it.
 BUDGET = ["finetune.max_seq_length=128", "tune.num_samples=1", "tune.scheduler=none"]

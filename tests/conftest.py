@@ -106,7 +106,7 @@ def ray_session(s3_endpoint):
 def tiny_pretrained(tmp_path_factory):
     """config.json + model.safetensors of a random tiny AlbertForPreTraining, and a 1000-piece
     SentencePiece model trained on BBC News lines."""
-    from pipelines.vocab import train_sentencepiece  # imports Ray: not at collection (the GPU machine has none)
+    from pipelines.stages.vocab import train_sentencepiece  # imports Ray: not at collection (the GPU machine has none)
 
     root = tmp_path_factory.mktemp("pretrained")
     lines = [line for text in bbc_news_examples().texts[::5] for line in text.splitlines() if line.strip()]

@@ -1,5 +1,7 @@
-"""Checks anyone can run on the code itself: no import cycle among the pipelines modules (imports
-inside functions included), no file over 400 lines, nothing unpickled."""
+"""Checks anyone can run on the code itself: one layer per folder (the pure packages and the model
+import neither Ray nor the layers above them; no layer imports one above it), no test-only
+machinery in the product, no import cycle among the pipelines modules (imports inside functions
+included), no file over 400 lines, nothing unpickled."""
 
 import ast
 import sys
@@ -89,3 +91,83 @@ def test_no_pickle_in_the_project():
         if any(s in p.read_text() for s in ("weights_only=False", "import pickle", "pickle.load"))
     ]
     assert offenders == []
+
+
+# The layers of pipelines/, bottom up; a module may import its own layer and those below it.
+LAYERS = (
+    ("pipelines.errors", "pipelines.console", "pipelines.storage", "pipelines.config"),
+    ("pipelines.prep", "pipelines.train", "pipelines.finetuning", "pipelines.report"),
+    ("pipelines.rundir",),
+    ("pipelines.stages",),
+    ("pipelines.cli", "pipelines.full_run"),
+)
+PURE = ("albert_model", "pipelines.prep", "pipelines.train", "pipelines.finetuning", "pipelines.report")
+
+
+def all_imports(path: Path) -> set[str]:
+    """Every module a file imports anywhere in it, absolute (project and third-party alike)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in node.names}
+    return found
+
+
+def layer_of(module: str) -> int | None:
+    for i, layer in enumerate(LAYERS):
+        if any(module == top or module.startswith(top + ".") for top in layer):
+            return i
+    return None
+
+
+def layer_violations(root: Path) -> list[str]:
+    """`file imports module` for each import of Ray from a pure package or of a higher layer."""
+    found = []
+    for package in ("pipelines", "albert_model"):
+        for path in sorted((root / package).rglob("*.py")):
+            name = module_name(path)
+            pure = any(name == p or name.startswith(p + ".") for p in PURE)
+            own = 0 if name.startswith("albert_model") else layer_of(name)
+            for imported in sorted(all_imports(path)):
+                if pure and (imported == "ray" or imported.startswith("ray.")):
+                    found.append(f"{path.relative_to(root)} imports {imported}")
+                target = layer_of(imported)
+                if target is not None and (own is None or target > own):
+                    found.append(f"{path.relative_to(root)} imports {imported}")
+    return found
+
+
+def test_every_pipelines_module_is_in_a_layer():
+    unplaced = [
+        module_name(p)
+        for p in (ROOT / "pipelines").rglob("*.py")
+        if module_name(p) != "pipelines" and layer_of(module_name(p)) is None
+    ]
+    assert unplaced == []
+
+
+def test_no_layer_imports_one_above_it_and_the_pure_packages_import_no_ray():
+    assert layer_violations(ROOT) == []
+
+
+def test_the_layer_check_finds_a_violation(tmp_path, monkeypatch):
+    """The check above could fail: Ray in a pure package, the run-directory layer from train/."""
+    (tmp_path / "albert_model").mkdir()
+    train = tmp_path / "pipelines" / "train"
+    train.mkdir(parents=True)
+    (train / "loop.py").write_text("import ray\n\ndef f():\n    from ..rundir.lifecycle import StageRun\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert layer_violations(tmp_path) == [
+        "pipelines/train/loop.py imports pipelines.rundir.lifecycle",
+        "pipelines/train/loop.py imports pipelines.rundir.lifecycle.StageRun",
+        "pipelines/train/loop.py imports ray",
+    ]

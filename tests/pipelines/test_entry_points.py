@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import dag, local_cluster
-from pipelines.cli import stage_main
-from pipelines.lease import LEASE_FILE, Holder
-from pipelines.ownership import write_marker
-from pipelines.restore import main as restore_main
+from pipelines.cli import local_cluster, stage_main
+from pipelines.cli import run as run_command
+from pipelines.cli.restore import main as restore_main
+from pipelines.rundir.lease import LEASE_FILE, Holder
+from pipelines.rundir.ownership import write_marker
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "configs" / "tiny.yaml")
@@ -76,20 +76,20 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
     ]
     for argv, message in cases:
         assert stage(*argv) == 2, argv
-        assert message in one_error_line(capsys, f"pipelines.{argv[0]}"), argv
+        assert message in one_error_line(capsys, f"albert-ray {argv[0]}"), argv
     assert (tmp_path / "user" / "data" / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in (tmp_path / "user").iterdir()) == ["data"]
 
-    assert dag.main([f"run_dir={tmp_path}/r", f"finetune.pretrained={tmp_path}/model", "--dry-run"]) == 2
+    assert run_command.main([f"run_dir={tmp_path}/r", f"finetune.pretrained={tmp_path}/model", "--dry-run"]) == 2
     assert f"finetune.pretrained: {tmp_path}/model does not exist" in one_error_line(capsys, "full_run")
-    assert dag.main([f"run_dir={tmp_path}/user", "--dry-run"]) == 2
+    assert run_command.main([f"run_dir={tmp_path}/user", "--dry-run"]) == 2
     assert "it holds data/" in one_error_line(capsys, "full_run")
     assert restore_main(["pretrain", f"run_dir={tmp_path}/nothing"]) == 2
-    assert "no run of albert-ray there" in one_error_line(capsys, "pipelines.restore")
+    assert "no run of albert-ray there" in one_error_line(capsys, "albert-ray restore")
     assert not (tmp_path / "nothing").exists()
     # an earlier stage's output as an input is fine, even before the run has made it
     assert (
-        dag.main(
+        run_command.main(
             [
                 "--config",
                 TINY,
@@ -105,7 +105,7 @@ def test_expected_errors_are_one_line_and_exit_2(tmp_path, capsys):
 def test_bad_config_files_and_a_too_long_finetune_sequence_are_one_line(tmp_path, capsys, monkeypatch):
     """Issue #27: an alias bomb, a key written twice, a file that is not UTF-8; and a
     finetune.max_seq_length past the pretrained model's positions, refused before Ray starts."""
-    from pipelines import finetune
+    from pipelines.stages import finetune
 
     bomb = "[lol]" + "".join(f", l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10))
     (tmp_path / "bomb.yaml").write_text(f"tune:\n  space: {{l0: &l0 {bomb}}}\n")
@@ -135,7 +135,7 @@ def test_bad_config_files_and_a_too_long_finetune_sequence_are_one_line(tmp_path
     ]
     for argv, message in cases:
         assert stage(*argv) == 2, argv
-        line = one_error_line(capsys, f"pipelines.{argv[0]}")
+        line = one_error_line(capsys, f"albert-ray {argv[0]}")
         assert message in line and len(line) < 400, (argv, line)
     assert not (tmp_path / "r" / "finetune").exists()
 
@@ -144,12 +144,14 @@ def test_inputs_inside_replaced_outputs_are_refused_by_the_commands(spiece_model
     run = tmp_path / "run"
     assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}") == 0
     assert stage("vocab", f"run_dir={run}", f"vocab.model={run}/vocab/spiece.model", "vocab.size=301") == 2
-    assert f"vocab.model={run}/vocab/spiece.model: lies inside {run}/vocab" in one_error_line(capsys, "pipelines.vocab")
+    assert f"vocab.model={run}/vocab/spiece.model: lies inside {run}/vocab" in one_error_line(
+        capsys, "albert-ray vocab"
+    )
     (run / "pretrain" / "hf").mkdir(parents=True)
     write_marker(str(run / "pretrain"), "stage", stage="pretrain")
     assert stage("pretrain", f"run_dir={run}", f"train.init_from={run}/pretrain/hf") == 2
     assert f"train.init_from={run}/pretrain/hf: lies inside {run}/pretrain" in one_error_line(
-        capsys, "pipelines.pretrain"
+        capsys, "albert-ray pretrain"
     )
     assert (run / "vocab" / "spiece.model").read_bytes() == spiece_model.read_bytes()
 
@@ -173,7 +175,7 @@ def test_a_damaged_swap_journal_is_one_line(spiece_model, tmp_path, capsys):
     assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}") == 0
     (run / "_swap.json").write_text('{"stage": "vocab", "ops": [')
     assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}", "vocab.lowercase=false") == 2
-    assert f"{run}/_swap.json is unreadable: a swap was interrupted" in one_error_line(capsys, "pipelines.vocab")
+    assert f"{run}/_swap.json is unreadable: a swap was interrupted" in one_error_line(capsys, "albert-ray vocab")
 
 
 def test_a_crafted_swap_journal_touches_nothing_outside(spiece_model, tmp_path, capsys):
@@ -197,7 +199,7 @@ def test_a_crafted_swap_journal_touches_nothing_outside(spiece_model, tmp_path, 
     for ops in crafted:
         (run / "_swap.json").write_text(json.dumps({"stage": "vocab", "action": "commit", "ops": ops, "done": 0}))
         assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}", "vocab.lowercase=false") == 2, ops
-        line = one_error_line(capsys, "pipelines.vocab")
+        line = one_error_line(capsys, "albert-ray vocab")
         assert f"{run}/_swap.json: " in line and "nothing was moved or deleted" in line, line
         assert (outside / "keep" / "data.txt").read_text() == "mine"
         assert (run / "vocab" / "spiece.model").exists() and (run / "_swap.json").exists()
@@ -209,9 +211,9 @@ def test_a_held_run_dir_stops_the_second_run(spiece_model, tmp_path, capsys):
     first = Holder.this_process()  # alive: this very process, heart-beating now
     (run / LEASE_FILE).write_bytes(first.encode())
     assert stage("vocab", f"run_dir={run}", f"vocab.model={spiece_model}", "vocab.lowercase=false") == 2
-    line = one_error_line(capsys, "pipelines.vocab")
+    line = one_error_line(capsys, "albert-ray vocab")
     assert f"run_dir {run} is in use by `{first.command}` (pid {os.getpid()} on {first.host}" in line
-    assert dag.main(["--config", TINY, f"run_dir={run}"]) == 2
+    assert run_command.main(["--config", TINY, f"run_dir={run}"]) == 2
     assert "is in use by" in one_error_line(capsys, "full_run")
 
 
@@ -306,11 +308,11 @@ def test_corpus_errors_in_ray_workers_and_an_all_rejected_corpus_are_one_line(
     ]
     for i, (argv, message) in enumerate(cases):
         assert stage(argv[0], f"run_dir={tmp_path}/r{i}", "data.num_workers=1", *argv[1:]) == 2, argv
-        assert message in ray_error_line(capsys, f"pipelines.{argv[0]}"), argv
+        assert message in ray_error_line(capsys, f"albert-ray {argv[0]}"), argv
         assert not (tmp_path / f"r{i}" / argv[0] / "manifest.json").exists()
     # the vocabulary's workers read the corpus too; the DAG names the file, not Ray's "UDF failed"
     argv = ["--stages", "vocab,data", f"run_dir={tmp_path}/dag", "data.num_workers=1", f"corpus.paths=[{nocol}]"]
-    assert dag.main(argv) == 2
+    assert run_command.main(argv) == 2
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("full_run: FAILED")]
     assert len(failed) == 1 and failed[0].startswith("full_run: FAILED at stage vocab after "), failed
     assert failed[0].endswith(f" s: BadInput: {column}"), failed
@@ -323,7 +325,7 @@ def test_an_unreadable_corpus_folder_is_one_line_as_root_too(tmp_path):
     (corpus / "locked").mkdir(parents=True)
     (corpus / "locked" / "a.txt").write_text("One sentence. Another one.")
     (corpus / "secret.txt").write_text("One sentence. Another one.")
-    command = [sys.executable, "-m", "pipelines.vocab", f"run_dir={tmp_path}/run", f"corpus.paths=[{corpus}]"]
+    command = [sys.executable, "-m", "pipelines.cli", "vocab", f"run_dir={tmp_path}/run", f"corpus.paths=[{corpus}]"]
     if os.geteuid() == 0:
         drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
         if subprocess.run([*drop, "true"], capture_output=True).returncode != 0:
@@ -337,6 +339,6 @@ def test_an_unreadable_corpus_folder_is_one_line_as_root_too(tmp_path):
         (corpus / "locked").chmod(0o755)
     assert process.returncode == 2 and "Traceback" not in process.stdout + process.stderr, process.stderr
     assert process.stderr.splitlines() == [
-        "pipelines.vocab: error: corpus.paths: all 2 documents were rejected (unreadable: 2); "
+        "albert-ray vocab: error: corpus.paths: all 2 documents were rejected (unreadable: 2); "
         f"e.g. {corpus}/locked: cannot list the folder: Permission denied"
     ]

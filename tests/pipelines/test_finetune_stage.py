@@ -13,7 +13,7 @@ import torch
 
 from pipelines.config import load_config
 from pipelines.finetuning.task import load_task
-from pipelines.stages import is_up_to_date, stage_fingerprint
+from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
 
 
 def test_a_given_pretrained_directory_is_fingerprinted_without_a_pretrain_manifest(tiny_pretrained, tmp_path):
@@ -72,7 +72,7 @@ def transformers_metric(best_dir, config, max_length):
 def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
     ray_session, tiny_pretrained, tmp_path, capsys
 ):
-    from pipelines.finetune import run_finetune
+    from pipelines.stages.finetune import run_finetune
 
     overrides = [
         f"run_dir={tmp_path}",
@@ -138,7 +138,7 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
 def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, s3_endpoint, tiny_pretrained, tmp_path, storage):
     """The trial's TorchTrainer keeps its checkpoints in the search's storage: on s3 too, where
     the best checkpoint is read back through the storage's filesystem (its path has no scheme)."""
-    from pipelines.finetune import run_finetune
+    from pipelines.stages.finetune import run_finetune
     from pipelines.storage import filesystem, read_bytes, read_json
 
     words = {"pos": "good great fine lovely", "neg": "bad awful poor dull"}

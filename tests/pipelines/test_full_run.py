@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import dag
+from pipelines.cli import run as run_command
 from pipelines.config import load_config
-from pipelines.lease import LEASE_FILE
-from pipelines.ownership import write_marker
-from pipelines.stages import lineage_fingerprint, stage_fingerprint
+from pipelines.rundir.lease import LEASE_FILE
+from pipelines.rundir.ownership import write_marker
+from pipelines.rundir.registry import lineage_fingerprint, stage_fingerprint
+from pipelines.stages import dag
 
 from .runs import TINY
 
@@ -89,16 +90,16 @@ def test_plan_names_missing_inputs(tmp_path):
 
 
 def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys, monkeypatch):
-    import pipelines.ray_runtime
+    import pipelines.stages.ray_runtime
 
     def no_ray() -> None:
         raise AssertionError("--dry-run connected to Ray")
 
     # Not `ray.is_initialized()`: other tests' session-wide Ray may be running already.
-    monkeypatch.setattr(pipelines.ray_runtime, "init_ray", no_ray)
+    monkeypatch.setattr(pipelines.stages.ray_runtime, "init_ray", no_ray)
     config = load_config(TINY, [f"run_dir={tmp_path}"])
     commit(config, "vocab")
-    assert dag.main(["--config", TINY, f"run_dir={tmp_path}", "--dry-run", "--force", "data"]) == 0
+    assert run_command.main(["--config", TINY, f"run_dir={tmp_path}", "--dry-run", "--force", "data"]) == 0
     text = capsys.readouterr().out
     assert f"DAG for run_dir={tmp_path} (vocab -> data -> pretrain -> finetune -> report):" in text
     assert "  vocab: up to date: skipped\n" in text and "  data: runs: forced\n" in text
@@ -112,7 +113,7 @@ def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys, 
 
 
 def test_bad_stage_arguments_exit_2_with_one_line(tmp_path, capsys):
-    assert dag.main([f"run_dir={tmp_path}", "--force", "tokenize", "--dry-run"]) == 2
+    assert run_command.main([f"run_dir={tmp_path}", "--force", "tokenize", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert (
         err == "full_run: error: --force 'tokenize': not one of the stages to run "
@@ -174,7 +175,7 @@ OUTPUTS = [
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory):
-    from pipelines.local_cluster import _group_alive, start_head
+    from pipelines.cli.local_cluster import _group_alive, start_head
 
     head = start_head(tmp_path_factory.mktemp("ray-head"), num_cpus=4)
     yield head
@@ -190,7 +191,7 @@ def job_run_dir(tmp_path_factory):
 
 
 def submit_full_run(head, run_dir, *args):
-    from pipelines.local_cluster import submit
+    from pipelines.cli.local_cluster import submit
 
     rc, output = submit(
         head,

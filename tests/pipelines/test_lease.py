@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import generations, lifecycle, ownership
-from pipelines.conditional import locked
 from pipelines.errors import ConfigError, LeaseHeld
-from pipelines.lease import LEASE_FILE, MAX_TTL_S, TTL_ENV, Holder, Lease, hold, lease_ttl_s, read_holder
-from pipelines.lifecycle import run_stage
-from pipelines.stages import read_manifest_at
+from pipelines.rundir import generations, lifecycle, ownership
+from pipelines.rundir.lease import LEASE_FILE, MAX_TTL_S, TTL_ENV, Holder, Lease, hold, lease_ttl_s, read_holder
+from pipelines.rundir.lifecycle import run_stage
+from pipelines.rundir.registry import read_manifest_at
 from pipelines.storage import exists, filesystem, join, write_text
+from pipelines.storage.conditional import locked
 
 from .toy_stage import build_toy, configure, toy_output
 
@@ -64,13 +64,13 @@ def test_only_one_of_many_simultaneous_runs_gets_the_lease(run_root):
 def test_a_lease_nobody_renews_is_taken_over(run_root, caplog):
     run_dir = join(run_root, "run")
     ownership.ensure_run_dir(run_dir)
-    gone = Holder("old", "elsewhere", 1, "python -m pipelines.data", None, 0.0, time.time() - 1000, 120.0)
+    gone = Holder("old", "elsewhere", 1, "albert-ray data", None, 0.0, time.time() - 1000, 120.0)
     write_text(join(run_dir, LEASE_FILE), gone.encode().decode())
     with hold(run_dir) as lease:
         assert read_holder(run_dir)[0].owner == lease.holder.owner
     assert "taking over the lease" in caplog.text
     dead = Holder(
-        "dead", os.uname().nodename, 2**22 + 12345, "python -m pipelines.data", None, 0.0, time.time(), 120.0
+        "dead", os.uname().nodename, 2**22 + 12345, "albert-ray data", None, 0.0, time.time(), 120.0
     )  # this host, a fresh heartbeat, but no such process
     write_text(join(run_dir, LEASE_FILE), dead.encode().decode())
     with hold(run_dir):
@@ -94,7 +94,7 @@ def test_a_run_that_lost_its_lease_commits_nothing(run_root, toy, monkeypatch):
 
 
 def test_a_lease_deleted_or_not_renewable_stops_the_commit(run_root, monkeypatch):
-    import pipelines.lease as lease_module
+    import pipelines.rundir.lease as lease_module
 
     run_dir = join(run_root, "run")
     ownership.ensure_run_dir(run_dir)
@@ -144,7 +144,7 @@ def test_a_paused_run_whose_lease_was_taken_over_commits_nothing(run_root, toy, 
     out, err = paused.communicate(timeout=60)
     assert paused.returncode == 2, out + err
     last = err.strip().splitlines()[-1]  # after the lease thread's log line saying it lost the lease
-    assert last.startswith("pipelines.toy: error: ") and "taken over" in last and "nothing was committed" in last
+    assert last.startswith("albert-ray toy: error: ") and "taken over" in last and "nothing was committed" in last
     assert "Traceback" not in err, err
     assert toy_output(run_dir) == "seed 2" and read_manifest_at(join(run_dir, "toy"))["seed"] == 2
     assert not exists(join(run_dir, "_previous", "toy")) and not exists(join(run_dir, "_swap.json"))

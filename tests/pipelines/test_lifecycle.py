@@ -8,13 +8,14 @@ import os
 
 import pytest
 
-from pipelines import generations, lifecycle, storage
+from pipelines import storage
 from pipelines.config import load_config
 from pipelines.errors import MissingInput, RefusedPath
-from pipelines.generations import restore
-from pipelines.lifecycle import StageRun, run_stage
-from pipelines.ownership import MARKER, check_input_paths, check_run_dir, owned, write_marker
-from pipelines.stages import STAGES, Stage, is_up_to_date, read_manifest, read_manifest_at
+from pipelines.rundir import generations, lifecycle
+from pipelines.rundir.generations import restore
+from pipelines.rundir.lifecycle import StageRun, run_stage
+from pipelines.rundir.ownership import MARKER, check_input_paths, check_run_dir, owned, write_marker
+from pipelines.rundir.registry import STAGES, Stage, is_up_to_date, read_manifest, read_manifest_at
 from pipelines.storage import exists, filesystem, join, read_bytes, write_text
 
 from . import toy_stage
@@ -265,7 +266,7 @@ def test_a_missing_bucket_is_not_created(s3_endpoint, toy):
 
 
 def test_a_sixth_stage_shows_in_the_dag(tmp_path, toy):
-    from pipelines import dag
+    from pipelines.stages import dag
 
     config = configure(tmp_path / "run")
     selected, forced = dag.select_stages("toy", None)

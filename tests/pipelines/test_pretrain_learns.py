@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_config
-from pipelines.finetune import run_finetune
-from pipelines.pretrain import run_pretrain
+from pipelines.stages.finetune import run_finetune
+from pipelines.stages.pretrain import run_pretrain
 
 from .runs import LEARNING_RECIPE, copy_inputs
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.config import load_config
-from pipelines.pretrain import run_pretrain
+from pipelines.stages.pretrain import run_pretrain
 
 from .runs import LEARNING_RECIPE, copy_inputs
 

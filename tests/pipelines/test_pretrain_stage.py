@@ -13,10 +13,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from pipelines.cli import run as run_command
 from pipelines.config import load_config
-from pipelines.data import run_data
 from pipelines.errors import BadInput
-from pipelines.pretrain import FAULT_ENV, run_pretrain
+from pipelines.stages.data import run_data
+from pipelines.stages.pretrain import FAULT_ENV, run_pretrain
 from pipelines.storage import filesystem
 from pipelines.train.build import build_model
 
@@ -184,11 +185,10 @@ def test_a_run_killed_on_two_workers_resumes_on_one(prepared, one_worker, tmp_pa
 
 
 def dry_run_status(run_dir, *overrides) -> str:
-    from pipelines import dag
 
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        assert dag.main([f"run_dir={run_dir}", *DATA, *TRAIN, *overrides, "--dry-run"]) == 0
+        assert run_command.main([f"run_dir={run_dir}", *DATA, *TRAIN, *overrides, "--dry-run"]) == 0
     return buffer.getvalue()
 
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from pipelines.config import load_config
-from pipelines.stages import is_up_to_date, stage_fingerprint
+from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
 
 
 def commit(config, name):

@@ -2,8 +2,8 @@
 lifecycle and lease tests (their fixtures are in conftest.py)."""
 
 from pipelines.config import load_config
-from pipelines.lifecycle import StageRun
-from pipelines.stages import Stage
+from pipelines.rundir.lifecycle import StageRun
+from pipelines.rundir.registry import Stage
 from pipelines.storage import join, read_bytes, write_text
 
 TOY = Stage(

@@ -13,12 +13,12 @@ import torch
 from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.hf import save_hf_pretrained
 from pipelines.config import load_config
-from pipelines.ownership import write_marker
 from pipelines.report import markdown
-from pipelines.report.costs import ReservationMeter, cost_record, write_cost
 from pipelines.report.layers import layer_transitions, pad_examples, unmask
-from pipelines.report.stage import run_report
-from pipelines.stages import is_up_to_date, stage_fingerprint
+from pipelines.rundir.costs import ReservationMeter, cost_record, write_cost
+from pipelines.rundir.ownership import write_marker
+from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
+from pipelines.stages.report import run_report
 from pipelines.storage import exists, filesystem, join, read_bytes, write_bytes, write_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

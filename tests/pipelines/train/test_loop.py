@@ -217,7 +217,7 @@ def test_the_ray_worker_and_the_tune_trainable_stay_wiring():
     """The Ray edges are thin: the worker function and the trainables are under 60 lines each."""
     import inspect
 
-    from pipelines import finetune, pretrain
+    from pipelines.stages import finetune, pretrain
 
     for function in (
         pretrain.train_worker,

@@ -3,7 +3,7 @@
 import pytest
 
 from pipelines.errors import BadInput
-from pipelines.train.plan import resolve_gpu
+from pipelines.stages.pretrain_plan import resolve_gpu
 
 
 @pytest.mark.parametrize(

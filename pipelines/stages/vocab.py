@@ -1,4 +1,4 @@
-"""`python -m pipelines.vocab`: a SentencePiece vocabulary from a bounded, seeded sample of the corpus.
+"""`albert-ray vocab`: a SentencePiece vocabulary from a bounded, seeded sample of the corpus.
 
 Ray Data workers read, segment and normalise the documents and keep, per work unit, the sentences
 with the smallest seeded hashes; the driver merges these into the overall smallest
@@ -13,21 +13,19 @@ import heapq
 import io
 import json
 import logging
-import sys
 
 import numpy as np
 import sentencepiece as spm
 
-from .cli import stage_main
-from .config import config_to_dict
-from .errors import ConfigError, UserError, error_record, raise_error_record
-from .lifecycle import StageRun, stage_runner
-from .prep.corpus import Rejected, list_inputs, read_documents
-from .prep.examples import stable_hash
-from .prep.process import PrepStats
-from .prep.text import normalize_text, split_sentences
+from ..config import config_to_dict
+from ..errors import ConfigError, UserError, error_record, raise_error_record
+from ..prep.corpus import Rejected, list_inputs, read_documents
+from ..prep.examples import stable_hash
+from ..prep.process import PrepStats
+from ..prep.text import normalize_text, split_sentences
+from ..rundir.lifecycle import StageRun, stage_runner
+from ..storage import read_bytes, write_bytes, write_text
 from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
-from .storage import read_bytes, write_bytes, write_text
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +156,3 @@ def build_vocab(run: StageRun) -> dict:
 
 
 run_vocab = stage_runner("vocab")
-
-
-if __name__ == "__main__":
-    sys.exit(stage_main("vocab", "Train the SentencePiece vocabulary on the corpus."))

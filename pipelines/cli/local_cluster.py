@@ -27,13 +27,13 @@ import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipelines.cli import report_user_error
+from pipelines.cli.run import preflight
 from pipelines.config import load_config
-from pipelines.dag import preflight
+from pipelines.console import report_user_error
 from pipelines.errors import LeaseHeld, UserError
-from pipelines.lease import read_holder
+from pipelines.rundir.lease import read_holder
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STATE_DIR = REPO / ".ray-local"
 RAY = str(Path(sys.executable).parent / "ray")
 PORT_NAMES = (
@@ -334,7 +334,3 @@ def main(argv: list[str] | None = None, prog: str = "local_cluster") -> int:
         flush=True,
     )
     return rc
-
-
-if __name__ == "__main__":
-    sys.exit(main())

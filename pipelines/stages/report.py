@@ -1,4 +1,4 @@
-"""`python -m pipelines.report`: {run_dir}/report/report.md and its figures from the other stages' outputs."""
+"""`albert-ray report`: {run_dir}/report/report.md and its figures from the other stages' outputs."""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ import pyarrow.parquet as pq
 from albert_model.hf import load_hf_pretrained
 
 from ..config import Config, dump_yaml
-from ..lifecycle import StageRun, stage_runner
-from ..stages import STAGES, read_manifest, stage_dir
+from ..report import markdown
+from ..report.layers import LayerTransition, layer_transitions, pad_examples, unmask
+from ..report.plots import layer_transitions_figure, pretraining_curves
+from ..rundir.costs import read_cost
+from ..rundir.lifecycle import StageRun, stage_runner
+from ..rundir.registry import STAGES, read_manifest, stage_dir
 from ..storage import (
     exists,
     filesystem,
@@ -29,10 +33,6 @@ from ..storage import (
     write_text,
 )
 from ..train.health import HEALTH_EVENTS
-from . import markdown
-from .costs import read_cost
-from .layers import LayerTransition, layer_transitions, pad_examples, unmask
-from .plots import layer_transitions_figure, pretraining_curves
 
 log = logging.getLogger(__name__)
 

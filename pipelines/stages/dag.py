@@ -1,20 +1,17 @@
 """The whole product as one Ray DAG: vocab -> data -> pretrain -> finetune -> report (the command
-is `python pipelines/full_run.py`, a launcher for `main` here).
+is `albert-ray run`, pipelines/cli/run.py; `python pipelines/full_run.py` launches it).
 
 Each stage is a Ray task that reserves no CPU (the stage's own Ray Data / Train / Tune work reserves
-what it needs) and runs the stage through the shared lifecycle (pipelines/lifecycle.py), the same
+what it needs) and runs the stage through the shared lifecycle (pipelines/rundir/lifecycle.py), the same
 code as its standalone command. The tasks are chained through ObjectRefs, so a stage starts when
 the one before it has returned and a failure stops everything after it. The driver holds the
 run_dir's lease for the whole DAG (a second run on the same run_dir stops at once). Every stage
-skips itself when its output is up to date (pipelines/stages.py), so submitting the job again
+skips itself when its output is up to date (pipelines/rundir/registry.py), so submitting the job again
 resumes where the last one stopped.
-
-    python pipelines/full_run.py [--config FILE] [--stages a,b] [--force STAGE] [--dry-run] [key=value ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import sys
@@ -23,15 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .cli import report_user_error, setup_logging
-from .config import Config, build_arg_parser, parse_cli
-from .errors import ConfigError, UserError, find_user_error, one_line
-from .generations import SWAP, building_dir, pending_moves, previous_dir
-from .lease import hold, read_holder
-from .lifecycle import can_resume, extends_values, run_stage
-from .ownership import BUILDING, PREVIOUS, check_input_paths, check_run_dir, ensure_run_dir, read_marker
-from .report.costs import ReservationMeter, cost_record, write_cost
-from .stages import (
+from ..config import Config
+from ..console import setup_logging
+from ..errors import ConfigError, find_user_error
+from ..rundir.costs import ReservationMeter, cost_record, write_cost
+from ..rundir.generations import SWAP, building_dir, pending_moves, previous_dir
+from ..rundir.lease import hold, read_holder
+from ..rundir.lifecycle import can_resume, extends_values, run_stage
+from ..rundir.ownership import BUILDING, PREVIOUS, check_run_dir, ensure_run_dir, read_marker
+from ..rundir.registry import (
     STAGES,
     config_value,
     read_manifest_at,
@@ -39,7 +36,7 @@ from .stages import (
     stage_fingerprint,
     stage_inputs,
 )
-from .storage import exists, join
+from ..storage import exists, join
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +131,7 @@ def _held(
             what = f"{'complete' if built else 'unfinished'}, another config or forced: discarded by the next run"
         lines.append(f"building: {building} ({what})")
     if view.manifest(f"{PREVIOUS}/{name}") is not None:
-        lines.append(f"previous: {previous} (restore: python -m pipelines.restore {name})")
+        lines.append(f"previous: {previous} (restore: albert-ray restore {name})")
     return lines, swaps_in
 
 
@@ -287,61 +284,3 @@ def run_all(config: Config, selected: Sequence[str], forced: set[str]) -> list[d
     ensure_run_dir(run_dir)
     with hold(run_dir) as lease:
         return run_dag(config, selected, forced, lease.holder.owner)
-
-
-def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = build_arg_parser(__doc__.strip().splitlines()[0])
-    parser.prog = prog or parser.prog
-    parser.add_argument("--stages", metavar="A,B", help=f"run only these stages (default: all: {','.join(STAGES)})")
-    parser.add_argument("--force", metavar="STAGE", help="rerun this stage and every selected stage after it")
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the DAG with each stage's inputs, outputs and whether it is up to date",
-    )
-    return parser
-
-
-def preflight(
-    argv: Sequence[str] | None, prog: str | None = None
-) -> tuple[Config, argparse.Namespace, list[str], set[str]]:
-    """Everything checked before anything starts (no Ray, no writes): the config, the stage
-    selection, the run_dir and the input paths. Raises UserError."""
-    config, args = parse_cli(argv, build_parser(prog))
-    selected, forced = select_stages(args.stages, args.force)
-    check_run_dir(config.run_dir)
-    check_input_paths(config, selected)
-    return config, args, selected, forced
-
-
-def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    setup_logging()
-    started = time.time()
-    try:
-        config, args, selected, forced = preflight(argv, prog)
-        view = RunDirView.read(config.run_dir)  # the interrupted swap's journal, read once
-        print(format_plan(config, plan_dag(config, selected, forced, view), view), flush=True)
-        if args.dry_run:
-            return 0
-        run_all(config, selected, forced)
-    except StageFailed as e:
-        user_error = find_user_error(e.error)
-        error = user_error or e.error
-        print(
-            f"full_run: FAILED at stage {e.stage} after {time.time() - started:.0f} s: "
-            f"{type(error).__name__}: {one_line(error)}\nfull_run: the outputs of the stages before {e.stage} "
-            f"are complete and will be reused by the next submission",
-            flush=True,
-        )
-        return 2 if user_error else 1
-    except UserError as e:
-        return report_user_error(prog or "full_run", e)
-    print(f"full_run: all stages done in {time.time() - started:.0f} s", flush=True)
-    for label, path in [
-        ("report.md", join(stage_dir(config, "report"), "report.md")),
-        ("pretrained model (transformers format)", join(stage_dir(config, "pretrain"), "hf")),
-        ("fine-tuned model (transformers format)", join(stage_dir(config, "finetune"), "best")),
-    ]:
-        if exists(path):  # a sub-path (--stages) may not have made it
-            print(f"full_run: {label}: {path}", flush=True)
-    return 0

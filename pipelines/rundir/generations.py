@@ -9,7 +9,7 @@ change. A journal read back is a file of the run_dir, which anyone with write ac
 edited: it is replayed only if every path in it has the shape a swap writes (`<stage>`,
 `_building/<stage>`, `_previous/<stage>[.suffix]`) and resolves inside the run_dir.
 
-Every swap is fenced by the run_dir's lease (pipelines/lease.py `Fence`): its journal is written
+Every swap is fenced by the run_dir's lease (pipelines/rundir/lease.py `Fence`): its journal is written
 unconfirmed (`fenced: false`), confirmed once the fence holds, and each step is preceded by a check,
 so a run that was paused and lost its lease moves nothing. A journal left unconfirmed is removed
 by the next run (none of it was done).
@@ -21,12 +21,12 @@ import json
 import logging
 from typing import Any
 
-from .conditional import create_exclusive, delete_if, read_versioned, replace_if
-from .errors import BadInput, LeaseHeld, MissingInput
+from ..errors import BadInput, LeaseHeld, MissingInput
+from ..storage import delete_tree, exists, join, move_tree, path_inside
+from ..storage.conditional import create_exclusive, delete_if, read_versioned, replace_if
 from .lease import Fence, hold
 from .ownership import BUILDING, MARKER, PREVIOUS, check_run_dir, ensure_folder, owned, refuse_unowned
-from .stages import MANIFEST, read_manifest_at
-from .storage import delete_tree, exists, join, move_tree, path_inside
+from .registry import MANIFEST, read_manifest_at
 
 log = logging.getLogger(__name__)
 

@@ -12,16 +12,15 @@ from the restored output's rebuilds it (keeping the restored one as previous aga
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
-from .cli import guarded, setup_logging
-from .config import parse_cli
-from .generations import restore
-from .stages import STAGES
+from ..config import parse_cli
+from ..console import guarded, setup_logging
+from ..rundir.generations import restore
+from ..rundir.registry import STAGES
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "pipelines.restore") -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "albert-ray restore") -> int:
     setup_logging()
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=list(STAGES), help="the stage whose previous output becomes current")
@@ -38,7 +37,3 @@ def main(argv: Sequence[str] | None = None, prog: str = "pipelines.restore") -> 
         return 0
 
     return guarded(prog, run)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

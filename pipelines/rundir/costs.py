@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..ownership import ensure_folder
 from ..storage import join, read_json, write_text
+from .ownership import ensure_folder
 
 
 class ReservationMeter:

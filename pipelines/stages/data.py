@@ -1,7 +1,7 @@
-"""`python -m pipelines.data`: MLM + SOP examples from the corpus, as parquet shards, through Ray Data.
+"""`albert-ray data`: MLM + SOP examples from the corpus, as parquet shards, through Ray Data.
 
 Each Ray Data actor holds the tokenizer and turns one work unit (a group of files) at a time into
-examples, writing its own shards into the folder being built (pipelines/lifecycle.py: it replaces
+examples, writing its own shards into the folder being built (pipelines/rundir/lifecycle.py: it replaces
 the current output only when complete); nothing but counters comes back to the driver, so memory
 does not grow with the corpus. A shard's rows are written in a seeded order, in row groups of
 data.row_group_rows rows: the unit in which pretraining shuffles and reads (pipelines/train/input.py).
@@ -12,20 +12,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sys
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from .cli import stage_main
-from .config import DataSection, config_to_dict
-from .errors import UserError, error_record, raise_error_record
-from .lifecycle import StageRun, stage_runner
-from .prep.corpus import Rejected, list_inputs, read_documents
-from .prep.process import SPLITS, DocumentProcessor, PrepStats, ShardBuffer
+from ..config import DataSection, config_to_dict
+from ..errors import UserError, error_record, raise_error_record
+from ..prep.corpus import Rejected, list_inputs, read_documents
+from ..prep.process import SPLITS, DocumentProcessor, PrepStats, ShardBuffer
+from ..rundir.lifecycle import StageRun, stage_runner
+from ..rundir.registry import stage_dir
+from ..storage import filesystem, join, read_bytes
 from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
-from .stages import stage_dir
-from .storage import filesystem, join, read_bytes
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +146,3 @@ def build_data(run: StageRun) -> dict:
 
 
 run_data = stage_runner("data")
-
-
-if __name__ == "__main__":
-    sys.exit(stage_main("data", "Create MLM + SOP pretraining examples from the corpus."))

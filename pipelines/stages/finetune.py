@@ -1,4 +1,4 @@
-"""`python -m pipelines.finetune`: fine-tune the pretrained ALBERT on a text classification or
+"""`albert-ray finetune`: fine-tune the pretrained ALBERT on a text classification or
 regression table, searching hyperparameters with Ray Tune; export the best trial for transformers.
 
 This module is the Ray wiring: the search (space, searcher, scheduler, resources) and the
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import tempfile
 from typing import Any
 
@@ -28,10 +27,9 @@ from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallba
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from .cli import stage_main
-from .config import Config, FinetuneSection, TuneSection, config_to_dict, searched_overrides, tune_metric
-from .finetuning import results
-from .finetuning.trial import (
+from ..config import Config, FinetuneSection, TuneSection, config_to_dict, searched_overrides, tune_metric
+from ..finetuning import results
+from ..finetuning.trial import (
     TrialData,
     check_pretrained,
     encode_task,
@@ -40,10 +38,10 @@ from .finetuning.trial import (
     read_pretrained_files,
     trial_finetune,
 )
-from .lifecycle import StageRun, stage_runner
+from ..rundir.lifecycle import StageRun, stage_runner
+from ..rundir.registry import pretrained_dir
+from ..storage import arrow_filesystem, join, write_bytes, write_text
 from .ray_runtime import init_ray
-from .stages import pretrained_dir
-from .storage import arrow_filesystem, join, write_bytes, write_text
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +302,3 @@ def build_finetune(run: StageRun) -> dict:
 
 
 run_finetune = stage_runner("finetune")
-
-
-if __name__ == "__main__":
-    sys.exit(stage_main("finetune", "Fine-tune the pretrained ALBERT with a Ray Tune hyperparameter search."))

@@ -19,15 +19,15 @@ PROG = "albert-ray"
 
 
 def _run(argv: list[str]) -> int:
-    from .dag import main
+    from .run import main
 
     return main(argv, prog=f"{PROG} run")
 
 
 def _stage(name: str) -> Callable[[list[str]], int]:
     def run(argv: list[str]) -> int:
-        from .cli import stage_main
-        from .stages import STAGES
+        from ..rundir.registry import STAGES
+        from . import stage_main
 
         return stage_main(name, f"The {name} stage: {STAGES[name].summary}.", argv, prog=f"{PROG} {name}")
 
@@ -48,7 +48,7 @@ def _local(argv: list[str]) -> int:
 
 def subcommands() -> dict[str, tuple[str, Callable[[list[str]], int]]]:
     """name -> (one line of help, handler)."""
-    from .stages import STAGES
+    from ..rundir.registry import STAGES
 
     table = {"run": ("the whole job as one Ray DAG (" + " -> ".join(STAGES) + "): pipelines/full_run.py", _run)}
     for name, stage in STAGES.items():

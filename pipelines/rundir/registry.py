@@ -1,7 +1,7 @@
 """The stages, declared once each, and the fingerprints that say whether an output is up to date.
 
-A declaration says everything the shared lifecycle (pipelines/lifecycle.py) and the DAG
-(pipelines/dag.py) need: the run function, the config keys that change the result, the
+A declaration says everything the shared lifecycle (pipelines/rundir/lifecycle.py) and the DAG
+(pipelines/stages/dag.py) need: the run function, the config keys that change the result, the
 stages and config paths it reads, what its folder holds. Adding a stage is one entry here and
 its run function.
 
@@ -23,10 +23,10 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from .config import SETTINGS, Config, config_to_dict
-from .errors import BadInput, MissingInput
-from .models import require_model_dir
-from .storage import filesystem, is_remote, join, path_inside, read_bytes
+from ..config import SETTINGS, Config, config_to_dict
+from ..errors import BadInput, MissingInput
+from ..storage import filesystem, is_remote, join, path_inside, read_bytes
+from ..storage.models import require_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ STAGES: dict[str, Stage] = {
     for s in [
         Stage(
             "vocab",
-            "pipelines.vocab:build_vocab",
+            "pipelines.stages.vocab:build_vocab",
             "the SentencePiece vocabulary",
             config_keys=("corpus", "vocab", "data.seed"),
             outputs=("spiece.model", "spiece.vocab"),
@@ -76,7 +76,7 @@ STAGES: dict[str, Stage] = {
         ),
         Stage(
             "data",
-            "pipelines.data:build_data",
+            "pipelines.stages.data:build_data",
             "MLM + SOP examples as parquet shards",
             config_keys=("corpus", "vocab", "data"),
             inputs=("vocab",),
@@ -86,7 +86,7 @@ STAGES: dict[str, Stage] = {
         ),
         Stage(
             "pretrain",
-            "pipelines.pretrain:build_pretrain",
+            "pipelines.stages.pretrain:build_pretrain",
             "the pretrained model, its curves and checkpoints",
             config_keys=("model", "train"),
             inputs=("data",),
@@ -98,7 +98,7 @@ STAGES: dict[str, Stage] = {
         ),
         Stage(
             "finetune",
-            "pipelines.finetune:build_finetune",
+            "pipelines.stages.finetune:build_finetune",
             "the fine-tuning search and its best model",
             config_keys=("finetune", "tune"),
             inputs=("pretrain",),
@@ -109,7 +109,7 @@ STAGES: dict[str, Stage] = {
         ),
         Stage(
             "report",
-            "pipelines.report.stage:build_report",
+            "pipelines.stages.report:build_report",
             "report.md with its figures",
             inputs=("data", "pretrain", "finetune"),
             outputs=("report.md", "*.png", "layer_transitions.json"),

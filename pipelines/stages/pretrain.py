@@ -1,4 +1,4 @@
-"""`python -m pipelines.pretrain`: ALBERT pretraining on Ray Train (FSDP2), from {run_dir}/data to
+"""`albert-ray pretrain`: ALBERT pretraining on Ray Train (FSDP2), from {run_dir}/data to
 {run_dir}/pretrain/. This module is the Ray wiring only: the driver plans the run
 (pipelines/train/plan.py: every check before a worker starts) and starts a TorchTrainer whose
 thin worker hands the pure loop (pipelines/train/loop.py) its share of the data stage's parquet
@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import sys
 import time
 from collections.abc import Iterator
 
@@ -29,14 +28,14 @@ import torch
 from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from .cli import stage_main
-from .lifecycle import StageRun, stage_runner
+from ..rundir.lifecycle import StageRun, stage_runner
+from ..storage import arrow_filesystem, exists, join, path_inside, write_text
+from ..train.input import ordered_batches
+from ..train.loader import TrainSplit
+from ..train.loop import StartPoint, pretrain_loop
+from ..train.plan import PretrainPlan, manifest_fields
+from .pretrain_plan import check_resolved, continuation, plan_pretraining
 from .ray_runtime import gpu_capacity, init_ray
-from .storage import arrow_filesystem, exists, join, path_inside, write_text
-from .train.input import ordered_batches
-from .train.loader import TrainSplit
-from .train.loop import StartPoint, pretrain_loop
-from .train.plan import PretrainPlan, check_resolved, continuation, manifest_fields, plan_pretraining
 
 # Test-only fault injection: once per run, the last worker exits hard after this optimizer step.
 FAULT_ENV = "ALBERT_TEST_FAIL_AT_STEP"
@@ -200,7 +199,3 @@ def build_pretrain(run: StageRun) -> dict:
 
 
 run_pretrain = stage_runner("pretrain")
-
-
-if __name__ == "__main__":
-    sys.exit(stage_main("pretrain", "Pretrain ALBERT on the examples with Ray Train."))

@@ -1,7 +1,7 @@
 """Local and s3:// paths through one fsspec interface: files, whole folders, and conditional writes.
 
 Every stage reads and writes through these functions, so a run_dir may be a local folder or
-s3://bucket/prefix. Deleting is not here: only the run lifecycle (pipelines/lifecycle.py) deletes,
+s3://bucket/prefix. Deleting is not here: only the run lifecycle (pipelines/rundir/lifecycle.py) deletes,
 and only folders that carry its marker.
 """
 
@@ -28,7 +28,7 @@ def resolve_pkg(path: str) -> str:
     package, _, sub = path[len(PKG_SCHEME) :].partition("/")
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        from .errors import MissingInput
+        from ..errors import MissingInput
 
         raise MissingInput(f"{path}: package {package!r} is not installed (pip install {package})")
     return os.path.join(spec.submodule_search_locations[0], sub)

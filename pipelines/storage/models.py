@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import MissingInput
-from .storage import exists, join, read_bytes
+from ..errors import MissingInput
+from . import exists, join, read_bytes
 
 
 def require_model_dir(path: str, key: str, hint: str = "") -> None:

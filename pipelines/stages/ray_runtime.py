@@ -10,8 +10,8 @@ from typing import Any
 import ray
 from ray.data import ActorPoolStrategy
 
-from .errors import find_user_error
-from .prep.corpus import InputFile, pack_units
+from ..errors import find_user_error
+from ..prep.corpus import InputFile, pack_units
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ A run (a stage command, or the full-run DAG's driver) takes the lease before it 
 in its run_dir and renews it every TTL/6 seconds from a background thread; a second run on the
 same run_dir stops at once with a message naming the holder. A lease whose holder stopped
 renewing it for TTL seconds (or whose process is gone, on this host) is taken over with a warning.
-The writes are conditional (create-if-absent, compare-and-swap; pipelines/storage.py), so two
+The writes are conditional (create-if-absent, compare-and-swap; pipelines/storage/__init__.py), so two
 runs that start together cannot both win. The DAG's stage tasks run under their driver's lease:
 they check that it still names their run before they commit an output.
 
@@ -30,9 +30,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 
-from .conditional import create_exclusive, delete_if, locked, read_versioned, replace_if
-from .errors import ConfigError, LeaseHeld
-from .storage import filesystem, is_remote, join
+from ..errors import ConfigError, LeaseHeld
+from ..storage import filesystem, is_remote, join
+from ..storage.conditional import create_exclusive, delete_if, locked, read_versioned, replace_if
 
 log = logging.getLogger(__name__)
 

@@ -3,12 +3,12 @@ take the run_dir's lease, build beside, write the manifest last, swap in.
 
 Layout of a run_dir (documented in docs/run-directories.md):
 
-    .albert-ray.json        marker: albert-ray made (or adopted) this folder (pipelines/ownership.py)
-    _lease.json             the lease of the run writing here (pipelines/lease.py)
+    .albert-ray.json        marker: albert-ray made (or adopted) this folder (pipelines/rundir/ownership.py)
+    _lease.json             the lease of the run writing here (pipelines/rundir/lease.py)
     <stage>/                the stage's current output: marker, outputs, config.yaml, manifest.json (last)
     _building/<stage>/      its next output while that is built; an unfinished pretraining resumes from it
     _previous/<stage>/      the output it replaced, kept until the next replacement is complete
-    _swap.json              the journal of a swap in progress (pipelines/generations.py)
+    _swap.json              the journal of a swap in progress (pipelines/rundir/generations.py)
     costs/<stage>.json      what the DAG measured
 
 A stage's run function only does the stage's work, into the folder it is given (StageRun.out).
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from .config import Config, dump_yaml
+from ..config import Config, dump_yaml
+from ..storage import delete_tree, exists, join, list_names, write_json, write_text
 from .generations import building_dir, commit, finish_interrupted_swap, set_aside
 from .lease import Fence, hold, read_holder
 from .ownership import (
@@ -39,7 +40,7 @@ from .ownership import (
     refuse_unowned,
     write_marker,
 )
-from .stages import (
+from .registry import (
     MANIFEST,
     STAGES,
     config_value,
@@ -49,7 +50,6 @@ from .stages import (
     stage_dir,
     stage_fingerprint,
 )
-from .storage import delete_tree, exists, join, list_names, write_json, write_text
 
 log = logging.getLogger(__name__)
 

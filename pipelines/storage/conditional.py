@@ -1,5 +1,5 @@
 """Conditional writes on local and s3:// paths: create-if-absent and compare-and-swap, the lease's
-primitives (pipelines/lease.py).
+primitives (pipelines/rundir/lease.py).
 
 Locally under an exclusive flock on `<path>.lock`; on S3 with conditional requests (PutObject with
 If-None-Match / If-Match, DeleteObject with If-Match), which AWS S3 has had since 2024. A token
@@ -16,8 +16,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .errors import LeaseHeld
-from .storage import filesystem, is_remote, replace_file
+from ..errors import LeaseHeld
+from . import filesystem, is_remote, replace_file
 
 LOCK_WAIT_S = 60.0
 """How long a local conditional write waits for `<path>.lock`. Its holders keep it for one read and

@@ -4,7 +4,7 @@ every path a run must not write into, delete, or read from while replacing it.
 A folder the product creates carries `.albert-ray.json` (tool, kind, stage, run). Kinds: `run` (a
 run_dir), `stage` (a stage's output, current, building or previous), `folder` (`_building/`,
 `_previous/`, `costs/`). A symbolic link is never owned: a link to another run's output is not
-ours to delete. Nothing here deletes anything; pipelines/generations.py does, on owned folders.
+ours to delete. Nothing here deletes anything; pipelines/rundir/generations.py does, on owned folders.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from .config import Config
-from .errors import MissingInput, RefusedPath
-from .stages import STAGES, config_value
-from .storage import canonical, exists, filesystem, is_remote, join, list_names, path_inside, read_json, write_json
+from ..config import Config
+from ..errors import MissingInput, RefusedPath
+from ..storage import canonical, exists, filesystem, is_remote, join, list_names, path_inside, read_json, write_json
+from .registry import STAGES, config_value
 
 MARKER = ".albert-ray.json"
 TOOL = "albert-ray"
