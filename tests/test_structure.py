@@ -18,20 +18,7 @@ def module_name(path: Path) -> str:
 
 def imported_modules(path: Path, modules: set[str]) -> set[str]:
     """The project modules a file imports anywhere in it (`from x import y` counts x.y when that is a module)."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([base] if base else [])])
-            found.add(base)
-            found |= {f"{base}.{alias.name}" for alias in node.names}
-    return {m for m in found if m in modules and m != name}
+    return {m for m in all_imports(path) if m in modules and m != module_name(path)}
 
 
 def import_graph(root: Path) -> dict[str, set[str]]:
