@@ -3,9 +3,11 @@
 from .config import PRESETS, SHARING_MODES, AlbertConfig
 from .model import (
     AlbertForPreTraining,
+    AlbertForQuestionAnswering,
     AlbertForSequenceClassification,
     AlbertModel,
     AlbertPreTrainingOutput,
+    AlbertQuestionAnsweringOutput,
     num_parameters,
 )
 
@@ -14,7 +16,9 @@ __all__ = [
     "AlbertModel",
     "AlbertForPreTraining",
     "AlbertForSequenceClassification",
+    "AlbertForQuestionAnswering",
     "AlbertPreTrainingOutput",
+    "AlbertQuestionAnsweringOutput",
     "num_parameters",
     "PRESETS",
     "SHARING_MODES",

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .config import AlbertConfig
-from .model import AlbertForPreTraining, AlbertForSequenceClassification, AlbertModel
+from .model import AlbertForPreTraining, AlbertForQuestionAnswering, AlbertForSequenceClassification, AlbertModel
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ _CLASSES: dict[str, type[nn.Module]] = {
     "AlbertModel": AlbertModel,
     "AlbertForPreTraining": AlbertForPreTraining,
     "AlbertForSequenceClassification": AlbertForSequenceClassification,
+    "AlbertForQuestionAnswering": AlbertForQuestionAnswering,
 }
 # transformers ties these to the word embedding and the head's bias.
 _TIED = {
@@ -36,6 +37,14 @@ _TIED = {
 # Non-persistent buffers that older checkpoints saved; they carry no weights.
 _IGNORED_SUFFIXES = ("embeddings.position_ids", "embeddings.token_type_ids")
 _PREFIX = "albert."
+# Config keys that fine-tuning may set apart from the pretrained checkpoint's.
+_FINETUNING_KEYS = {
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "classifier_dropout_prob",
+    "initializer_range",
+    "num_labels",
+}
 
 
 def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -67,7 +76,7 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 def _match_prefix(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
     """transformers' bare AlbertModel saves without the `albert.` prefix; heads save with it."""
-    ours_prefixed = isinstance(model, (AlbertForPreTraining, AlbertForSequenceClassification))
+    ours_prefixed = not isinstance(model, AlbertModel)
     theirs_prefixed = any(k.startswith(_PREFIX) for k in state)
     if ours_prefixed and not theirs_prefixed:
         return {_PREFIX + k: v for k, v in state.items()}
@@ -86,34 +95,65 @@ def load_hf_pretrained(
     fresh initialisation and are logged; unexpected weights always fail.
     """
     directory = Path(directory)
-    config_file = directory / "config.json"
-    if not config_file.exists():
-        raise FileNotFoundError(f"{config_file}: not found (a transformers ALBERT directory has one)")
-    hf_config = json.loads(config_file.read_text())
+    hf_config = _read_config(directory)
     config = AlbertConfig.from_hf_dict(hf_config)
     if model_cls is None:
         architecture = (hf_config.get("architectures") or ["AlbertModel"])[0]
         model_cls = _CLASSES.get(architecture, AlbertForPreTraining)
     model = model_cls(config)
+    _load_checked(model, _checkpoint_state(directory, model), directory, strict)
+    return model
 
+
+def apply_pretrained_encoder(model: nn.Module, directory: str | os.PathLike) -> None:
+    """Load a transformers ALBERT directory's encoder (of any architecture) into `model.albert`,
+    as fine-tuning starts: the checkpoint's heads are left out and `model`'s task head keeps its
+    initialisation. The checkpoint's pooler is left out too where `model.albert` has none (question
+    answering); every other encoder weight must be in the checkpoint, and the two configs must
+    agree on everything but dropout, initialisation and labels (weights of the same shapes would
+    otherwise load into another depth or activation unnoticed)."""
+    directory = Path(directory)
+    theirs = AlbertConfig.from_hf_dict(_read_config(directory)).to_hf_dict()
+    ours = model.config.to_hf_dict()
+    differ = sorted(k for k in ours if k not in _FINETUNING_KEYS and ours[k] != theirs[k])
+    if differ:
+        raise ValueError(f"{directory}: config differs from the model's in {differ}")
+    state = _checkpoint_state(directory, model.albert)
+    if model.albert.pooler is None:
+        state = {k: v for k, v in state.items() if not k.startswith("pooler.")}
+    _load_checked(model.albert, state, directory, strict=True)
+
+
+def _read_config(directory: Path) -> dict[str, Any]:
+    config_file = directory / "config.json"
+    if not config_file.exists():
+        raise FileNotFoundError(f"{config_file}: not found (a transformers ALBERT directory has one)")
+    return json.loads(config_file.read_text())
+
+
+def _checkpoint_state(directory: Path, model: nn.Module) -> dict[str, torch.Tensor]:
+    """The directory's weights under `model`'s names: prefix matched, tied copies checked and dropped."""
     state = {k: v for k, v in _read_weights(directory).items() if not k.endswith(_IGNORED_SUFFIXES)}
     state = _match_prefix(state, model)
     for hf_key, our_key in _TIED.items():
         tied = state.pop(hf_key, None)
         if tied is not None and our_key in state and not torch.equal(tied, state[our_key]):
             raise ValueError(f"{directory}: {hf_key} is not tied to {our_key}; ALBERT ties them")
+    return state
 
+
+def _load_checked(model: nn.Module, state: dict[str, torch.Tensor], directory: Path, strict: bool) -> None:
+    name = type(model).__name__
     expected = set(model.state_dict())
     unexpected = sorted(set(state) - expected)
     missing = sorted(expected - set(state))
     if unexpected:
-        raise ValueError(f"{directory}: weights {model_cls.__name__} does not have: {unexpected}")
+        raise ValueError(f"{directory}: weights {name} does not have: {unexpected}")
     if missing and strict:
-        raise ValueError(f"{directory}: weights missing for {model_cls.__name__}: {missing}")
+        raise ValueError(f"{directory}: weights missing for {name}: {missing}")
     if missing:
         log.warning("%s: freshly initialised (not in the checkpoint): %s", directory, missing)
     model.load_state_dict(state, strict=False)
-    return model
 
 
 def save_hf_pretrained(
@@ -128,8 +168,8 @@ def save_hf_pretrained(
     config: AlbertConfig = model.config
     hf_config: dict[str, Any] = config.to_hf_dict()
     hf_config["architectures"] = [type(model).__name__]
-    if isinstance(model, AlbertForPreTraining):
-        hf_config["num_labels"] = 2  # transformers sizes its SOP head by num_labels
+    if isinstance(model, (AlbertForPreTraining, AlbertForQuestionAnswering)):
+        hf_config["num_labels"] = 2  # transformers sizes its SOP and start/end heads by num_labels
     if id2label is not None:
         hf_config["id2label"] = {str(i): name for i, name in id2label.items()}
         hf_config["label2id"] = {name: i for i, name in id2label.items()}
@@ -152,4 +192,4 @@ def save_hf_pretrained(
     return directory
 
 
-__all__ = ["to_hf_state_dict", "load_hf_pretrained", "save_hf_pretrained"]
+__all__ = ["apply_pretrained_encoder", "to_hf_state_dict", "load_hf_pretrained", "save_hf_pretrained"]

@@ -185,18 +185,19 @@ def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
 @dataclass
 class AlbertModelOutput:
     last_hidden_state: torch.Tensor  # (B, S, H), or (B, P, H) at the requested positions
-    pooler_output: torch.Tensor  # (B, H)
+    pooler_output: torch.Tensor | None  # (B, H); None without a pooler
 
 
 class AlbertModel(nn.Module):
-    """Embeddings, shared encoder and the tanh pooler over [CLS]."""
+    """Embeddings, shared encoder and the tanh pooler over [CLS] (left out by heads that never
+    read it, as in transformers: an unused parameter would stall DDP's gradient reduction)."""
 
-    def __init__(self, config: AlbertConfig, init: bool = True):
+    def __init__(self, config: AlbertConfig, init: bool = True, add_pooling_layer: bool = True):
         super().__init__()
         self.config = config
         self.embeddings = AlbertEmbeddings(config)
         self.encoder = AlbertTransformer(config)
-        self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
         if init:
             init_weights(self, config)
 
@@ -213,7 +214,7 @@ class AlbertModel(nn.Module):
         if positions is not None:
             positions = F.pad(positions, (1, 0))  # [CLS] at index 0, for the pooler
         x = self.encoder(self.embeddings(input_ids, token_type_ids), padding_mask(attention_mask), positions)
-        pooled = torch.tanh(self.pooler(x[:, 0]))
+        pooled = None if self.pooler is None else torch.tanh(self.pooler(x[:, 0]))
         return AlbertModelOutput(last_hidden_state=x if positions is None else x[:, 1:], pooler_output=pooled)
 
 
@@ -249,11 +250,17 @@ class AlbertPreTrainingOutput:
     last_hidden_state: torch.Tensor  # (B, P, H) with masked_positions, else (B, S, H)
 
 
+@dataclass(frozen=True)
+class AlbertQuestionAnsweringOutput:
+    start_logits: torch.Tensor  # (B, S)
+    end_logits: torch.Tensor  # (B, S)
+
+
 # The outputs are pytree nodes, so that what walks a module's outputs finds their tensors: FSDP2
 # registers its pre-backward hook on them, and on torch 2.11 (which walks pytrees, not dataclasses)
 # a model wrapped as one FSDP2 unit otherwise never ran its post-backward: no gradient reached the
 # sharded parameters and the model did not learn (tests/pipelines/train/test_gpu.py, on an H100).
-for _output in (AlbertModelOutput, AlbertPreTrainingOutput):
+for _output in (AlbertModelOutput, AlbertPreTrainingOutput, AlbertQuestionAnsweringOutput):
     torch.utils._pytree.register_dataclass(_output)
 
 
@@ -308,6 +315,30 @@ class AlbertForSequenceClassification(nn.Module):
         return self.classifier(self.dropout(pooled))  # (B, num_labels)
 
 
+class AlbertForQuestionAnswering(nn.Module):
+    """ALBERT with a linear start/end scorer at every position (extractive QA), as transformers':
+    no pooler, no dropout before `qa_outputs`, and the last layer runs everywhere (every position
+    is a candidate). Padding positions get logits too, unmasked as in transformers: the loss's
+    targets and the span search must stay inside the context."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.config = config
+        self.albert = AlbertModel(config, init=False, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        init_weights(self, config)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> AlbertQuestionAnsweringOutput:
+        x = self.albert(input_ids, token_type_ids, attention_mask).last_hidden_state  # (B, S, H)
+        logits = self.qa_outputs(x).permute(2, 0, 1).contiguous()  # (B, S, 2) -> (2, B, S)
+        return AlbertQuestionAnsweringOutput(start_logits=logits[0], end_logits=logits[1])
+
+
 @torch.no_grad()
 def init_weights(model: nn.Module, config: AlbertConfig) -> None:
     """normal(0, initializer_range) weights, zero biases, LayerNorm 1/0 (every released ALBERT)."""
@@ -332,7 +363,9 @@ __all__ = [
     "AlbertModel",
     "AlbertForPreTraining",
     "AlbertForSequenceClassification",
+    "AlbertForQuestionAnswering",
     "AlbertPreTrainingOutput",
     "AlbertModelOutput",
+    "AlbertQuestionAnsweringOutput",
     "num_parameters",
 ]
