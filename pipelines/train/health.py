@@ -22,6 +22,8 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple
 
 from ..config.health import HealthSection
 from ..config.sections import TrainSection
@@ -66,6 +68,24 @@ def describe(event: dict) -> str:
     if kind == "plateau":
         return f"warning: {event['message']}"
     return f"step {step} {kind}: {event.get('message', '')}"
+
+
+class Action(str, Enum):
+    """What training health says to do with a step, or after a validation pass."""
+
+    APPLY = "apply"
+    SKIP = "skip"
+    ROLLBACK = "rollback"
+
+
+class Verdict(NamedTuple):
+    """Training health's decision on a step, and the event that explains it (None: nothing to say)."""
+
+    action: Action
+    event: dict | None = None
+
+
+APPLY = Verdict(Action.APPLY)
 
 
 class TrainingDiverged(RuntimeError):
@@ -122,10 +142,10 @@ class HealthMonitor:
     def __post_init__(self) -> None:
         self.losses = deque(maxlen=self.health.spike_window)
 
-    def check_step(self, step: int, loss: float, grad_norm: float) -> tuple[str, dict | None]:
-        """("apply" | "skip" | "rollback", the event or None) for step `step` (1-based)."""
+    def check_step(self, step: int, loss: float, grad_norm: float) -> Verdict:
+        """The verdict on step `step` (1-based) from its all-reduced loss and gradient norm."""
         if step in self.skip_steps:
-            return "skip", {"event": "skipped", "step": step, "reason": "batch skipped after a rollback"}
+            return Verdict(Action.SKIP, {"event": "skipped", "step": step, "reason": "batch skipped after a rollback"})
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             self.in_a_row += 1
             what = "loss" if not math.isfinite(loss) else "gradient norm"
@@ -138,8 +158,8 @@ class HealthMonitor:
                 "in_a_row": self.in_a_row,
             }
             if self.in_a_row >= self.health.max_skipped_in_a_row:
-                return "rollback", {**event, "rollback": "non-finite"}
-            return "skip", event
+                return Verdict(Action.ROLLBACK, {**event, "rollback": "non-finite"})
+            return Verdict(Action.SKIP, event)
         self.in_a_row = 0
         if len(self.losses) == self.losses.maxlen:
             median = statistics.median(self.losses)
@@ -155,14 +175,14 @@ class HealthMonitor:
                     "limit": limit,
                     "policy": policy,
                 }
-                return {"warn": "apply", "skip": "skip", "rollback": "rollback"}[policy], event
+                return Verdict({"warn": Action.APPLY, "skip": Action.SKIP, "rollback": Action.ROLLBACK}[policy], event)
         self.losses.append(loss)
-        return "apply", None
+        return Verdict(Action.APPLY)
 
-    def check_validation(self, step: int, result: dict, baseline: float | None) -> tuple[str, list[dict]]:
-        """("apply" | "rollback", the events) after the validation pass at `step`; `baseline`: the
+    def check_validation(self, step: int, result: dict, baseline: float | None) -> tuple[Action, list[dict]]:
+        """(APPLY or ROLLBACK, the events) after the validation pass at `step`; `baseline`: the
         unigram baseline of the validation masks (None: not counted, no plateau check)."""
-        accuracy, events, action = result["mlm_accuracy"], [], "apply"
+        accuracy, events, action = result["mlm_accuracy"], [], Action.APPLY
         if self.best_accuracy is not None and accuracy < (1 - self.health.validation_drop) * self.best_accuracy:
             policy = self.health.spike_policy
             events.append(
@@ -174,7 +194,7 @@ class HealthMonitor:
                     "policy": policy,
                 }
             )
-            action = "rollback" if policy == "rollback" else "apply"
+            action = Action.ROLLBACK if policy == "rollback" else Action.APPLY
         self.best_accuracy = max(accuracy, self.best_accuracy or accuracy)
         due = self.train.warmup_steps + self.health.plateau_after_steps
         if not self.plateau_checked and step >= due and baseline is not None:
@@ -231,4 +251,13 @@ class HealthMonitor:
         self.best_accuracy = state.get("best_accuracy", self.best_accuracy)
 
 
-__all__ = ["HEALTH_EVENTS", "HealthMonitor", "TrainingDiverged", "describe", "plateau_causes"]
+__all__ = [
+    "APPLY",
+    "HEALTH_EVENTS",
+    "Action",
+    "HealthMonitor",
+    "TrainingDiverged",
+    "Verdict",
+    "describe",
+    "plateau_causes",
+]
