@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -21,20 +20,18 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 
-from albert_model import AlbertForPreTraining
-from albert_model.hf import save_hf_pretrained
-
-from ..storage import join, read_bytes, write_bytes, write_text
+from ..storage import join, write_text
 from .build import build_model, build_optimizer
 from .checkpoint import load_checkpoint, restore_snapshot, save_checkpoint, set_schedule_lr, take_snapshot
-from .distributed import all_reduce_sum
+from .export import export
 from .health import HealthMonitor, describe
-from .loader import BatchSource, TrainSplit, loader_batches, mean_width, rank_micro_batches, to_device
-from .metrics import MetricsWindow, evaluate, peak_flops, progress_line
+from .loader import BatchSource, TrainSplit, loader_batches, mean_width, to_device
+from .metrics import MetricsWindow, peak_flops, progress_line
 from .parallel import apply_ac, apply_compile, apply_fsdp
 from .plan import METRICS, PretrainPlan, read_metrics
 from .schedule import build_scheduler
 from .step import PendingMetrics, train_step
+from .validation import Validation
 
 
 @dataclass(frozen=True)
@@ -93,47 +90,6 @@ def build_training(plan: PretrainPlan, world: int, device: torch.device):
     return model, optimizer, build_scheduler(optimizer, train.warmup_steps, train.max_steps)
 
 
-class Validation:
-    """This rank's share of the validation batches of every pass (whole batches until
-    eval_max_sequences), read once and kept, so a pass does not read the data again."""
-
-    def __init__(self, io: LoopIO, plan: PretrainPlan, rank: int, world: int, count_baseline: bool = False):
-        self.io, self.plan, self.rank, self.world = io, plan, rank, world
-        self.tables: list[pa.Table] | None = None
-        self.count_baseline = count_baseline
-        self.baseline: float | None = None
-        """The unigram baseline of the validation masks: the share of masked positions whose label is
-        the most frequent label (counted on the first pass when count_baseline)."""
-
-    def micro_batches(self) -> Iterator[dict[str, torch.Tensor]]:
-        micro, train = self.plan.train.micro_batch(self.world), self.plan.train
-        for table in self.tables:
-            yield from rank_micro_batches(
-                table, 0, 1, micro, self.plan.max_predictions, self.plan.masking, train.seed, 0
-            )
-
-    def count_unigram_baseline(self, device: torch.device) -> float:
-        counts = torch.zeros(self.plan.albert.vocab_size, dtype=torch.float64)
-        for mb in self.micro_batches():
-            weights = mb["masked_lm_weights"].flatten().double()
-            counts += torch.bincount(mb["masked_lm_ids"].flatten(), weights=weights, minlength=len(counts))
-        counts = all_reduce_sum(counts.to(device))
-        return (counts.max() / counts.sum().clamp(min=1)).item()
-
-    def run(self, model: torch.nn.Module, device: torch.device) -> dict:
-        micro, train = self.plan.train.micro_batch(self.world), self.plan.train
-        if self.tables is None:
-            limit, seen, self.tables = train.eval_max_sequences or self.plan.n_validation, 0, []
-            for table in self.io.validation_batches():
-                if seen >= limit:
-                    break
-                seen += len(table)
-                self.tables.append(table.slice(self.rank * micro, micro))
-        if self.count_baseline and self.baseline is None:
-            self.baseline = self.count_unigram_baseline(device)
-        return evaluate(model, self.micro_batches(), device)
-
-
 def _write_metrics(path: str, records: list[dict]) -> None:
     write_text(path, "".join(json.dumps(r) + "\n" for r in records))
 
@@ -170,7 +126,7 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
     records = read_metrics(metrics_path, step) if rank == 0 else []
     records.append({"step": step, **event, "max_steps": train.max_steps, "num_workers": world})
     window = MetricsWindow(plan.albert, world, peak_flops(device, plan.precision, train.peak_tflops))
-    validation, started = Validation(io, plan, rank, world, health is not None), time.perf_counter()
+    validation, started = Validation(io.validation_batches, plan, rank, world, health is not None), time.perf_counter()
     snapshot, decision, injected = None, {}, set()
     if health is not None:
         health.restore(saved.get("health", {}))
@@ -333,28 +289,9 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
         export(plan, state, {"step": step, **final})
 
 
-def export(plan: PretrainPlan, state: dict, final: dict) -> None:
-    """Rank 0: eval.json and hf/ (written locally, then copied to the run's storage)."""
-    write_text(join(plan.out_dir, "eval.json"), json.dumps(final, indent=2) + "\n")
-    model = AlbertForPreTraining(plan.albert)
-    model.load_state_dict(state)
-    with tempfile.TemporaryDirectory() as tmp:
-        spiece = None
-        if plan.spiece_model:
-            spiece = os.path.join(tmp, "spiece.model")
-            with open(spiece, "wb") as f:
-                f.write(read_bytes(plan.spiece_model))
-        folder = save_hf_pretrained(model, os.path.join(tmp, "hf"), spiece_model=spiece)
-        for name in sorted(os.listdir(folder)):
-            with open(os.path.join(folder, name), "rb") as f:
-                write_bytes(join(plan.out_dir, "hf", name), f.read())
-
-
 __all__ = [
     "LoopIO",
     "StartPoint",
-    "Validation",
     "build_training",
-    "export",
     "pretrain_loop",
 ]
