@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from ..config.health import HealthSection
 from ..config.sections import TrainSection
+from .step import StepMetrics
 
 HEALTH_EVENTS = ("skipped", "spike", "collapse", "rollback", "plateau", "note")
 """The `event` values of training health's lines in metrics.jsonl."""
@@ -251,11 +252,25 @@ class HealthMonitor:
         self.best_accuracy = state.get("best_accuracy", self.best_accuracy)
 
 
+class StepCheck:
+    """train_step's `check` under the skip and rollback policies: the verdict on the step, taken on its
+    metrics before its update, kept in `verdict` for the loop."""
+
+    def __init__(self, health: HealthMonitor, step: int):
+        self.health, self.step = health, step
+        self.verdict: Verdict | None = None
+
+    def __call__(self, metrics: StepMetrics) -> bool:
+        self.verdict = self.health.check_step(self.step, metrics.loss, metrics.grad_norm)
+        return self.verdict.action is Action.APPLY
+
+
 __all__ = [
     "APPLY",
     "HEALTH_EVENTS",
     "Action",
     "HealthMonitor",
+    "StepCheck",
     "TrainingDiverged",
     "Verdict",
     "describe",

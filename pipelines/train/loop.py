@@ -11,8 +11,8 @@ import contextlib
 import json
 import tempfile
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import pyarrow as pa
@@ -22,9 +22,17 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from ..storage import join, write_text
 from .build import build_model, build_optimizer
-from .checkpoint import load_checkpoint, restore_snapshot, save_checkpoint, set_schedule_lr, take_snapshot
+from .checkpoint import (
+    Snapshot,
+    load_checkpoint,
+    restore_snapshot,
+    save_checkpoint,
+    set_schedule_lr,
+    take_snapshot,
+)
 from .export import export
-from .health import HealthMonitor, describe
+from .health import APPLY, Action, HealthMonitor, StepCheck, Verdict, describe
+from .input import SliceReader
 from .loader import BatchSource, TrainSplit, loader_batches, mean_width, to_device
 from .metrics import MetricsWindow, peak_flops, progress_line
 from .parallel import apply_ac, apply_compile, apply_fsdp
@@ -90,8 +98,88 @@ def build_training(plan: PretrainPlan, world: int, device: torch.device):
     return model, optimizer, build_scheduler(optimizer, train.warmup_steps, train.max_steps)
 
 
-def _write_metrics(path: str, records: list[dict]) -> None:
-    write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+@dataclass(frozen=True)
+class QueuedStep:
+    """A step queued on the device whose verdict the loop has not acted on yet."""
+
+    step: int
+    pending: PendingMetrics
+    width: float
+    """Its micro-batches' mean width (the metrics window's FLOPs)."""
+    verdict: Verdict | None
+    """Known before its update (no health, or checked then); None: read when settled."""
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What one rank's loop works with, the same from its first step to its last."""
+
+    plan: PretrainPlan
+    rank: int
+    world: int
+    device: torch.device
+    io: LoopIO
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    health: HealthMonitor | None
+    validation: Validation
+    source: BatchSource
+    processes: int
+    """Loader processes: 0 (a thread) or 1."""
+    reader: SliceReader | None
+    """A thread's reader, reused across rollbacks (the footers read once); a process makes its own."""
+
+    @property
+    def deferred(self) -> bool:
+        """Under the warn policy a step is checked one step late: the host reads step k's loss while
+        the device runs step k + 1, and a non-finite step was already skipped on the device (the same
+        rule the check applies). The skip and rollback spike policies decide before the update: one
+        host read per step. A rollback found late restores the same checkpoint state."""
+        return self.health is not None and self.plan.train.health.spike_policy == "warn"
+
+
+@dataclass
+class LoopState:
+    """What the loop changes as it goes."""
+
+    step: int
+    """Optimizer steps taken (queued on the device)."""
+    records: list[dict]
+    """The lines of metrics.jsonl (rank 0 writes them)."""
+    window: MetricsWindow
+    batches: Iterator[list[dict[str, torch.Tensor]]] | None
+    snapshot: Snapshot | None
+    """The latest checkpoint's state in memory: where a rollback goes (training health only)."""
+    started: float
+    queued: list[QueuedStep] = field(default_factory=list)
+    injected: set[int] = field(default_factory=set)
+    """Steps whose test-only NaN or spike was injected (once each: not again on a replay)."""
+
+
+def resume(io: LoopIO, model, optimizer, scheduler, rank: int, world: int, max_steps: int) -> tuple[int, dict, dict]:
+    """Load the start point's checkpoint, if any: (its step, the metrics line's event, what it saved)."""
+    step, event, saved = 0, {"event": "started"}, {}
+    with io.start_point() as start:
+        if start is not None:
+            saved = load_checkpoint(start.directory, model, optimizer, scheduler)
+            step, before = saved["step"], saved.get("world_size", world)
+            # a resume on another worker count: an elastic resize, a lost node, or a rerun on other resources
+            name = "resized" if start.event == "resumed" and before != world else start.event
+            event = {"event": name, "checkpoint": start.source, **({"from_workers": before} if before != world else {})}
+    if step > max_steps:  # the lifecycle resumes only runs that have not passed max_steps
+        raise RuntimeError(f"{event.get('checkpoint')} is at step {step}, past train.max_steps={max_steps}")
+    if start is not None and rank == 0:
+        workers = f" on {world} workers (was {event['from_workers']})" if "from_workers" in event else ""
+        where = f"{start.source} at step {step} of {max_steps}{workers}"
+        print(f"pretrain: {event['event']} from {where}", flush=True)
+    return step, event, saved
+
+
+def batches_from(parts: Parts, first: int) -> Iterator[list[dict[str, torch.Tensor]]]:
+    """This rank's micro-batches of every step from step `first` on."""
+    pin = parts.device.type == "cuda"
+    return loader_batches(parts.source, first, parts.processes, pin=pin, reader=parts.reader)
 
 
 def _loss_factor(plan: PretrainPlan, step: int, rank: int, world: int, injected: set[int]) -> float | None:
@@ -102,191 +190,191 @@ def _loss_factor(plan: PretrainPlan, step: int, rank: int, world: int, injected:
     return float("nan") if step in plan.nan_steps else 100.0
 
 
+def record(parts: Parts, state: LoopState, event: dict) -> None:
+    """A health event: metrics.jsonl, the log, and a report (the dashboard), on every rank at once."""
+    state.records.append(event)
+    if parts.rank == 0:
+        print(f"pretrain: {describe(event)}", flush=True)
+    parts.io.report({"step": event["step"], "event": event["event"], "health": describe(event)}, None)
+
+
+def train_and_check(parts: Parts, state: LoopState) -> Verdict:
+    """Queue the next step, then settle the queued steps: all of them but, when deferred, the newest
+    at a step that neither logs, validates, checkpoints nor hands over to a test."""
+    plan, train, health = parts.plan, parts.plan.train, parts.health
+    micro_batches = next(state.batches)
+    width = mean_width(micro_batches)
+    micro_batches = [to_device(mb, parts.device) for mb in micro_batches]
+    factor = _loss_factor(plan, state.step + 1, parts.rank, parts.world, state.injected)
+    check = StepCheck(health, state.step + 1) if health is not None and not parts.deferred else None
+    pending = train_step(
+        parts.model, parts.optimizer, parts.scheduler, micro_batches, train.max_grad_norm, check, factor,
+        guard=parts.deferred, skip=parts.deferred and state.step + 1 in health.skip_steps,
+    )  # fmt: skip
+    state.step += 1
+    step, known = state.step, check.verdict if check is not None else APPLY  # no health: every step applies
+    state.queued.append(QueuedStep(step, pending, width, None if parts.deferred else known))
+    due = any(step % every == 0 for every in (train.log_every, train.eval_every, train.checkpoint_every))
+    due = due or step == train.max_steps or step in plan.hold_steps or plan.fault_step == step
+    return settle(parts, state, keep=1 if parts.deferred and not due else 0)
+
+
+def settle(parts: Parts, state: LoopState, keep: int) -> Verdict:
+    """Act on the verdicts of the queued steps but the newest `keep`, oldest first (reading those
+    not read yet): record each event, put each applied or skipped step in the metrics window. Stops
+    at a rollback; returns the last verdict (APPLY when there was none)."""
+    verdict = APPLY
+    while len(state.queued) > keep:
+        queued = state.queued.pop(0)
+        verdict = queued.verdict
+        if verdict is None:
+            metrics = queued.pending.get()
+            verdict = parts.health.check_step(queued.step, metrics.loss, metrics.grad_norm)
+        if verdict.event is not None:
+            record(parts, state, verdict.event)
+        if verdict.action is Action.ROLLBACK:
+            return verdict
+        state.window.add(queued.pending, queued.width, applied=verdict.action is Action.APPLY)
+    return verdict
+
+
+def log_window(parts: Parts, state: LoopState) -> dict:
+    """The metrics line of the steps since the last one, at a logging step (else {})."""
+    train, step = parts.plan.train, state.step
+    if step % train.log_every and step != train.max_steps:
+        return {}
+    report = state.window.summary(step, parts.device)
+    state.window.reset()
+    state.records.append(report)
+    if parts.rank == 0:
+        print(f"pretrain: {progress_line(report, train.max_steps, time.perf_counter() - state.started)}", flush=True)
+    return report
+
+
+def validate(parts: Parts, state: LoopState, final: bool = False) -> tuple[dict, Verdict]:
+    """A validation pass: its line in metrics.jsonl and the log, then training health's verdict on
+    it, its events recorded. Returns the pass's numbers and the verdict."""
+    result, step = parts.validation.run(parts.model, parts.device), state.step
+    state.records.append({"step": step, "split": "validation", **result, **({"final": True} if final else {})})
+    if parts.rank == 0:
+        print(
+            f"pretrain: step {step} validation: mlm_acc {result['mlm_accuracy']:.3f} "
+            f"sop_acc {result['sop_accuracy']:.3f} mlm_loss {result['mlm_loss']:.3f} "
+            f"sop_loss {result['sop_loss']:.3f}",
+            flush=True,
+        )
+    if parts.health is None:
+        return result, APPLY
+    action, events = parts.health.check_validation(step, result, parts.validation.baseline)
+    for event in events:
+        record(parts, state, event)
+    return result, Verdict(action, events[0] if events else None)
+
+
+def as_report(result: dict) -> dict:
+    """A validation pass's numbers as a report's keys."""
+    return {f"validation_{k}": v for k, v in result.items()}
+
+
+def roll_back(parts: Parts, state: LoopState, trigger: dict) -> None:
+    """Back to the latest checkpoint's state, the batches read again from its step on; the events
+    say what happened. Past train.health.max_rollbacks, TrainingDiverged stops the run instead."""
+    health, scheduler, snapshot = parts.health, parts.scheduler, state.snapshot
+    factor = health.rolled_back(trigger)
+    restore_snapshot(snapshot, parts.model, parts.optimizer, scheduler)
+    if factor != 1.0:
+        scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
+        set_schedule_lr(parts.optimizer, scheduler)
+    event = {
+        "event": "rollback",
+        "step": trigger["step"],
+        "to_step": snapshot.step,
+        "reason": trigger.get("reason") or trigger["event"],
+        "rollbacks": health.rollbacks,
+        "lr_scale": scheduler.base_lrs[0] / parts.plan.train.lr,
+        "skip_steps": sorted(health.skip_steps),
+    }
+    record(parts, state, event)
+    state.window.reset()
+    state.queued.clear()
+    state.batches.close()
+    state.batches = batches_from(parts, snapshot.step)
+    state.step = snapshot.step
+
+
+def save(parts: Parts, state: LoopState, report: dict) -> Snapshot | None:
+    """A checkpoint of this step, handed to the host with the report; training health keeps its
+    state in memory too (the next rollback's target)."""
+    model, optimizer, scheduler, health = parts.model, parts.optimizer, parts.scheduler, parts.health
+    with tempfile.TemporaryDirectory() as directory:
+        extra = {"health": health.state()} if health is not None else None
+        save_checkpoint(directory, model, optimizer, scheduler, state.step, extra)
+        parts.io.report({"step": state.step, **report}, directory)
+    return take_snapshot(model, optimizer, scheduler, state.step) if health is not None else None
+
+
+def write_metrics(parts: Parts, state: LoopState) -> None:
+    """Rank 0: metrics.jsonl, rewritten whole."""
+    if parts.rank == 0:
+        write_text(join(parts.plan.out_dir, METRICS), "".join(json.dumps(r) + "\n" for r in state.records))
+
+
 def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.device, io: LoopIO) -> None:
     """Train from wherever `io` starts us to plan.train.max_steps; rank 0 writes metrics.jsonl,
     eval.json and the transformers export into plan.out_dir."""
     train = plan.train
     model, optimizer, scheduler = build_training(plan, world, device)
     health = HealthMonitor(train.health, train, set(plan.skip_steps)) if train.health.enabled else None
-    step, event, saved = 0, {"event": "started"}, {}
-    with io.start_point() as start:
-        if start is not None:
-            saved = load_checkpoint(start.directory, model, optimizer, scheduler)
-            step, before = saved["step"], saved.get("world_size", world)
-            # a resume on another worker count: an elastic resize, a lost node, or a rerun on other resources
-            name = "resized" if start.event == "resumed" and before != world else start.event
-            event = {"event": name, "checkpoint": start.source, **({"from_workers": before} if before != world else {})}
-    if step > train.max_steps:  # the lifecycle resumes only runs that have not passed max_steps
-        raise RuntimeError(f"{event.get('checkpoint')} is at step {step}, past train.max_steps={train.max_steps}")
-    if start is not None and rank == 0:
-        workers = f" on {world} workers (was {event['from_workers']})" if "from_workers" in event else ""
-        where = f"{start.source} at step {step} of {train.max_steps}{workers}"
-        print(f"pretrain: {event['event']} from {where}", flush=True)
-    metrics_path = join(plan.out_dir, METRICS)
-    records = read_metrics(metrics_path, step) if rank == 0 else []
+    step, event, saved = resume(io, model, optimizer, scheduler, rank, world, train.max_steps)
+    records = read_metrics(join(plan.out_dir, METRICS), step) if rank == 0 else []
     records.append({"step": step, **event, "max_steps": train.max_steps, "num_workers": world})
     window = MetricsWindow(plan.albert, world, peak_flops(device, plan.precision, train.peak_tflops))
     validation, started = Validation(io.validation_batches, plan, rank, world, health is not None), time.perf_counter()
-    snapshot, decision, injected = None, {}, set()
+    snapshot = None
     if health is not None:
         health.restore(saved.get("health", {}))
         snapshot = take_snapshot(model, optimizer, scheduler, step)
-
-    def record(event: dict) -> None:
-        """A health event: metrics.jsonl, the log, and a report (the dashboard), on every rank at once."""
-        records.append(event)
-        if rank == 0:
-            print(f"pretrain: {describe(event)}", flush=True)
-        io.report({"step": event["step"], "event": event["event"], "health": describe(event)}, None)
-
-    def check(metrics) -> bool:
-        action, event = health.check_step(step + 1, metrics.loss, metrics.grad_norm)
-        decision.update(action=action, event=event)
-        return action == "apply"
-
-    def roll_back(event: dict) -> int:
-        """Back to the latest checkpoint's state, the batches read again from its step on; returns
-        that step. The events say what happened."""
-        nonlocal batches
-        factor = health.rolled_back(event)
-        restore_snapshot(snapshot, model, optimizer, scheduler)
-        if factor != 1.0:
-            scheduler.base_lrs = [lr * factor for lr in scheduler.base_lrs]
-            set_schedule_lr(optimizer, scheduler)
-        record(
-            {
-                "event": "rollback",
-                "step": event["step"],
-                "to_step": snapshot.step,
-                "reason": event.get("reason") or event["event"],
-                "rollbacks": health.rollbacks,
-                "lr_scale": scheduler.base_lrs[0] / train.lr,
-                "skip_steps": sorted(health.skip_steps),
-            }
-        )
-        window.reset()
-        batches.close()
-        batches = batches_from(snapshot.step)
-        return snapshot.step
-
-    def validate(report: dict, final: bool = False) -> dict:
-        result = validation.run(model, device)
-        records.append({"step": step, "split": "validation", **result, **({"final": True} if final else {})})
-        if rank == 0:
-            print(
-                f"pretrain: step {step} validation: mlm_acc {result['mlm_accuracy']:.3f} "
-                f"sop_acc {result['sop_accuracy']:.3f} mlm_loss {result['mlm_loss']:.3f} "
-                f"sop_loss {result['sop_loss']:.3f}",
-                flush=True,
-            )
-        report.update({f"validation_{k}": v for k, v in result.items()})
-        return result
-
     source = BatchSource(
         io.train_split(), train.global_batch_size, rank, world, train.micro_batch(world), plan.max_predictions,
         plan.masking, plan.batches_per_epoch,
     )  # fmt: skip
     processes = train.loader_processes if train.loader_processes is not None else int(device.type == "cuda")
-    # a thread reuses one reader across rollbacks (the footers read once); a process makes its own
     reader = source.reader() if processes == 0 and step < train.max_steps else None
+    parts = Parts(
+        plan, rank, world, device, io, model, optimizer, scheduler, health, validation, source, processes, reader
+    )
+    batches = batches_from(parts, step) if step < train.max_steps else None
+    state = LoopState(step, records, window, batches, snapshot, started)
 
-    def batches_from(first: int):
-        return loader_batches(source, first, processes, pin=device.type == "cuda", reader=reader)
-
-    batches = batches_from(step) if step < train.max_steps else None
-    # Under the warn policy a step is checked one step late: the host reads step k's loss while the
-    # device runs step k + 1, and a non-finite step was already skipped on the device (the same rule
-    # the check applies). The skip and rollback spike policies decide before the update: one host
-    # read per step. A rollback found late restores the same checkpoint state.
-    deferred = health is not None and train.health.spike_policy == "warn"
-    unchecked: list[tuple[int, PendingMetrics, float]] = []  # (step, its PendingMetrics, its mean width)
-
-    def settle(keep: int) -> bool:
-        """Check the deferred steps but the newest `keep`; True after a rollback (the step is reset)."""
-        nonlocal step
-        while len(unchecked) > keep:
-            checked, pending, width = unchecked.pop(0)
-            metrics = pending.get()
-            action, trouble = health.check_step(checked, metrics.loss, metrics.grad_norm)
-            if trouble is not None:
-                record(trouble)
-            if action == "rollback":
-                unchecked.clear()
-                step = roll_back(trouble)
-                return True
-            window.add(pending, width, applied=action == "apply")
-        return False
-
-    while step < train.max_steps:
-        micro_batches = next(batches)
-        width = mean_width(micro_batches)
-        micro_batches = [to_device(mb, device) for mb in micro_batches]
-        factor = _loss_factor(plan, step + 1, rank, world, injected)
-        pending = train_step(
-            model, optimizer, scheduler, micro_batches, train.max_grad_norm,
-            check if health is not None and not deferred else None, factor,
-            guard=deferred, skip=deferred and step + 1 in health.skip_steps,
-        )  # fmt: skip
-        step += 1
-        last = step == train.max_steps
-        due = last or step % train.log_every == 0 or step % train.eval_every == 0 or step % train.checkpoint_every == 0
-        if deferred:
-            unchecked.append((step, pending, width))
-            if settle(0 if due or step in plan.hold_steps or plan.fault_step == step else 1):
-                continue
-        else:
-            action, trouble = decision.pop("action", "apply"), decision.pop("event", None)
-            if trouble is not None:
-                record(trouble)
-            if action == "rollback":
-                step = roll_back(trouble)
-                continue
-            window.add(pending, width, applied=action == "apply")
-        if plan.fault_step == step and rank == world - 1:
-            io.crash()
-        report: dict = {}
-        if step % train.log_every == 0 or last:
-            report = window.summary(step, device)
-            window.reset()
-            records.append(report)
-            if rank == 0:
-                print(f"pretrain: {progress_line(report, train.max_steps, time.perf_counter() - started)}", flush=True)
-        if step % train.eval_every == 0 and not last:  # the final pass follows the loop
-            result = validate(report)
-            if health is not None:
-                verdict, events = health.check_validation(step, result, validation.baseline)
-                for event in events:
-                    record(event)
-                if verdict == "rollback":
-                    step = roll_back(events[0])
-                    continue
-        if report and rank == 0:
-            _write_metrics(metrics_path, records)
-        if step % train.checkpoint_every == 0 or last:
-            with tempfile.TemporaryDirectory() as directory:
-                extra = {"health": health.state()} if health is not None else None
-                save_checkpoint(directory, model, optimizer, scheduler, step, extra)
-                io.report({"step": step, **report}, directory)
-            if health is not None:
-                snapshot = take_snapshot(model, optimizer, scheduler, step)
+    while state.step < train.max_steps:
+        verdict, report = train_and_check(parts, state), {}
+        if verdict.action is not Action.ROLLBACK:  # a step rolled back neither logs nor validates
+            if plan.fault_step == state.step and rank == world - 1:
+                io.crash()
+            report = log_window(parts, state)
+            if state.step % train.eval_every == 0 and state.step != train.max_steps:  # the final pass follows
+                result, verdict = validate(parts, state)
+                report |= as_report(result)  # in place: a metrics line of this step takes them too
+        if verdict.action is Action.ROLLBACK:
+            roll_back(parts, state, verdict.event)
+            continue
+        if report:
+            write_metrics(parts, state)
+        if state.step % train.checkpoint_every == 0 or state.step == train.max_steps:
+            state.snapshot = save(parts, state, report)
         elif report:
-            io.report({"step": step, **report}, None)
-        if step in plan.hold_steps:
-            io.hold(step)
-    if batches is not None:
-        batches.close()
+            io.report({"step": state.step, **report}, None)
+        if state.step in plan.hold_steps:
+            io.hold(state.step)
 
-    final_report: dict = {"step": step}
-    final = validate(final_report, final=True)
-    if health is not None:  # the final pass is checked too (a rollback is no longer possible: events only)
-        for event in health.check_validation(step, final, validation.baseline)[1]:
-            record(event)
+    if state.batches is not None:
+        state.batches.close()
+    final, _ = validate(parts, state, final=True)  # a rollback is no longer possible: its events only
+    write_metrics(parts, state)
+    io.report({"step": state.step, **as_report(final)}, None)
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
-        _write_metrics(metrics_path, records)
-    io.report(final_report, None)
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if rank == 0:
-        export(plan, state, {"step": step, **final})
+        export(plan, full, {"step": state.step, **final})
 
 
 __all__ = [
