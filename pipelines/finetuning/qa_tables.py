@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from ..errors import BadInput, MissingInput
 from ..storage import filesystem
 from .qa_features import QAExample, reject_reason
+from .tables import file_format
 
 FORMATS = {".jsonl": "jsonl", ".json": "squad", ".parquet": "parquet"}
 FLAT_FIELDS = ("id", "question", "context", "answers")
@@ -84,11 +85,7 @@ class _Bad(Exception):
 
 
 def qa_format(path: str) -> str:
-    name = path.lower().removesuffix(".gz")
-    for suffix, fmt in FORMATS.items():
-        if name.endswith(suffix):
-            return fmt
-    raise BadInput(f"{path}: unknown QA file format; use SQuAD's .json, or flat .jsonl or .parquet rows")
+    return file_format(path, FORMATS, "QA file")
 
 
 def _object(value: Any, what: str) -> dict:

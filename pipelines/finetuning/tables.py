@@ -67,12 +67,17 @@ class Examples:
         }
 
 
-def table_format(path: str) -> str:
+def file_format(path: str, formats: dict[str, str], what: str) -> str:
+    """The format of `path` by its ending (a `.gz` after it is decompressed), of `formats`."""
     name = path.lower().removesuffix(".gz")
-    for suffix, fmt in FORMATS.items():
+    for suffix, fmt in formats.items():
         if name.endswith(suffix):
             return fmt
-    raise BadInput(f"{path}: unknown table format; use a file ending in {', '.join(FORMATS)}")
+    raise BadInput(f"{path}: unknown {what} format; use a file ending in {', '.join(formats)}")
+
+
+def table_format(path: str) -> str:
+    return file_format(path, FORMATS, "table")
 
 
 def _read_jsonl(f, path: str) -> dict[str, list[Any]]:
@@ -259,5 +264,6 @@ __all__ = [
     "sample_indices",
     "split_indices",
     "table_examples",
+    "file_format",
     "table_format",
 ]
