@@ -97,9 +97,11 @@ class Ours:
         collated = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch) if f.name != "hf_labels"}
         self.micro_batches = [to_device(collated, DEVICE)]
         self.sync, self.torch_clip, self.fsdp = sync, torch_clip, fsdp
+        self.graphs = isinstance(compile, str) and compile.endswith(":reduce-overhead")
 
     def step(self) -> None:
-        torch.compiler.cudagraph_mark_step_begin()  # (graph variants) the last step's outputs are not read
+        if self.graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are not read again
         clip = step_module.clip_gradients
         if self.torch_clip:
             step_module.clip_gradients = torch_clip_gradients
