@@ -74,7 +74,7 @@ class FinetuneSection(Section):
     """auto (bf16 on GPU, fp32 on CPU), bf16 (autocast; fp32 weights, optimizer and loss) or fp32."""
     compile: bool = field(default=False, metadata=setting("speed"))
     """torch.compile the layer groups: a slower first epoch, faster after only where the GPU bounds a step."""
-    cuda_graphs: bool = False
+    cuda_graphs: bool = field(default=False, metadata=setting("speed"))
     """On a GPU: the whole model compiled and replayed as CUDA graphs (torch.compile mode
     reduce-overhead), batches padded to one of 4 widths; a compilation per width, so it pays in
     long fine-tunings at short sequences, where the host bounds a step. One worker per trial; no effect on CPU."""

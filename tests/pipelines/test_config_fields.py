@@ -55,6 +55,7 @@ EXPECTED_SETTINGS = {
     "train.peak_tflops": "MFU reporting",
     "finetune.eval_batch_size": "evaluation batching",
     "finetune.compile": "speed",
+    "finetune.cuda_graphs": "speed",
     "tune.max_concurrent_trials": "concurrency cap",
     "tune.resources_per_trial": "resources",
 }
