@@ -56,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from albert_model import AlbertConfig, AlbertForSequenceClassification  # noqa: E402
 from albert_model.hf import to_hf_state_dict  # noqa: E402
 from pipelines.finetuning.loop import GraphedModel, build_schedule, collate, finetune_step  # noqa: E402
+from pipelines.finetuning.sequence_family import CLASSIFICATION  # noqa: E402
 from pipelines.train.build import build_optimizer  # noqa: E402
 from pipelines.train.parallel import apply_compile  # noqa: E402
 
@@ -120,7 +121,7 @@ class Ours:
             self.batch,
             n,
             MAX_GRAD_NORM,
-            False,
+            CLASSIFICATION.loss_sum,
             self.device,
             self.precision,
         )

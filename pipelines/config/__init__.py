@@ -4,12 +4,13 @@ plus `section.key=value` overrides (loading.py), with the rules across sections 
 from .base import Section, build_section, config_to_dict, field_docs
 from .loading import build_arg_parser, dump_yaml, load_config, parse_cli
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
-from .tree import SECTIONS, SETTINGS, Config, searched_overrides, tune_metric
+from .tree import SECTIONS, SETTINGS, TASK_KEYS, Config, searched_overrides, tune_metric, unused_keys
 from .tuning import TUNABLE_KEYS, TUNE_METRICS, FinetuneSection, TuneSection
 
 __all__ = [
     "SECTIONS",
     "SETTINGS",
+    "TASK_KEYS",
     "TUNABLE_KEYS",
     "TUNE_METRICS",
     "Config",
@@ -30,4 +31,5 @@ __all__ = [
     "parse_cli",
     "searched_overrides",
     "tune_metric",
+    "unused_keys",
 ]

@@ -3,6 +3,7 @@ whenever a Config is built), and the keys that never change a result (from their
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import field
 from typing import ClassVar
@@ -10,7 +11,7 @@ from typing import ClassVar
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import STRICT, Section, section_settings
+from .base import STRICT, TASKS, Section, section_settings
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tuning import TUNE_METRICS, FinetuneSection, TuneSection
 
@@ -36,7 +37,7 @@ class Config(Section):
     train: TrainSection = field(default_factory=TrainSection)
     """Pretraining."""
     finetune: FinetuneSection = field(default_factory=FinetuneSection)
-    """Fine-tuning on a text classification or regression task."""
+    """Fine-tuning on a task: classification, regression or extractive question answering."""
     tune: TuneSection = field(default_factory=TuneSection)
     """The hyperparameter search over fine-tuning."""
 
@@ -61,6 +62,17 @@ SETTINGS: dict[str, str] = {
 }
 """Key -> why it never changes a result, so changing it never makes a stage stale (--help marks them): the
 fields marked `metadata=setting(why)`, a subsection so marked as one key (train.health)."""
+
+
+TASK_KEYS: dict[str, tuple[str, ...]] = {
+    FinetuneSection.key(f.name): f.metadata[TASKS] for f in dataclasses.fields(FinetuneSection) if TASKS in f.metadata
+}
+"""finetune key -> the finetune.task values that read it (fields marked `metadata=for_tasks(...)`)."""
+
+
+def unused_keys(config: Config) -> set[str]:
+    """The finetune keys that config's finetune.task does not read: they change none of its results."""
+    return {key for key, tasks in TASK_KEYS.items() if config.finetune.task not in tasks}
 
 
 def check_rules(config: Config) -> None:
@@ -106,4 +118,13 @@ def searched_overrides(config: Config) -> list[str]:
     ]
 
 
-__all__ = ["SECTIONS", "SETTINGS", "Config", "check_rules", "searched_overrides", "tune_metric"]
+__all__ = [
+    "SECTIONS",
+    "SETTINGS",
+    "TASK_KEYS",
+    "Config",
+    "check_rules",
+    "searched_overrides",
+    "tune_metric",
+    "unused_keys",
+]

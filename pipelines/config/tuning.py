@@ -11,14 +11,22 @@ from pydantic import ValidationError
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import STRICT, Section, one_error, setting, shown
+from .base import STRICT, Section, for_tasks, one_error, setting, shown
 from .sections import PRECISIONS
 
-FINETUNE_TASKS = ("classification", "regression")
+QA = "question_answering"
+FINETUNE_TASKS = ("classification", "regression", QA)
+SEQUENCE_TASKS = ("classification", "regression")
 FINETUNE_INITS = ("pretrained", "random")
 TUNE_SCHEDULERS = ("asha", "none")
 TUNE_SEARCHES = ("random", "optuna")
-TUNE_METRICS = {"classification": ("accuracy", "macro_f1", "mcc"), "regression": ("pearson", "spearman")}
+# The first is the task's default tune.metric; pipelines/finetuning/families.py declares the same
+# (tests/pipelines/finetuning/test_families.py holds the two together).
+TUNE_METRICS = {
+    "classification": ("accuracy", "macro_f1", "mcc"),
+    "regression": ("pearson", "spearman"),
+    QA: ("f1", "exact"),
+}
 # The finetune keys a search space may set: hyperparameters of one trial, not what data it reads.
 TUNABLE_KEYS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "classifier_dropout", "max_grad_norm")
 SPACE_RANGES = ("loguniform", "uniform", "randint")
@@ -26,7 +34,8 @@ SPACE_RANGES = ("loguniform", "uniform", "randint")
 
 @dataclass(config=STRICT)
 class FinetuneSection(Section):
-    """Fine-tuning a pretrained ALBERT on one text classification or regression table."""
+    """Fine-tuning a pretrained ALBERT on one task: text classification or regression on a table, or
+    extractive question answering (SQuAD v1.1/v2.0)."""
 
     SECTION: ClassVar[str] = "finetune"
 
@@ -35,25 +44,35 @@ class FinetuneSection(Section):
     init: str = "pretrained"
     """pretrained (its weights) or random (its architecture and tokenizer, fresh weights: the no-pretraining arm)."""
     train_path: str | None = None
-    """Training table (csv, tsv, jsonl or parquet; local or s3://); null = the embedded BBC News task."""
+    """Training table (csv, tsv, jsonl or parquet) or QA file (SQuAD .json, or .jsonl/.parquet rows);
+    local or s3://; null = the embedded task (BBC News classification, or its cloze questions)."""
     eval_path: str | None = None
-    """Evaluation table; null holds out finetune.eval_fraction of the training table (seeded, stratified)."""
-    text_column: str = "text"
+    """Evaluation table or QA file; null holds out finetune.eval_fraction of the training one (seeded;
+    stratified by label, or by context for QA)."""
+    text_column: str = field(default="text", metadata=for_tasks(*SEQUENCE_TASKS))
     """Column holding the text (the first segment)."""
-    text_pair_column: str | None = None
+    text_pair_column: str | None = field(default=None, metadata=for_tasks(*SEQUENCE_TASKS))
     """Column holding the second segment of a text pair; null for single texts."""
-    label_column: str = "label"
+    label_column: str = field(default="label", metadata=for_tasks(*SEQUENCE_TASKS))
     """Column holding the label: a class (any string or number) or, for regression, a number."""
     task: str = "classification"
-    """classification or regression."""
+    """classification, regression or question_answering (extractive, SQuAD v1.1/v2.0)."""
     max_seq_length: int = 512
-    """Tokens per example, [CLS] and [SEP]s included; longer texts are truncated."""
+    """Tokens per example, [CLS] and [SEP]s included; longer texts are truncated (QA: windowed)."""
+    max_query_length: int = field(default=64, metadata=for_tasks(QA))
+    """question_answering: a question's pieces beyond this many are cut."""
+    doc_stride: int = field(default=128, metadata=for_tasks(QA))
+    """question_answering: pieces between the starts of a long context's overlapping windows."""
+    n_best_size: int = field(default=20, metadata=for_tasks(QA))
+    """question_answering: start and end candidates per window in the answer search."""
+    max_answer_length: int = field(default=30, metadata=for_tasks(QA))
+    """question_answering: the longest answer, in pieces."""
     eval_fraction: float = 0.2
-    """Share of the training table held out for evaluation when finetune.eval_path is null."""
+    """Share of the training data held out for evaluation when finetune.eval_path is null."""
     max_train_examples: int | None = None
-    """Use a seeded (stratified) subsample of this many training examples; null uses all."""
+    """Use a seeded (stratified) subsample of this many training examples (QA: questions); null uses all."""
     max_eval_examples: int | None = None
-    """Use a seeded (stratified) subsample of this many evaluation examples; null uses all."""
+    """Use a seeded (stratified) subsample of this many evaluation examples (QA: questions); null uses all."""
     lr: float = 2e-5
     """Peak AdamW learning rate (linear warmup, then linear decay to 0)."""
     batch_size: int = 32
@@ -98,7 +117,7 @@ class FinetuneSection(Section):
         for name in ("max_train_examples", "max_eval_examples"):
             self.require(name, getattr(self, name) is None or getattr(self, name) >= 1, "must be >= 1 or null")
         self.require("lr", self.lr > 0, "must be > 0")
-        for name in ("batch_size", "epochs", "eval_batch_size"):
+        for name in ("batch_size", "epochs", "eval_batch_size", "max_query_length", "doc_stride", "n_best_size"):
             self.require(name, getattr(self, name) >= 1, "must be >= 1")
         self.require("warmup_ratio", 0 <= self.warmup_ratio < 1, "must be in [0, 1)")
         self.require("weight_decay", self.weight_decay >= 0, "must be >= 0")
@@ -109,6 +128,13 @@ class FinetuneSection(Section):
             "cuda_graphs",
             not (self.cuda_graphs and self.compile),
             "compiles the whole model: leave finetune.compile (the layer groups) false",
+        )
+        self.require("max_answer_length", self.max_answer_length >= 1, "must be >= 1")
+        self.require(
+            "max_query_length",
+            self.task != QA or self.max_query_length + 4 <= self.max_seq_length,
+            f"leaves no context in a window of finetune.max_seq_length={self.max_seq_length} "
+            "([CLS] question [SEP] context [SEP]): use at most max_seq_length - 4",
         )
         self.require("seed", self.seed >= 0, "must be >= 0")
 
@@ -143,8 +169,8 @@ class TuneSection(Section):
     search: str = "random"
     """random (independent draws from tune.space) or optuna (TPE)."""
     metric: str | None = None
-    """Eval metric to maximise: accuracy, macro_f1, mcc (classification), pearson, spearman (regression);
-    null = accuracy or pearson."""
+    """Eval metric to maximise: accuracy, macro_f1, mcc (classification), pearson, spearman (regression),
+    f1, exact (question_answering); null = the task's first (accuracy, pearson or f1)."""
     space: dict = field(default_factory=_default_space)
     """finetune key -> a value, a list of choices, or {loguniform|uniform|randint: [lo, hi]} (randint
     inclusive); it overrides that finetune key."""
@@ -220,6 +246,8 @@ class TuneSection(Section):
 
 
 __all__ = [
+    "QA",
+    "SEQUENCE_TASKS",
     "FINETUNE_INITS",
     "FINETUNE_TASKS",
     "SPACE_RANGES",

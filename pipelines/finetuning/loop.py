@@ -11,37 +11,42 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from albert_model.config import AlbertConfig
 from albert_model.hf import load_hf_pretrained
-from albert_model.model import AlbertForSequenceClassification, AlbertModel
+from albert_model.model import AlbertModel
 
 from ..config.sections import resolved_precision
 from ..storage.models import read_model_config
 from ..train.loader import to_device
 from .tokenizer import pad_batch
 
-Encoded = Sequence[tuple[list[int], list[int]]]
+Encoded = Sequence[tuple[Sequence[int], Sequence[int]]]
+LossSum = Callable[[Any, torch.Tensor], torch.Tensor]
+"""A family's loss: (the model's outputs for a batch, its targets) -> the batch's summed loss."""
 
 
-def build_classifier(
-    directory: str, num_labels: int, dropout: float, init: str, seed: int
-) -> AlbertForSequenceClassification:
-    """The pretrained directory's architecture with a fresh classifier head; `init="random"`
-    re-initialises the encoder too (the no-pretraining baseline under the same budget)."""
+def build_model(
+    directory: str, model_class: type[nn.Module], num_labels: int, dropout: float, init: str, seed: int
+) -> nn.Module:
+    """The pretrained directory's architecture with a fresh task head (`model_class`: a family's);
+    `init="random"` re-initialises the encoder too (the no-pretraining baseline under the same budget)."""
     config = AlbertConfig.from_hf_dict(read_model_config(directory, "finetune.pretrained"))
     config = config.replace(num_labels=num_labels, classifier_dropout_prob=dropout)
     torch.manual_seed(seed)
-    model = AlbertForSequenceClassification(config)
+    model = model_class(config)
     if init == "pretrained":
-        model.albert.load_state_dict(load_hf_pretrained(directory, AlbertModel).state_dict())
+        encoder = load_hf_pretrained(directory, AlbertModel).state_dict()
+        if model.albert.pooler is None:  # a head that reads every position (QA) has no pooler
+            encoder = {k: v for k, v in encoder.items() if not k.startswith("pooler.")}
+        model.albert.load_state_dict(encoder)
     return model
 
 
@@ -133,12 +138,6 @@ class GraphedModel(nn.Module):
         return self.compiled(input_ids, **inputs)
 
 
-def _loss_sum(logits: torch.Tensor, targets: torch.Tensor, regression: bool) -> torch.Tensor:
-    if regression:
-        return F.mse_loss(logits[:, 0], targets.float(), reduction="sum")
-    return F.cross_entropy(logits, targets, reduction="sum")
-
-
 def finetune_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -146,18 +145,18 @@ def finetune_step(
     batch: dict[str, torch.Tensor],
     global_batch_size: int,
     max_grad_norm: float,
-    regression: bool,
+    loss_of: LossSum,
     device: torch.device,
     precision: str = "fp32",
     world: int = 1,
 ) -> torch.Tensor:
     """One optimizer step on this worker's share of a global batch (a host batch from `collate`,
-    with labels); returns the share's summed loss, left on the device."""
+    with labels); returns the share's summed loss (`loss_of` the outputs), left on the device."""
     inputs = to_device(batch, device)
     targets = inputs.pop("labels")
     with autocast(precision, device):
-        logits = model(**inputs)
-    loss_sum = _loss_sum(logits.float(), targets, regression)
+        outputs = model(**inputs)
+    loss_sum = loss_of(outputs, targets)
     # DDP averages gradients over workers: scale so the result is the global batch's mean.
     (loss_sum * world / global_batch_size).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
@@ -172,28 +171,28 @@ def train_epoch(
     optimizer: torch.optim.Optimizer,
     schedule,
     encoded: Encoded,
-    targets: Sequence,
+    targets: torch.Tensor,
     batches: list[np.ndarray],
     pad_id: int,
     max_grad_norm: float,
-    regression: bool,
+    loss_of: LossSum,
     rank: int = 0,
     world: int = 1,
     device: torch.device | None = None,
     precision: str = "fp32",
     widths: Sequence[int] = (),
 ) -> float:
-    """One pass over `batches`; returns the mean training loss over all workers' examples. Batches
-    are padded to one of `widths` where one holds them (finetune.cuda_graphs)."""
+    """One pass over `batches`; returns the mean training loss over all workers' examples. `targets`
+    has a row per example. Batches are padded to one of `widths` where one holds them
+    (finetune.cuda_graphs)."""
     device = device or torch.device("cpu")
     model.train()
-    target_tensor = torch.tensor(targets, dtype=torch.float32 if regression else torch.long)
     pin = device.type == "cuda"
     total, seen = torch.zeros((), dtype=torch.float64, device=device), 0
     for batch in batches:
-        share = collate(encoded, batch[rank::world], pad_id, target_tensor, pin, widths)
+        share = collate(encoded, batch[rank::world], pad_id, targets, pin, widths)
         total += finetune_step(
-            model, optimizer, schedule, share, len(batch), max_grad_norm, regression, device, precision, world
+            model, optimizer, schedule, share, len(batch), max_grad_norm, loss_of, device, precision, world
         )
         seen += len(batch)
     if world > 1:
@@ -211,8 +210,11 @@ def predict(
     world: int = 1,
     device: torch.device | None = None,
     precision: str = "fp32",
+    scores_of: Callable[[Any], torch.Tensor] = lambda outputs: outputs,
 ) -> np.ndarray:
-    """Logits for every example, in order ([N, num_labels]); workers share the work and gather."""
+    """`scores_of` the model's outputs for every example, in order ([N, ...]: logits [N, num_labels]
+    by default); workers share the work and gather. Scores with a sequence dimension ([B, S, ...])
+    are zero-padded to the widest batch's S."""
     device = device or torch.device("cpu")
     model.eval()
     mine = np.arange(len(encoded))[rank::world]
@@ -220,25 +222,27 @@ def predict(
     pin = device.type == "cuda"
     with autocast(precision, device):
         outputs = [
-            model(**to_device(collate(encoded, mine[i : i + batch_size], pad_id, pin=pin), device)).float()
+            scores_of(model(**to_device(collate(encoded, mine[i : i + batch_size], pad_id, pin=pin), device)))
+            .float()
+            .cpu()
+            .numpy()
             for i in range(0, len(mine), batch_size)
         ]
-    parts = [(mine, torch.cat(outputs).cpu().numpy() if outputs else None)]
+    parts = [(mine[i * batch_size : (i + 1) * batch_size], part) for i, part in enumerate(outputs)]
     if world > 1:
         gathered: list = [None] * world
-        dist.all_gather_object(gathered, parts[0])
-        parts = gathered
-    num_labels = next(p for _, p in parts if p is not None).shape[1]
-    logits = np.zeros((len(encoded), num_labels), np.float32)
+        dist.all_gather_object(gathered, parts)
+        parts = [part for worker in gathered for part in worker]
+    shape = np.max([part.shape[1:] for _, part in parts], axis=0)
+    scores = np.zeros((len(encoded), *shape), np.float32)
     for indices, part in parts:
-        if part is not None:
-            logits[indices] = part
-    return logits
+        scores[(indices, *(slice(0, n) for n in part.shape[1:]))] = part
+    return scores
 
 
 __all__ = [
     "autocast",
-    "build_classifier",
+    "build_model",
     "build_schedule",
     "collate",
     "epoch_batches",

@@ -18,7 +18,11 @@ from ..config import Config, config_to_dict
 from ..storage import join
 from .trial import trial_finetune
 
-SUMMARY_METRICS = ("accuracy", "macro_f1", "mcc", "pearson", "spearman", "eval_loss", "train_loss")
+SUMMARY_METRICS = (
+    *("accuracy", "macro_f1", "mcc", "pearson", "spearman"),
+    *("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "null_threshold"),
+    *("eval_loss", "train_loss"),
+)
 CheckpointAt = Callable[[str], Any]
 """A path inside the search's storage -> its checkpoint, or None when it no longer exists."""
 

@@ -25,9 +25,11 @@ from ..storage import filesystem
 from ..storage.models import require_model_dir
 from ..train.build import build_optimizer
 from ..train.parallel import apply_compile
+from .families import task_family
+from .family import EncodedTask
 from .loop import (
     GraphedModel,
-    build_classifier,
+    build_model,
     build_schedule,
     epoch_batches,
     graph_widths,
@@ -36,8 +38,6 @@ from .loop import (
     steps_per_epoch,
     train_epoch,
 )
-from .metrics import compute_metrics
-from .task import Task, load_task
 from .tokenizer import PairTokenizer
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -49,12 +49,8 @@ class TrialData:
     pretrained directory's files, so trials on any node need no shared filesystem."""
 
     task: str
-    num_labels: int
-    label_names: list[str] | None
-    train: list[tuple[list[int], list[int]]]
-    eval: list[tuple[list[int], list[int]]]
-    train_targets: list[Any]
-    eval_targets: list[Any]
+    """finetune.task: the family that made `encoded` and evaluates it."""
+    encoded: EncodedTask
     pad_id: int
     pretrained_files: dict[str, bytes]
 
@@ -102,31 +98,12 @@ def check_pretrained(cfg: FinetuneSection, files: dict[str, bytes], directory: s
         )
 
 
-def encode_task(cfg: FinetuneSection, files: dict[str, bytes]) -> tuple[TrialData, Task, dict[str, int]]:
-    """The task's tables tokenized with the pretrained vocabulary: what every trial receives, the
-    task (for its label names and row accounting), and how many examples were truncated per split."""
-    task = load_task(cfg)
+def encode_task(cfg: FinetuneSection, files: dict[str, bytes]) -> TrialData:
+    """The task read and featurized by its family with the pretrained vocabulary: what every trial
+    receives, with the task's row accounting and what was truncated."""
     with tempfile.TemporaryDirectory() as local:
         tokenizer = PairTokenizer(materialize(files, local))
-    length = cfg.max_seq_length
-
-    def encode(examples) -> list[tuple[list[int], list[int]]]:
-        pairs = examples.pairs if examples.pairs is not None else [None] * len(examples)
-        return [tokenizer.encode(text, pair, length) for text, pair in zip(examples.texts, pairs)]
-
-    data = TrialData(
-        cfg.task,
-        task.num_labels,
-        task.label_names,
-        encode(task.train),
-        encode(task.eval),
-        task.train_targets,
-        task.eval_targets,
-        tokenizer.pad_id,
-        files,
-    )
-    truncated = {split: sum(len(ids) >= length for ids, _ in getattr(data, split)) for split in ("train", "eval")}
-    return data, task, truncated
+    return TrialData(cfg.task, task_family(cfg.task).encode(cfg, tokenizer), tokenizer.pad_id, files)
 
 
 def materialize(files: dict[str, bytes], directory: str) -> str:
@@ -138,14 +115,18 @@ def materialize(files: dict[str, bytes], directory: str) -> str:
     return directory
 
 
-def save_classifier(model: nn.Module, pretrained_dir: str, directory: str, label_names: list[str] | None) -> None:
-    """transformers' AlbertForSequenceClassification layout with the pretrained tokenizer files."""
+def save_model(model: nn.Module, pretrained_dir: str, directory: str, label_names: list[str] | None) -> None:
+    """transformers' layout of the model's head class with the pretrained tokenizer files."""
     id2label = dict(enumerate(label_names)) if label_names is not None else None
     save_hf_pretrained(model, directory, spiece_model=os.path.join(pretrained_dir, "spiece.model"), id2label=id2label)
     tokenizer_config = os.path.join(pretrained_dir, "tokenizer_config.json")
     if os.path.exists(tokenizer_config):  # keep the pretrained casing (save_hf_pretrained assumes uncased)
         with open(tokenizer_config, "rb") as src, open(os.path.join(directory, "tokenizer_config.json"), "wb") as dst:
             dst.write(src.read())
+
+
+PREDICTIONS = "predictions"
+"""The folder of a checkpoint that holds its evaluation's predictions files (the family's)."""
 
 
 Report = Callable[[dict[str, Any], "str | None"], None]
@@ -165,9 +146,11 @@ def fit_trial(
     """Train for cfg.epochs, calling `report(metrics, checkpoint_dir)` after each epoch on every
     worker (the checkpoint only from rank 0). `wrap` is DDP under Ray Train."""
     device = device or torch.device("cpu")
-    regression = data.task == "regression"
+    family, task = task_family(data.task), data.encoded
     precision = resolve_precision(cfg.precision, device)
-    model = build_classifier(pretrained_dir, data.num_labels, cfg.classifier_dropout, cfg.init, cfg.seed).to(device)
+    model = build_model(
+        pretrained_dir, family.model_class, task.num_labels, cfg.classifier_dropout, cfg.init, cfg.seed
+    ).to(device)
     if cfg.compile:
         apply_compile(model)
     graphs = cfg.cuda_graphs and device.type == "cuda"
@@ -177,22 +160,22 @@ def fit_trial(
     widths = graph_widths(cfg.max_seq_length) if graphs else ()
     optimizer = build_optimizer(trained, "adamw", cfg.lr, cfg.weight_decay)
     schedule = build_schedule(
-        optimizer, cfg.epochs * steps_per_epoch(len(data.train), cfg.batch_size, world), cfg.warmup_ratio
+        optimizer, cfg.epochs * steps_per_epoch(len(task.train), cfg.batch_size, world), cfg.warmup_ratio
     )
-    targets = np.asarray(data.eval_targets)
+    targets = torch.as_tensor(task.train_targets, dtype=family.target_dtype)
     for epoch in range(cfg.epochs):
         started = time.time()
-        batches = epoch_batches(len(data.train), cfg.batch_size, cfg.seed, epoch, world)
+        batches = epoch_batches(len(task.train), cfg.batch_size, cfg.seed, epoch, world)
         train_loss = train_epoch(
             trained,
             optimizer,
             schedule,
-            data.train,
-            data.train_targets,
+            task.train,
+            targets,
             batches,
             data.pad_id,
             cfg.max_grad_norm,
-            regression,
+            family.loss_sum,
             rank,
             world,
             device,
@@ -200,17 +183,24 @@ def fit_trial(
             widths=widths,
         )
         # The bare model: DDP's forward would sync buffers across workers' unequal eval shards.
-        logits = predict(model, data.eval, cfg.eval_batch_size, data.pad_id, rank, world, device, precision)
+        scores = predict(
+            model, task.eval, cfg.eval_batch_size, data.pad_id, rank, world, device, precision, family.scores
+        )
+        evaluation = family.evaluate(cfg, task, scores)
         metrics = {
             "epoch": epoch + 1,
             "train_loss": train_loss,
-            **compute_metrics(data.task, logits, targets, data.num_labels),
+            **evaluation.metrics,
             "epoch_seconds": time.time() - started,
         }
         checkpoint = None
         if rank == 0:
             checkpoint = os.path.join(checkpoint_root, f"epoch_{epoch + 1}")
-            save_classifier(model, pretrained_dir, checkpoint, data.label_names)
+            save_model(model, pretrained_dir, checkpoint, task.label_names)
+            for name, text in evaluation.files.items():
+                os.makedirs(os.path.join(checkpoint, PREDICTIONS), exist_ok=True)
+                with open(os.path.join(checkpoint, PREDICTIONS, name), "w", encoding="utf-8") as f:
+                    f.write(text)
         report(metrics, checkpoint)
 
 
@@ -221,6 +211,7 @@ __all__ = [
     "fit_trial",
     "materialize",
     "read_pretrained_files",
-    "save_classifier",
+    "save_model",
+    "PREDICTIONS",
     "trial_finetune",
 ]

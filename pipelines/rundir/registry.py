@@ -23,7 +23,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import SETTINGS, Config, config_to_dict
+from ..config import SETTINGS, Config, config_to_dict, unused_keys
 from ..errors import BadInput, MissingInput
 from ..storage import filesystem, is_remote, join, path_inside, read_bytes
 from ..storage.models import require_model_dir
@@ -164,8 +164,10 @@ def config_value(config: Config, key: str) -> Any:
 
 
 def result_values(config: Config, keys: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The values of `keys` (sections without their SETTINGS and `exclude` keys)."""
+    """The values of `keys` (sections without their SETTINGS, the keys the config's task does not
+    read, and `exclude` keys)."""
     values: dict[str, Any] = {}
+    exclude = (*exclude, *unused_keys(config))
     for key in keys:
         if "." in key:
             values[key] = config_value(config, key)

@@ -1,5 +1,6 @@
-"""`albert-ray finetune`: fine-tune the pretrained ALBERT on a text classification or
-regression table, searching hyperparameters with Ray Tune; export the best trial for transformers.
+"""`albert-ray finetune`: fine-tune the pretrained ALBERT on a task (classification or regression of
+a table, extractive question answering), searching hyperparameters with Ray Tune; export the best
+trial for transformers, with its eval predictions where the task family writes them.
 
 This module is the Ray wiring: the search (space, searcher, scheduler, resources) and the
 trainables. A trial is one process (a Tune function trainable) or, with tune.workers_per_trial > 1,
@@ -30,6 +31,7 @@ from ray.tune.search.basic_variant import BasicVariantGenerator
 from ..config import Config, FinetuneSection, TuneSection, config_to_dict, searched_overrides, tune_metric
 from ..finetuning import results
 from ..finetuning.trial import (
+    PREDICTIONS,
     TrialData,
     check_pretrained,
     encode_task,
@@ -220,6 +222,14 @@ def best_kept_epoch(result, metric: str, filesystem: pyarrow.fs.FileSystem | Non
     return results.best_kept_epoch(result, metric, checkpoint_at(filesystem), CHECKPOINT_PATH_KEY)
 
 
+def upload_files(local: str, target: str) -> None:
+    """The plain files of a local folder (none when it does not exist) into `target`, local or s3://."""
+    for name in sorted(os.listdir(local)) if os.path.isdir(local) else []:
+        if os.path.isfile(os.path.join(local, name)):
+            with open(os.path.join(local, name), "rb") as f:
+                write_bytes(join(target, name), f.read())
+
+
 def build_finetune(run: StageRun) -> dict:
     """trials.csv, best.json and best/ in the stage's folder; returns the manifest's fields."""
     config, tc = run.config, run.config.tune
@@ -233,7 +243,8 @@ def build_finetune(run: StageRun) -> dict:
     pretrained = pretrained_dir(config)
     files = read_pretrained_files(pretrained)
     check_pretrained(config.finetune, files, pretrained)  # before any table is read or trial started
-    data, task, truncated = encode_task(config.finetune, files)
+    data = encode_task(config.finetune, files)
+    task = data.encoded
     storage = join(run.scratch, "tune")  # the search's working folder, removed when the output is complete
     storage = storage if "://" in storage else os.path.abspath(storage)
     # Keeping one checkpoint per trial forces a state snapshot per report; Tune warns about it each time.
@@ -272,8 +283,8 @@ def build_finetune(run: StageRun) -> dict:
         "tuning %d trials over %s on %d train / %d eval examples",
         tc.num_samples,
         sorted(tc.space),
-        len(data.train),
-        len(data.eval),
+        len(task.train),
+        len(task.eval),
     )
     rows = results.summarize_trials(
         tuner.fit(), config, metric, checkpoint_at(arrow_filesystem(storage)[0]), CHECKPOINT_PATH_KEY
@@ -281,10 +292,9 @@ def build_finetune(run: StageRun) -> dict:
     best = results.pick_best(rows, metric)
     with tempfile.TemporaryDirectory() as local:
         best["_checkpoint"].to_directory(local)
-        for name in sorted(os.listdir(local)):
-            with open(os.path.join(local, name), "rb") as f:
-                write_bytes(run.path("best", name), f.read())
-    best_json = results.best_json(best, metric, task.label_names, len(data.eval))
+        upload_files(local, run.path("best"))  # the model
+        upload_files(os.path.join(local, PREDICTIONS), run.out)  # its eval predictions, beside best/
+    best_json = results.best_json(best, metric, task.label_names, task.eval_examples)
     write_text(run.path("best.json"), json.dumps(best_json, indent=2) + "\n")
     write_text(run.path("trials.csv"), results.trials_csv(rows))
     print(results.summary_text(rows, best, metric, run.current), flush=True)
@@ -294,8 +304,9 @@ def build_finetune(run: StageRun) -> dict:
         "metric": metric,
         "best": {k: best_json[k] for k in ("trial_id", "epoch", "value")},
         "trials": results.trial_counts(rows),
+        "task": config.finetune.task,
         "examples": task.accounting,
-        "truncated": truncated,
+        "truncated": task.truncated,
         "label_names": task.label_names,
         "config": {"finetune": config_to_dict(config.finetune), "tune": config_to_dict(config.tune)},
     }

@@ -19,6 +19,7 @@ from pipelines.finetuning.loop import (
     predict,
     train_epoch,
 )
+from pipelines.finetuning.sequence_family import CLASSIFICATION
 from pipelines.train.build import build_optimizer
 from pipelines.train.parallel import apply_compile
 from tests.pipelines.train.test_gpu import CONFIG as PRETRAINING_CONFIG
@@ -65,11 +66,11 @@ def epoch(
             optimizer,
             schedule,
             encoded,
-            labels,
+            torch.tensor(labels),
             epoch_batches(N, batch_size, 0, e),
             0,
             1.0,
-            False,
+            CLASSIFICATION.loss_sum,
             device=device,
             precision=precision,
             widths=widths,
@@ -89,12 +90,15 @@ def test_steps_never_wait_for_the_device():
     targets = torch.tensor(labels)
     full = [i for i, (ids, _) in enumerate(encoded) if len(ids) == max(len(x) for x, _ in encoded)][:1]
     batches = [collate(encoded, b, 0, targets, pin=True) for b in ([0, 1, 2, 3], full, [4, 5, 6, 7, 8])]
-    finetune_step(model, optimizer, schedule, batches[0], 4, 1.0, False, CUDA, "bf16")  # allocations, lazy init
+    finetune_step(
+        model, optimizer, schedule, batches[0], 4, 1.0, CLASSIFICATION.loss_sum, CUDA, "bf16"
+    )  # allocations, lazy init
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         losses = [
-            finetune_step(model, optimizer, schedule, b, len(b["labels"]), 1.0, False, CUDA, "bf16") for b in batches
+            finetune_step(model, optimizer, schedule, b, len(b["labels"]), 1.0, CLASSIFICATION.loss_sum, CUDA, "bf16")
+            for b in batches
         ]
     finally:
         torch.cuda.set_sync_debug_mode("default")

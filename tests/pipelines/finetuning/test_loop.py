@@ -5,11 +5,16 @@ import pytest
 import torch
 
 from albert_model.hf import load_hf_pretrained
-from albert_model.model import AlbertModel
+from albert_model.model import AlbertForQuestionAnswering, AlbertForSequenceClassification, AlbertModel
 from pipelines.config import FinetuneSection
-from pipelines.finetuning.loop import build_classifier, build_schedule, epoch_batches, predict, train_epoch
+from pipelines.finetuning.loop import build_model, build_schedule, epoch_batches, predict, train_epoch
+from pipelines.finetuning.sequence_family import CLASSIFICATION
 from pipelines.finetuning.trial import trial_finetune
 from pipelines.train.build import build_optimizer
+
+
+def build_classifier(directory, num_labels, dropout, init, seed):
+    return build_model(directory, AlbertForSequenceClassification, num_labels, dropout, init, seed)
 
 
 def test_pretrained_init_loads_the_encoder_and_random_init_does_not(tiny_pretrained):
@@ -24,6 +29,14 @@ def test_pretrained_init_loads_the_encoder_and_random_init_does_not(tiny_pretrai
     assert random.config.hidden_size == pretrained.config.hidden_size  # same architecture
     assert pretrained.classifier.out_features == 5 and pretrained.dropout.p == 0.2
     assert torch.equal(pretrained.classifier.weight, random.classifier.weight)  # the seed decides the head
+
+
+def test_a_question_answering_head_takes_the_encoder_without_its_pooler(tiny_pretrained):
+    reference = load_hf_pretrained(tiny_pretrained, AlbertModel).state_dict()
+    model = build_model(tiny_pretrained, AlbertForQuestionAnswering, 1, 0.1, "pretrained", seed=0)
+    assert model.albert.pooler is None and any(k.startswith("pooler.") for k in reference)
+    for name, value in model.albert.state_dict().items():
+        assert torch.equal(value, reference[name]), name
 
 
 def test_no_weight_decay_on_biases_and_layernorm(tiny_pretrained):
@@ -62,17 +75,19 @@ def test_epoch_batches_are_seeded_per_epoch_and_cover_every_example():
 def test_training_lowers_the_loss_on_a_learnable_toy_task(tiny_pretrained):
     torch.manual_seed(0)
     encoded = [([2, 10 + (i % 2), 3], [0, 0, 0]) for i in range(32)]
-    targets = [i % 2 for i in range(32)]
+    targets = torch.tensor([i % 2 for i in range(32)])
     model = build_classifier(tiny_pretrained, 2, 0.0, "pretrained", seed=0)
     optimizer = build_optimizer(model, "adamw", 1e-3, 0.0)
     schedule = build_schedule(optimizer, 40, 0.1)
     losses = [
-        train_epoch(model, optimizer, schedule, encoded, targets, epoch_batches(32, 8, 0, e), 0, 1.0, False)
+        train_epoch(
+            model, optimizer, schedule, encoded, targets, epoch_batches(32, 8, 0, e), 0, 1.0, CLASSIFICATION.loss_sum
+        )
         for e in range(10)
     ]
     assert losses[-1] < 0.5 * losses[0]
     logits = predict(model, encoded, batch_size=5, pad_id=0)
-    assert logits.shape == (32, 2) and (logits.argmax(1) == np.array(targets)).mean() == 1.0
+    assert logits.shape == (32, 2) and (logits.argmax(1) == targets.numpy()).mean() == 1.0
 
 
 def test_trial_overrides_are_validated_like_the_command_line():

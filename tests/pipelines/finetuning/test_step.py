@@ -11,6 +11,7 @@ from pipelines.config import FinetuneSection, build_section
 from pipelines.errors import ConfigError
 from pipelines.finetuning import loop as loop_module
 from pipelines.finetuning import trial as trial_module
+from pipelines.finetuning.family import EncodedTask
 from pipelines.finetuning.loop import (
     GraphedModel,
     build_schedule,
@@ -21,6 +22,7 @@ from pipelines.finetuning.loop import (
     resolve_precision,
     train_epoch,
 )
+from pipelines.finetuning.sequence_family import CLASSIFICATION, REGRESSION
 from pipelines.finetuning.trial import TrialData, fit_trial
 from pipelines.train.build import build_optimizer
 from tests.albert_model.test_model import tiny as tiny_config
@@ -107,7 +109,7 @@ def test_graph_widths_are_few_rounded_and_end_at_the_longest_sequence():
 
 
 def test_an_epoch_padded_to_the_graph_widths_trains_as_an_unpadded_one():
-    encoded, targets = toy_examples(40), [i % 3 for i in range(40)]
+    encoded, targets = toy_examples(40), torch.tensor([i % 3 for i in range(40)])
     results = []
     for widths in ((), graph_widths(12)):
         torch.manual_seed(0)
@@ -115,7 +117,9 @@ def test_an_epoch_padded_to_the_graph_widths_trains_as_an_unpadded_one():
         optimizer = build_optimizer(model, "adamw", 1e-3, 0.01)
         schedule = build_schedule(optimizer, 10, 0.2)
         batches = epoch_batches(40, 8, 0, 0)
-        loss = train_epoch(model, optimizer, schedule, encoded, targets, batches, 0, 1.0, False, widths=widths)
+        loss = train_epoch(
+            model, optimizer, schedule, encoded, targets, batches, 0, 1.0, CLASSIFICATION.loss_sum, widths=widths
+        )
         results.append((loss, predict(model.eval(), encoded, 16, 0)))
     (loss, logits), (padded_loss, padded_logits) = results
     assert padded_loss == pytest.approx(loss, rel=1e-5)
@@ -176,7 +180,9 @@ def test_an_epoch_trains_as_the_plain_loop_does(regression):
         if epoch_fn is None:
             loss = reference_epoch(model, optimizer, schedule, encoded, targets, batches, regression)
         else:
-            loss = epoch_fn(model, optimizer, schedule, encoded, targets, batches, 0, 1.0, regression)
+            family = REGRESSION if regression else CLASSIFICATION
+            y = torch.tensor(targets, dtype=family.target_dtype)
+            loss = epoch_fn(model, optimizer, schedule, encoded, y, batches, 0, 1.0, family.loss_sum)
         results.append((loss, predict(model.eval(), encoded, 16, 0)))
     (loss, logits), (reference_loss, reference_logits) = results
     assert loss == pytest.approx(reference_loss, rel=1e-5)
@@ -184,7 +190,7 @@ def test_an_epoch_trains_as_the_plain_loop_does(regression):
 
 
 def test_bf16_on_the_cpu_stays_close_to_fp32_and_is_not_fp32():
-    encoded, targets = toy_examples(32), [i % 3 for i in range(32)]
+    encoded, targets = toy_examples(32), torch.tensor([i % 3 for i in range(32)])
     losses, logits = {}, {}
     for precision in ("fp32", "bf16"):
         torch.manual_seed(0)
@@ -193,7 +199,7 @@ def test_bf16_on_the_cpu_stays_close_to_fp32_and_is_not_fp32():
         schedule = build_schedule(optimizer, 4, 0.0)
         batches = epoch_batches(32, 8, 0, 0)
         losses[precision] = train_epoch(
-            model, optimizer, schedule, encoded, targets, batches, 0, 1.0, False, precision=precision
+            model, optimizer, schedule, encoded, targets, batches, 0, 1.0, CLASSIFICATION.loss_sum, precision=precision
         )
         logits[precision] = predict(model, encoded, 16, 0, precision=precision)
         assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
@@ -204,8 +210,9 @@ def test_bf16_on_the_cpu_stays_close_to_fp32_and_is_not_fp32():
 
 def toy_trial_data() -> TrialData:
     encoded = [([2, 10 + (i % 2), 3], [0, 0, 0]) for i in range(16)]
-    labels = [i % 2 for i in range(16)]
-    return TrialData("classification", 2, ["a", "b"], encoded, encoded[:8], labels, labels[:8], 0, {})
+    labels = np.asarray([i % 2 for i in range(16)])
+    task = EncodedTask(encoded, labels, encoded[:8], labels[:8], labels[:8], ["a", "b"], 2)
+    return TrialData("classification", task, 0, {})
 
 
 @pytest.mark.parametrize("precision, expected", [("auto", "fp32"), ("bf16", "bf16")])

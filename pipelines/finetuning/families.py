@@ -1,0 +1,18 @@
+"""The fine-tuning task families by `finetune.task`: adding one is its module and a line here (and
+its metrics in config/tuning.py's TUNE_METRICS, which validates tune.metric before any work)."""
+
+from __future__ import annotations
+
+from .family import TaskFamily
+from .qa_family import QUESTION_ANSWERING
+from .sequence_family import CLASSIFICATION, REGRESSION
+
+FAMILIES: dict[str, TaskFamily] = {f.name: f for f in (CLASSIFICATION, REGRESSION, QUESTION_ANSWERING)}
+
+
+def task_family(task: str) -> TaskFamily:
+    """The family of `finetune.task` (the config has checked the name)."""
+    return FAMILIES[task]
+
+
+__all__ = ["FAMILIES", "task_family"]

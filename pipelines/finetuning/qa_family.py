@@ -1,0 +1,222 @@
+"""The extractive question-answering family (SQuAD v1.1 and v2.0), as ALBERT's run_squad and
+transformers' run_qa do it: `[CLS] question [SEP] window [SEP]` features over doc-stride windows
+(qa_features), a start/end head at every position (transformers' AlbertForQuestionAnswering), the
+loss the mean of the start and end cross-entropies, and evaluation by n-best post-processing over a
+question's windows (qa_postprocess) and the official script's exact and F1 (squad_metrics).
+
+For SQuAD v2.0 (a file that says so, or any unanswerable question) the no-answer threshold is the
+one with the best F1 on the eval set (the official script's `best_f1_thresh`), chosen at every
+evaluation and recorded as `null_threshold`; `predictions.json` answers "" where a question's
+null odds exceed it, so its exact and F1 are the reported ones."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from albert_model.model import AlbertForQuestionAnswering
+
+from ..config import TUNE_METRICS, FinetuneSection
+from ..config.tuning import QA
+from ..errors import BadInput
+from .family import EncodedTask, Evaluation
+from .qa_demo import bbc_qa_examples
+from .qa_features import QAExample, QAFeature, RejectedExample, qa_windows
+from .qa_postprocess import Window, postprocess
+from .qa_tables import QAReadResult, golds_of, read_qa_file
+from .squad_metrics import squad_scores
+from .tables import BBC_NEWS
+from .tokenizer import PairTokenizer
+
+DEMO = f"{BBC_NEWS} (cloze questions)"
+"""The embedded task's source name: qa_demo's questions from the BBC News articles (seed 0)."""
+REPORTED = ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
+
+
+@dataclass(frozen=True)
+class QAReference:
+    """What a QA evaluation reads besides the logits: each eval feature's window, the questions'
+    contexts and gold answers, and whether no-answers are predicted (v2)."""
+
+    windows: tuple[Window, ...]
+    contexts: dict[str, str]
+    golds: dict[str, list[str]]
+    version_2: bool
+
+
+def _hash(seed: int, *parts: Any) -> int:
+    return int.from_bytes(hashlib.sha256(repr((seed, *parts)).encode()).digest()[:8], "big")
+
+
+def _featurize(source: QAReadResult, tokenizer: PairTokenizer, cfg: FinetuneSection) -> dict[str, list[QAFeature]]:
+    """Each usable question's windows, by id; a question the tokenizer finds unusable is moved from
+    the source's examples to its rejections (counted under its reason, named by its id)."""
+    features, kept = {}, []
+    for example in source.examples:
+        try:
+            features[example.id] = qa_windows(
+                tokenizer, example, cfg.max_seq_length, cfg.max_query_length, cfg.doc_stride
+            )
+        except RejectedExample as e:
+            source.reject(f"id {example.id!r}", e.reason, str(e))
+            continue
+        kept.append(example)
+    source.examples = kept
+    return features
+
+
+def _require(source: QAReadResult) -> None:
+    if not source.examples:
+        raise BadInput(f"{source.source}: no usable questions (of {source.read}, rejected: {dict(source.rejected)})")
+
+
+def split_by_context(
+    examples: Sequence[QAExample], fraction: float, seed: int
+) -> tuple[list[QAExample], list[QAExample]]:
+    """A seeded (train, eval) split with `fraction` of the distinct contexts in eval: the questions
+    on one context stay on one side, so no eval context was read in training."""
+    contexts = sorted({e.context for e in examples}, key=lambda c: _hash(seed, "split", c))
+    held = set(contexts[: round(fraction * len(contexts))])
+    return [e for e in examples if e.context not in held], [e for e in examples if e.context in held]
+
+
+def sample_questions(examples: list[QAExample], cap: int | None, seed: int) -> tuple[list[QAExample], int]:
+    """A seeded subsample of `cap` questions in their order, and how many were left out."""
+    if cap is None or cap >= len(examples):
+        return examples, 0
+    chosen = set(sorted(range(len(examples)), key=lambda i: _hash(seed, "sample", examples[i].id))[:cap])
+    return [e for i, e in enumerate(examples) if i in chosen], len(examples) - cap
+
+
+class QuestionAnsweringFamily:
+    name = QA
+    model_class = AlbertForQuestionAnswering
+    target_dtype = torch.long
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return TUNE_METRICS[QA]
+
+    def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
+        if cfg.train_path is None:
+            source = QAReadResult(DEMO, examples=bbc_qa_examples(seed=0))
+        else:
+            source = read_qa_file(cfg.train_path)
+        features = _featurize(source, tokenizer, cfg)
+        _require(source)
+        sources = [source]
+        if cfg.eval_path is None:
+            train, evaluation = split_by_context(source.examples, cfg.eval_fraction, cfg.seed)
+            eval_from = f"{cfg.eval_fraction:g} of {source.source} by context (seed {cfg.seed})"
+            if not train or not evaluation:
+                raise BadInput(
+                    f"{source.source}: {len({e.context for e in source.examples})} contexts are too few to "
+                    f"hold out finetune.eval_fraction={cfg.eval_fraction:g}"
+                )
+        else:
+            held = read_qa_file(cfg.eval_path)
+            features.update(_featurize(held, tokenizer, cfg))
+            _require(held)
+            sources.append(held)
+            train, evaluation, eval_from = source.examples, held.examples, cfg.eval_path
+        train, train_unsampled = sample_questions(train, cfg.max_train_examples, cfg.seed)
+        evaluation, eval_unsampled = sample_questions(evaluation, cfg.max_eval_examples, cfg.seed)
+        train_features = [f for e in train for f in features[e.id]]
+        eval_features = [f for e in evaluation for f in features[e.id]]
+        version_2 = any(s.version_2 for s in sources) or any(not e.answers for e in (*train, *evaluation))
+
+        def targets(chosen: list[QAFeature]) -> np.ndarray:
+            return np.asarray([(f.start_position, f.end_position) for f in chosen], np.int64).reshape(-1, 2)
+
+        return EncodedTask(
+            train=[(f.input_ids, f.token_type_ids) for f in train_features],
+            train_targets=targets(train_features),
+            eval=[(f.input_ids, f.token_type_ids) for f in eval_features],
+            eval_targets=targets(eval_features),
+            reference=QAReference(
+                tuple(f.window for f in eval_features),
+                {e.id: e.context for e in evaluation},
+                golds_of(evaluation),
+                version_2,
+            ),
+            accounting={
+                "inputs": [s.summary() for s in sources],
+                "eval_from": eval_from,
+                "train": {"used": len(train), "unsampled": train_unsampled, "features": len(train_features)},
+                "eval": {"used": len(evaluation), "unsampled": eval_unsampled, "features": len(eval_features)},
+                "version_2": version_2,
+            },
+            truncated={
+                "questions": sum(
+                    len(tokenizer.pieces(e.question)) > cfg.max_query_length for e in (*train, *evaluation)
+                ),
+                # answerable training questions whose answer no window holds whole: every window of
+                # theirs is trained towards [CLS], as in run_squad
+                "answers_outside_windows": sum(
+                    bool(e.answers) and all(f.start_position == 0 for f in features[e.id]) for e in train
+                ),
+            },
+            eval_examples=len(evaluation),
+        )
+
+    def loss_sum(self, outputs: Any, targets: torch.Tensor) -> torch.Tensor:
+        start = F.cross_entropy(outputs.start_logits.float(), targets[:, 0], reduction="sum")
+        end = F.cross_entropy(outputs.end_logits.float(), targets[:, 1], reduction="sum")
+        return (start + end) / 2
+
+    def scores(self, outputs: Any) -> torch.Tensor:
+        return torch.stack([outputs.start_logits, outputs.end_logits], dim=-1)  # (B, S, 2)
+
+    def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
+        ref: QAReference = task.reference
+        start, end = scores[..., 0], scores[..., 1]
+        predicted = postprocess(
+            ref.contexts, ref.windows, start, end, cfg.n_best_size, cfg.max_answer_length, version_2=False
+        )
+        metrics: dict[str, float] = {"eval_loss": _eval_loss(scores, task.eval_targets, ref.windows)}
+        answers = predicted.answers
+        files = {}
+        if ref.version_2:
+            searched = squad_scores(ref.golds, answers, na_probs=predicted.null_odds)
+            threshold = float(searched["best_f1_thresh"])
+            answers = {q: "" if predicted.null_odds[q] > threshold else a for q, a in answers.items()}
+            metrics["null_threshold"] = threshold
+            files["null_odds.json"] = json.dumps(predicted.null_odds, indent=1, sort_keys=True) + "\n"
+        scored = squad_scores(ref.golds, answers)
+        metrics.update({k: float(scored[k]) for k in REPORTED if k in scored})
+        files["predictions.json"] = json.dumps(answers, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        return Evaluation(metrics, files)
+
+
+def _eval_loss(scores: np.ndarray, targets: np.ndarray, windows: Sequence[Window]) -> float:
+    """The training loss's mean over the eval features: each feature's start and end cross-entropy
+    over its own tokens (not the batch's padding)."""
+    if not len(scores):
+        return 0.0
+    lengths = np.asarray([len(w.offsets) for w in windows])
+    logits = np.where(np.arange(scores.shape[1])[None, :, None] < lengths[:, None, None], scores, -np.inf)
+    logits = logits.astype(np.float64)
+    top = logits.max(axis=1, keepdims=True)
+    log_probs = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+    rows = np.arange(len(scores))
+    picked = log_probs[rows, targets[:, 0], 0] + log_probs[rows, targets[:, 1], 1]
+    return float(-picked.mean() / 2)
+
+
+QUESTION_ANSWERING = QuestionAnsweringFamily()
+
+__all__ = [
+    "DEMO",
+    "QUESTION_ANSWERING",
+    "QAReference",
+    "QuestionAnsweringFamily",
+    "sample_questions",
+    "split_by_context",
+]

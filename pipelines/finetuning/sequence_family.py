@@ -1,0 +1,80 @@
+"""The sequence task families: classification and regression of a text or text pair from [CLS]
+(transformers' AlbertForSequenceClassification), scored with accuracy, macro-F1 and MCC, or
+Pearson and Spearman."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from albert_model.model import AlbertForSequenceClassification
+
+from ..config import TUNE_METRICS, FinetuneSection
+from .family import EncodedTask, Evaluation
+from .metrics import compute_metrics
+from .task import load_task
+from .tokenizer import PairTokenizer
+
+
+@dataclass(frozen=True)
+class SequenceFamily:
+    name: str
+    model_class: type = AlbertForSequenceClassification
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return TUNE_METRICS[self.name]
+
+    @property
+    def regression(self) -> bool:
+        return self.name == "regression"
+
+    @property
+    def target_dtype(self) -> torch.dtype:
+        return torch.float32 if self.regression else torch.long
+
+    def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
+        task = load_task(cfg)
+        length = cfg.max_seq_length
+
+        def encode(examples) -> list[tuple[list[int], list[int]]]:
+            pairs = examples.pairs if examples.pairs is not None else [None] * len(examples)
+            return [tokenizer.encode(text, pair, length) for text, pair in zip(examples.texts, pairs)]
+
+        train, evaluation = encode(task.train), encode(task.eval)
+        eval_targets = np.asarray(task.eval_targets)
+        return EncodedTask(
+            train=train,
+            train_targets=np.asarray(task.train_targets),
+            eval=evaluation,
+            eval_targets=eval_targets,
+            reference=eval_targets,
+            label_names=task.label_names,
+            num_labels=task.num_labels,
+            accounting=task.accounting,
+            truncated={
+                split: sum(len(ids) >= length for ids, _ in features)
+                for split, features in (("train", train), ("eval", evaluation))
+            },
+            eval_examples=len(evaluation),
+        )
+
+    def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if self.regression:
+            return F.mse_loss(outputs[:, 0], targets.float(), reduction="sum")
+        return F.cross_entropy(outputs, targets, reduction="sum")
+
+    def scores(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs  # logits [B, num_labels]
+
+    def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
+        return Evaluation(compute_metrics(self.name, scores, task.reference, task.num_labels))
+
+
+CLASSIFICATION = SequenceFamily("classification")
+REGRESSION = SequenceFamily("regression")
+
+__all__ = ["CLASSIFICATION", "REGRESSION", "SequenceFamily"]
