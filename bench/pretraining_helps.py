@@ -1,7 +1,11 @@
-"""Does pretraining help? Fine-tune the same architecture on the embedded BBC News task twice under
-the same budget: from the pretrained weights and from a random initialisation.
+"""Does pretraining help? Fine-tune the same architecture on the embedded BBC News task (or, given
+`finetune.*` overrides, another task) twice under the same budget: from the pretrained weights and
+from a random initialisation.
 
     .venv/bin/python bench/pretraining_helps.py --pretrained /tmp/albert-learning/pretrain/hf --epochs 1,2,3
+    .venv/bin/python bench/pretraining_helps.py --pretrained runs/qa-demo/pretrain/hf --epochs 2 \
+        finetune.task=question_answering finetune.max_seq_length=256 \
+        finetune.max_train_examples=1000 finetune.max_eval_examples=300      # the QA demo, by F1
 
 Both arms: one trial with the same fixed hyperparameters (no search), the same seeded 80/20
 stratified split, sequence length and epochs. Prints a markdown table for docs/BENCHMARKS.md.

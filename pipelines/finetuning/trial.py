@@ -129,6 +129,15 @@ PREDICTIONS = "predictions"
 """The folder of a checkpoint that holds its evaluation's predictions files (the family's)."""
 
 
+def write_predictions(files: dict[str, str], directory: str) -> None:
+    """A family's predictions files (name -> text) into `directory`, made only when there are some."""
+    if files:
+        os.makedirs(directory, exist_ok=True)
+    for name, text in files.items():
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            f.write(text)
+
+
 Report = Callable[[dict[str, Any], "str | None"], None]
 
 
@@ -197,10 +206,7 @@ def fit_trial(
         if rank == 0:
             checkpoint = os.path.join(checkpoint_root, f"epoch_{epoch + 1}")
             save_model(model, pretrained_dir, checkpoint, task.label_names)
-            for name, text in evaluation.files.items():
-                os.makedirs(os.path.join(checkpoint, PREDICTIONS), exist_ok=True)
-                with open(os.path.join(checkpoint, PREDICTIONS, name), "w", encoding="utf-8") as f:
-                    f.write(text)
+            write_predictions(evaluation.files, os.path.join(checkpoint, PREDICTIONS))
         report(metrics, checkpoint)
 
 

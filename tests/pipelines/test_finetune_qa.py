@@ -108,7 +108,7 @@ def test_a_squad_v2_search_writes_the_official_files_and_transformers_loads_the_
             "finetune.doc_stride=48",
             "tune.num_samples=2",
             "tune.scheduler=none",
-            "tune.space={finetune.lr: [0.001, 0.0003], finetune.batch_size: 32, finetune.epochs: 2}",
+            "tune.space={finetune.lr: [0.001, 0.0003], finetune.batch_size: 32, finetune.epochs: 1}",
         ]
     )
     out = run_finetune(config)
