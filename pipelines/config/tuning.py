@@ -83,8 +83,8 @@ class FinetuneSection(Section):
     """Share of the optimizer steps spent warming the learning rate up from 0."""
     weight_decay: float = 0.01
     """Decoupled AdamW weight decay (not on LayerNorm or bias parameters)."""
-    classifier_dropout: float = 0.1
-    """Dropout on the pooled output before the classifier."""
+    classifier_dropout: float = field(default=0.1, metadata=for_tasks(*SEQUENCE_TASKS))
+    """Dropout on the pooled output before the classifier (question answering's head has none, as transformers')."""
     max_grad_norm: float = 1.0
     """Clip the gradient norm to this."""
     eval_batch_size: int = field(default=64, metadata=setting("evaluation batching"))
