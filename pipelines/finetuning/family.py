@@ -1,6 +1,6 @@
 """What a fine-tuning task family declares, as a stage is declared: its model head and the
-transformers class it exports to, how its input becomes features, its loss, and how the eval
-outputs become its metrics and predictions files. The trial loop (trial.py, loop.py) is written
+transformers class it exports to, how its input becomes features, how features become a batch, its
+loss, and how the eval outputs become its metrics and predictions files. The trial loop (trial.py, loop.py) is written
 once against this; pipelines/finetuning/families.py lists the families by `finetune.task`."""
 
 from __future__ import annotations
@@ -63,6 +63,19 @@ class TaskFamily(Protocol):
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
         """Read, split, subsample and featurize the configured task; every input row used or counted."""
+        ...
+
+    def collate(
+        self,
+        encoded: Sequence[Any],
+        indices: Sequence[int],
+        pad_id: int,
+        targets: torch.Tensor | None = None,
+        pin: bool = False,
+        widths: Sequence[int] = (),
+    ) -> dict[str, torch.Tensor]:
+        """The features at `indices` as the model's keyword inputs (and `labels`, given targets);
+        both families here pad one sequence per feature (loop.collate)."""
         ...
 
     def loss_sum(self, outputs: Any, targets: torch.Tensor) -> torch.Tensor:

@@ -105,6 +105,10 @@ def collate(
     return {k: v.pin_memory() for k, v in batch.items()} if pin else batch
 
 
+Collate = Callable[..., dict[str, torch.Tensor]]
+"""`collate`'s signature: (encoded, indices, pad_id, targets=None, pin=False, widths=()) -> a host batch."""
+
+
 GRAPH_WIDTHS = 4
 """finetune.cuda_graphs pads each batch to one of this many widths (a graph is captured per width)."""
 
@@ -181,16 +185,18 @@ def train_epoch(
     device: torch.device | None = None,
     precision: str = "fp32",
     widths: Sequence[int] = (),
+    collate_fn: Collate | None = None,
 ) -> float:
     """One pass over `batches`; returns the mean training loss over all workers' examples. `targets`
     has a row per example. Batches are padded to one of `widths` where one holds them
-    (finetune.cuda_graphs)."""
+    (finetune.cuda_graphs). `collate_fn` is the family's (`collate` by default)."""
+    collate_fn = collate_fn or collate
     device = device or torch.device("cpu")
     model.train()
     pin = device.type == "cuda"
     total, seen = torch.zeros((), dtype=torch.float64, device=device), 0
     for batch in batches:
-        share = collate(encoded, batch[rank::world], pad_id, targets, pin, widths)
+        share = collate_fn(encoded, batch[rank::world], pad_id, targets, pin, widths)
         total += finetune_step(
             model, optimizer, schedule, share, len(batch), max_grad_norm, loss_of, device, precision, world
         )
@@ -211,18 +217,20 @@ def predict(
     device: torch.device | None = None,
     precision: str = "fp32",
     scores_of: Callable[[Any], torch.Tensor] = lambda outputs: outputs,
+    collate_fn: Collate | None = None,
 ) -> np.ndarray:
     """`scores_of` the model's outputs for every example, in order ([N, ...]: logits [N, num_labels]
     by default); workers share the work and gather. Scores with a sequence dimension ([B, S, ...])
-    are zero-padded to the widest batch's S."""
+    are zero-padded to the widest batch's S. `collate_fn` is the family's (`collate` by default)."""
     device = device or torch.device("cpu")
+    collate_fn = collate_fn or collate
     model.eval()
     mine = np.arange(len(encoded))[rank::world]
     mine = mine[np.argsort([len(encoded[i][0]) for i in mine], kind="stable")]  # less padding
     pin = device.type == "cuda"
     with autocast(precision, device):
         outputs = [
-            scores_of(model(**to_device(collate(encoded, mine[i : i + batch_size], pad_id, pin=pin), device)))
+            scores_of(model(**to_device(collate_fn(encoded, mine[i : i + batch_size], pad_id, pin=pin), device)))
             .float()
             .cpu()
             .numpy()

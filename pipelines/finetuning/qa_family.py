@@ -27,6 +27,7 @@ from ..config import TUNE_METRICS, FinetuneSection
 from ..config.tuning import QA
 from ..errors import BadInput
 from .family import EncodedTask, Evaluation
+from .loop import collate
 from .qa_demo import bbc_qa_examples
 from .qa_features import QAExample, QAFeature, RejectedExample, qa_windows
 from .qa_postprocess import Window, postprocess
@@ -99,6 +100,7 @@ class QuestionAnsweringFamily:
     name = QA
     model_class = AlbertForQuestionAnswering
     target_dtype = torch.long
+    collate = staticmethod(collate)  # a window is one padded sequence; targets are (start, end) rows
 
     @property
     def metrics(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from albert_model.model import AlbertForSequenceClassification
 
 from ..config import TUNE_METRICS, FinetuneSection
 from .family import EncodedTask, Evaluation
+from .loop import collate
 from .metrics import compute_metrics
 from .task import load_task
 from .tokenizer import PairTokenizer
@@ -23,6 +24,7 @@ from .tokenizer import PairTokenizer
 class SequenceFamily:
     name: str
     model_class: type = AlbertForSequenceClassification
+    collate = staticmethod(collate)
 
     @property
     def metrics(self) -> tuple[str, ...]:

@@ -190,10 +190,20 @@ def fit_trial(
             device,
             precision,
             widths=widths,
+            collate_fn=family.collate,
         )
         # The bare model: DDP's forward would sync buffers across workers' unequal eval shards.
         scores = predict(
-            model, task.eval, cfg.eval_batch_size, data.pad_id, rank, world, device, precision, family.scores
+            model,
+            task.eval,
+            cfg.eval_batch_size,
+            data.pad_id,
+            rank,
+            world,
+            device,
+            precision,
+            family.scores,
+            family.collate,
         )
         evaluation = family.evaluate(cfg, task, scores)
         metrics = {

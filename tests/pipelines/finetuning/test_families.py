@@ -125,3 +125,25 @@ def test_a_held_out_split_keeps_each_context_on_one_side():
     assert len({e.context for e in held}) == 2 and not {e.context for e in train} & {e.context for e in held}
     assert len(train) + len(held) == 20
     assert split_by_context(examples, 0.4, seed=3) == (train, held)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_family_batch_goes_through_its_model_loss_and_scores(name):
+    """The contract the trial loop relies on, family by family: collate -> the head's forward ->
+    a finite summed loss with gradients, and scores with a row per feature."""
+    import torch
+
+    from tests.albert_model.test_model import tiny
+
+    family = FAMILIES[name]
+    torch.manual_seed(0)
+    model = family.model_class(tiny(num_labels=3 if name == "classification" else 1))
+    encoded = [([2, 10, 11, 3, 12, 3], [0, 0, 0, 0, 1, 1]), ([2, 13, 3, 14, 15, 16, 3], [0, 0, 0, 1, 1, 1, 1])]
+    targets = {"classification": [2, 0], "regression": [0.5, -1.0], "question_answering": [(4, 4), (0, 0)]}[name]
+    batch = family.collate(encoded, [0, 1], 0, torch.tensor(targets, dtype=family.target_dtype))
+    labels = batch.pop("labels")
+    outputs = model(**batch)
+    loss = family.loss_sum(outputs, labels)
+    loss.backward()
+    assert loss.ndim == 0 and torch.isfinite(loss) and model.albert.embeddings.word_embeddings.weight.grad is not None
+    assert family.scores(outputs).shape[0] == 2
