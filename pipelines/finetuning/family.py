@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..config import FinetuneSection
+from .loop import Collate
 from .tokenizer import PairTokenizer
 
 Feature = tuple[Sequence[int], Sequence[int]]
@@ -60,22 +61,12 @@ class TaskFamily(Protocol):
     model_class: type[nn.Module]
     """Our head (albert_model); its class name is the export's transformers class."""
     target_dtype: torch.dtype
+    collate: Collate
+    """The features at some indices as the model's keyword inputs (and `labels`, given targets); the
+    families here pad one sequence per feature (loop.collate)."""
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
         """Read, split, subsample and featurize the configured task; every input row used or counted."""
-        ...
-
-    def collate(
-        self,
-        encoded: Sequence[Any],
-        indices: Sequence[int],
-        pad_id: int,
-        targets: torch.Tensor | None = None,
-        pin: bool = False,
-        widths: Sequence[int] = (),
-    ) -> dict[str, torch.Tensor]:
-        """The features at `indices` as the model's keyword inputs (and `labels`, given targets);
-        both families here pad one sequence per feature (loop.collate)."""
         ...
 
     def loss_sum(self, outputs: Any, targets: torch.Tensor) -> torch.Tensor:
