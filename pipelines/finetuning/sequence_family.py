@@ -65,9 +65,10 @@ class SequenceFamily:
         )
 
     def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logits = outputs.float()  # the loss in fp32 under bf16 autocast
         if self.regression:
-            return F.mse_loss(outputs[:, 0], targets.float(), reduction="sum")
-        return F.cross_entropy(outputs, targets, reduction="sum")
+            return F.mse_loss(logits[:, 0], targets.float(), reduction="sum")
+        return F.cross_entropy(logits, targets, reduction="sum")
 
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
         return outputs  # logits [B, num_labels]

@@ -147,3 +147,18 @@ def test_a_family_batch_goes_through_its_model_loss_and_scores(name):
     loss.backward()
     assert loss.ndim == 0 and torch.isfinite(loss) and model.albert.embeddings.word_embeddings.weight.grad is not None
     assert family.scores(outputs).shape[0] == 2
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_family_loss_is_fp32_for_bf16_outputs(name):
+    import torch
+
+    family = FAMILIES[name]
+    logits = torch.randn(2, 5, dtype=torch.bfloat16)
+    if name == "question_answering":
+        from albert_model.model import AlbertQuestionAnsweringOutput
+
+        outputs, targets = AlbertQuestionAnsweringOutput(logits, logits.flip(1)), torch.tensor([[1, 2], [0, 0]])
+    else:
+        outputs, targets = logits, torch.tensor([1, 3], dtype=family.target_dtype)
+    assert family.loss_sum(outputs, targets).dtype == torch.float32
