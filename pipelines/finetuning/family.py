@@ -31,8 +31,9 @@ class EncodedTask:
     """One row per training feature: class ids, floats, or (start, end) token positions."""
     eval: list[Feature]
     eval_targets: np.ndarray
-    reference: Any
-    """The family's own evaluation data (the eval targets; QA: contexts, windows, gold answers)."""
+    reference: Any = None
+    """What the family's evaluation reads besides the outputs and eval_targets (QA: the windows,
+    contexts and gold answers); None where it needs nothing more."""
     label_names: list[str] | None = None
     """Class names by id (classification); None otherwise."""
     num_labels: int = 1

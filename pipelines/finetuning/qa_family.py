@@ -11,7 +11,6 @@ null odds exceed it, so its exact and F1 are the reported ones."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from .qa_features import QAExample, QAFeature, RejectedExample, qa_windows
 from .qa_postprocess import Window, postprocess
 from .qa_tables import QAReadResult, golds_of, read_qa_file
 from .squad_metrics import squad_scores
-from .tables import BBC_NEWS
+from .tables import BBC_NEWS, seeded_hash
 from .tokenizer import PairTokenizer
 
 DEMO = f"{BBC_NEWS} (cloze questions)"
@@ -50,10 +49,6 @@ class QAReference:
     contexts: dict[str, str]
     golds: dict[str, list[str]]
     version_2: bool
-
-
-def _hash(seed: int, *parts: Any) -> int:
-    return int.from_bytes(hashlib.sha256(repr((seed, *parts)).encode()).digest()[:8], "big")
 
 
 def _featurize(source: QAReadResult, tokenizer: PairTokenizer, cfg: FinetuneSection) -> dict[str, list[QAFeature]]:
@@ -83,7 +78,7 @@ def split_by_context(
 ) -> tuple[list[QAExample], list[QAExample]]:
     """A seeded (train, eval) split with `fraction` of the distinct contexts in eval: the questions
     on one context stay on one side, so no eval context was read in training."""
-    contexts = sorted({e.context for e in examples}, key=lambda c: _hash(seed, "split", c))
+    contexts = sorted({e.context for e in examples}, key=lambda c: seeded_hash(seed, "split", c))
     held = set(contexts[: round(fraction * len(contexts))])
     return [e for e in examples if e.context not in held], [e for e in examples if e.context in held]
 
@@ -92,7 +87,7 @@ def sample_questions(examples: list[QAExample], cap: int | None, seed: int) -> t
     """A seeded subsample of `cap` questions in their order, and how many were left out."""
     if cap is None or cap >= len(examples):
         return examples, 0
-    chosen = set(sorted(range(len(examples)), key=lambda i: _hash(seed, "sample", examples[i].id))[:cap])
+    chosen = set(sorted(range(len(examples)), key=lambda i: seeded_hash(seed, "sample", examples[i].id))[:cap])
     return [e for i, e in enumerate(examples) if i in chosen], len(examples) - cap
 
 

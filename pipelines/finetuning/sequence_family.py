@@ -47,13 +47,11 @@ class SequenceFamily:
             return [tokenizer.encode(text, pair, length) for text, pair in zip(examples.texts, pairs)]
 
         train, evaluation = encode(task.train), encode(task.eval)
-        eval_targets = np.asarray(task.eval_targets)
         return EncodedTask(
             train=train,
             train_targets=np.asarray(task.train_targets),
             eval=evaluation,
-            eval_targets=eval_targets,
-            reference=eval_targets,
+            eval_targets=np.asarray(task.eval_targets),
             label_names=task.label_names,
             num_labels=task.num_labels,
             accounting=task.accounting,
@@ -74,7 +72,7 @@ class SequenceFamily:
         return outputs  # logits [B, num_labels]
 
     def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
-        return Evaluation(compute_metrics(self.name, scores, task.reference, task.num_labels))
+        return Evaluation(compute_metrics(self.name, scores, task.eval_targets, task.num_labels))
 
 
 CLASSIFICATION = SequenceFamily("classification")

@@ -221,7 +221,8 @@ def bbc_news_examples() -> Examples:
     return out
 
 
-def _hash(seed: int, *parts: Any) -> int:
+def seeded_hash(seed: int, *parts: Any) -> int:
+    """A stable 64-bit hash of `parts` under `seed`: the order of seeded splits and subsamples."""
     return int.from_bytes(hashlib.sha256(repr((seed, *parts)).encode()).digest()[:8], "big")
 
 
@@ -235,7 +236,7 @@ def split_indices(examples: Examples, fraction: float, seed: int, stratify: bool
         groups.setdefault(key(i), {}).setdefault(text, []).append(i)
     train, held = [], []
     for texts in groups.values():
-        order = sorted(texts, key=lambda t: _hash(seed, "split", *t))
+        order = sorted(texts, key=lambda t: seeded_hash(seed, "split", *t))
         cut = round(fraction * len(order))
         for rank, text in enumerate(order):
             (held if rank < cut else train).extend(texts[text])
@@ -251,8 +252,8 @@ def sample_indices(examples: Examples, k: int, seed: int, stratify: bool) -> lis
         groups.setdefault(examples.labels[i] if stratify else None, []).append(i)
     ranked = []
     for members in groups.values():
-        members.sort(key=lambda i: _hash(seed, "sample", examples.texts[i], i))
-        ranked.extend(((pos + 0.5) / len(members), _hash(seed, "tie", i), i) for pos, i in enumerate(members))
+        members.sort(key=lambda i: seeded_hash(seed, "sample", examples.texts[i], i))
+        ranked.extend(((pos + 0.5) / len(members), seeded_hash(seed, "tie", i), i) for pos, i in enumerate(members))
     return sorted(i for _, _, i in sorted(ranked)[:k])
 
 
@@ -262,6 +263,7 @@ __all__ = [
     "bbc_news_examples",
     "read_table",
     "sample_indices",
+    "seeded_hash",
     "split_indices",
     "table_examples",
     "file_format",

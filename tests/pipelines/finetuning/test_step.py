@@ -211,7 +211,7 @@ def test_bf16_on_the_cpu_stays_close_to_fp32_and_is_not_fp32():
 def toy_trial_data() -> TrialData:
     encoded = [([2, 10 + (i % 2), 3], [0, 0, 0]) for i in range(16)]
     labels = np.asarray([i % 2 for i in range(16)])
-    task = EncodedTask(encoded, labels, encoded[:8], labels[:8], labels[:8], ["a", "b"], 2)
+    task = EncodedTask(encoded, labels, encoded[:8], labels[:8], label_names=["a", "b"], num_labels=2)
     return TrialData("classification", task, 0, {})
 
 
