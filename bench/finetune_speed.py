@@ -9,18 +9,22 @@ eps 1e-6), the linear schedule. On CUDA it is timed eager, with finetune.compile
 groups compiled by apply_compile) and with finetune.cuda_graphs (GraphedModel: the whole model
 compiled with mode="reduce-overhead", its forward and backward replayed as CUDA graphs).
 
-Transformers' is its AlbertForSequenceClassification (attn_implementation="sdpa", our initial
-weights) under `transformers.Trainer` with TrainingArguments(bf16=True, optim="adamw_torch_fused",
-the same lr, weight decay, eps, max_grad_norm and linear schedule), prepared as Trainer prepares
-it (create_optimizer, accelerator.prepare, create_scheduler), and stepped as its inner training
-loop steps: the batch to the device (its DataLoader's default, a blocking copy), get_batch_samples
-(the item count), training_step (forward under accelerate's autocast, loss, backward), the
-accelerator's clip_grad_norm_, optimizer.step(), lr_scheduler.step(), model.zero_grad(). Left
-out of its step: the loss's NaN check (logging_nan_inf_filter, a host read every step), logging and
-callbacks; its real step is at least this long, so a speedup here is not overstated.
+Tasks (--finetune-tasks): classification (AlbertForSequenceClassification, 5 labels: the last
+layer runs only at [CLS] in ours) and question_answering (AlbertForQuestionAnswering, a start and an
+end position per sequence inside its second segment: the last layer runs everywhere in both).
+
+Transformers' is its model of the same task (attn_implementation="sdpa", our initial weights) under
+`transformers.Trainer` with TrainingArguments(bf16=True, optim="adamw_torch_fused", the same lr,
+weight decay, eps, max_grad_norm and linear schedule), prepared as Trainer prepares it
+(create_optimizer, accelerator.prepare, create_scheduler), and stepped as its inner training loop
+steps: the batch to the device (its DataLoader's default, a blocking copy), get_batch_samples (the
+item count), training_step (forward under accelerate's autocast, loss, backward), the accelerator's
+clip_grad_norm_, optimizer.step(), lr_scheduler.step(), model.zero_grad(). Left out of its step: the
+loss's NaN check (logging_nan_inf_filter, a host read every step), logging and callbacks; its real
+step is at least this long, so a speedup here is not overstated.
 
 Both start every step from the same host batch, `collate`'s output (pinned on CUDA, as Trainer's
-DataLoader pins): random ids, 5 labels, every sequence full length, or (padded) lengths drawn from
+DataLoader pins): random ids, 5 labels or an answer span, every sequence full length, or (padded) lengths drawn from
 [seq/2, seq] and padded to the longest. Dropout as fine-tuning runs it (ALBERT v2: none in the
 encoder, 0.1 on the pooled output).
 
@@ -32,6 +36,7 @@ contender was built: its weights, gradients, optimizer state and the step's acti
 
     python bench/finetune_speed.py                                   # CUDA: base and large at 128
     python bench/finetune_speed.py --finetune-configs base-512:32,large-512:32 --finetune-padding full
+    python bench/finetune_speed.py --finetune-tasks question_answering --finetune-configs base-384:32
     python bench/finetune_speed.py --device cpu                      # a smoke run: tiny, fp32
 
 bench/gpu_suite.py runs it as a phase: `finetune_speed.finetune_phase(args)`.
@@ -53,9 +58,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from albert_model import AlbertConfig, AlbertForSequenceClassification  # noqa: E402
+from albert_model import AlbertConfig, AlbertForQuestionAnswering  # noqa: E402
 from albert_model.hf import to_hf_state_dict  # noqa: E402
 from pipelines.finetuning.loop import GraphedModel, build_schedule, collate, finetune_step  # noqa: E402
+from pipelines.finetuning.qa_family import QUESTION_ANSWERING  # noqa: E402
 from pipelines.finetuning.sequence_family import CLASSIFICATION  # noqa: E402
 from pipelines.train.build import build_optimizer  # noqa: E402
 from pipelines.train.parallel import apply_compile  # noqa: E402
@@ -63,6 +69,7 @@ from pipelines.train.parallel import apply_compile  # noqa: E402
 NUM_LABELS, LR, WEIGHT_DECAY, EPS, MAX_GRAD_NORM = 5, 2e-5, 0.01, 1e-6, 1.0
 SCHEDULE_STEPS = 100_000  # the linear decay's length: far beyond any run here, so the lr stays ~2e-5
 PADDINGS = ("full", "padded")
+FAMILIES = {family.name: family for family in (CLASSIFICATION, QUESTION_ANSWERING)}
 CUDA_DEFAULTS = dict(configs="base-128:32,large-128:32", warmup=3, steps=5, rounds=3)
 CPU_DEFAULTS = dict(configs="tiny-64:4", warmup=1, steps=1, rounds=1)
 
@@ -75,10 +82,11 @@ def parse_config(text: str) -> tuple[str, int, int]:
 
 
 def make_batch(
-    batch_size: int, seq: int, vocab_size: int, padded: bool, pin: bool, seed: int = 0
+    batch_size: int, seq: int, vocab_size: int, padded: bool, pin: bool, seed: int = 0, task: str = "classification"
 ) -> dict[str, torch.Tensor]:
     """A host batch as fine-tuning collates one: [CLS] ids [SEP] ids [SEP], the second segment's
-    token types 1, `labels` in [0, NUM_LABELS)."""
+    token types 1; `labels` in [0, NUM_LABELS) (classification) or a (start, end) row inside the
+    second segment (question_answering)."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(seq // 2, seq + 1, batch_size) if padded else np.full(batch_size, seq)
     encoded = []
@@ -87,21 +95,29 @@ def make_batch(
         half = n // 2
         ids[0], ids[half - 1], ids[-1] = 2, 3, 3  # [CLS] ... [SEP] ... [SEP]
         encoded.append((ids, [0] * half + [1] * (n - half)))
-    targets = torch.from_numpy(rng.integers(0, NUM_LABELS, batch_size))
+    if task == "question_answering":
+        rows = []
+        for n in lengths:
+            start = int(rng.integers(n // 2, n - 1))
+            rows.append((start, min(n - 2, start + int(rng.integers(0, 8)))))
+        targets = torch.tensor(rows)
+    else:
+        targets = torch.from_numpy(rng.integers(0, NUM_LABELS, batch_size))
     return collate(encoded, list(range(batch_size)), 0, targets, pin)
 
 
 class Ours:
-    """Fine-tuning's own step on our AlbertForSequenceClassification."""
+    """Fine-tuning's own step on our model of the task (its family's loss)."""
 
     def __init__(
         self,
-        weights: AlbertForSequenceClassification,
+        weights: torch.nn.Module,
         batch,
         device: torch.device,
         precision: str,
         compile_: bool,
         graphs: bool = False,
+        task: str = "classification",
     ):
         self.model = copy.deepcopy(weights).to(device).train()
         if compile_:
@@ -110,6 +126,7 @@ class Ours:
         self.optimizer = build_optimizer(self.model, "adamw", LR, WEIGHT_DECAY)
         self.schedule = build_schedule(self.optimizer, SCHEDULE_STEPS, 0.0)
         self.batch, self.device, self.precision = batch, device, precision
+        self.loss_of = FAMILIES[task].loss_sum
 
     def step(self) -> torch.Tensor:
         """One optimizer step; the batch's mean loss (on the device)."""
@@ -121,7 +138,7 @@ class Ours:
             self.batch,
             n,
             MAX_GRAD_NORM,
-            CLASSIFICATION.loss_sum,
+            self.loss_of,
             self.device,
             self.precision,
         )
@@ -129,15 +146,17 @@ class Ours:
 
 
 class Transformers:
-    """transformers' AlbertForSequenceClassification stepped as Trainer's inner loop steps it."""
+    """transformers' model of the task (its class of our class's name) stepped as Trainer's inner
+    loop steps it."""
 
-    def __init__(
-        self, weights: AlbertForSequenceClassification, batch, device: torch.device, precision: str, work: str
-    ):
+    def __init__(self, weights: torch.nn.Module, batch, device: torch.device, precision: str, work: str):
         import transformers
 
-        config = transformers.AlbertConfig(**weights.config.to_hf_dict(), attn_implementation="sdpa")
-        model = transformers.AlbertForSequenceClassification(config)
+        hf = weights.config.to_hf_dict()
+        if isinstance(weights, AlbertForQuestionAnswering):
+            hf["num_labels"] = 2  # its qa_outputs is num_labels wide: a start and an end logit
+        config = transformers.AlbertConfig(**hf, attn_implementation="sdpa")
+        model = getattr(transformers, type(weights).__name__)(config)
         model.load_state_dict(to_hf_state_dict(weights))
         cuda = device.type == "cuda"
         args = transformers.TrainingArguments(
@@ -165,6 +184,12 @@ class Transformers:
         trainer.create_scheduler(num_training_steps=SCHEDULE_STEPS)
         trainer.model_wrapped = self.model
         trainer.current_gradient_accumulation_steps = 1
+        if isinstance(weights, AlbertForQuestionAnswering):  # its targets by name, as its collator gives them
+            batch = dict(batch)
+            labels = batch.pop("labels")
+            batch["start_positions"], batch["end_positions"] = labels[:, 0].contiguous(), labels[:, 1].contiguous()
+            if labels.is_pinned():
+                batch = {k: v.pin_memory() for k, v in batch.items()}
         self.batch = batch
 
     def step(self) -> torch.Tensor:
@@ -181,9 +206,9 @@ class Transformers:
         return loss
 
 
-def build_weights(config: AlbertConfig, seed: int = 0) -> AlbertForSequenceClassification:
+def build_weights(config: AlbertConfig, seed: int = 0, task: str = "classification") -> torch.nn.Module:
     torch.manual_seed(seed)
-    return AlbertForSequenceClassification(config)
+    return FAMILIES[task].model_class(config)
 
 
 def build_contenders(
@@ -194,17 +219,18 @@ def build_contenders(
     work: str,
     compiled: bool = False,
     graphs: bool = False,
+    task: str = "classification",
 ) -> dict:
     """ours, transformers (and ours_compiled, ours_graphs) with the same initial weights, on the same batch."""
-    weights = build_weights(config)
+    weights = build_weights(config, task=task)
     makers = {
-        "ours": lambda: Ours(weights, batch, device, precision, compile_=False),
+        "ours": lambda: Ours(weights, batch, device, precision, compile_=False, task=task),
         "transformers": lambda: Transformers(weights, batch, device, precision, work),
     }
     if compiled:
-        makers["ours_compiled"] = lambda: Ours(weights, batch, device, precision, compile_=True)
+        makers["ours_compiled"] = lambda: Ours(weights, batch, device, precision, compile_=True, task=task)
     if graphs:
-        makers["ours_graphs"] = lambda: Ours(weights, batch, device, precision, compile_=False, graphs=True)
+        makers["ours_graphs"] = lambda: Ours(weights, batch, device, precision, compile_=False, graphs=True, task=task)
     return makers
 
 
@@ -223,12 +249,12 @@ def timed(step, steps: int, device: torch.device) -> float:
     return (time.perf_counter() - started) / steps
 
 
-def measure(args, text: str, padding: str, device: torch.device, work: str) -> dict:
+def measure(args, text: str, padding: str, device: torch.device, work: str, task: str = "classification") -> dict:
     preset, seq, batch_size = parse_config(text)
     cuda = device.type == "cuda"
     precision = "bf16" if cuda else "fp32"
     config = AlbertConfig.from_preset(preset, vocab_size=30000, num_labels=NUM_LABELS, classifier_dropout_prob=0.1)
-    batch = make_batch(batch_size, seq, config.vocab_size, padding == "padded", pin=cuda)
+    batch = make_batch(batch_size, seq, config.vocab_size, padding == "padded", pin=cuda, task=task)
     torch._dynamo.reset()  # a fresh compile cache per size
     makers = build_contenders(
         config,
@@ -238,9 +264,11 @@ def measure(args, text: str, padding: str, device: torch.device, work: str) -> d
         work,
         compiled=cuda and args.finetune_compile,
         graphs=cuda and args.finetune_graphs,
+        task=task,
     )
     real_tokens = int(batch["attention_mask"].sum())
     result: dict = {
+        "task": task,
         "preset": preset,
         "seq": seq,
         "batch": batch_size,
@@ -254,10 +282,17 @@ def measure(args, text: str, padding: str, device: torch.device, work: str) -> d
         sync(device)
         before = torch.cuda.memory_allocated() if cuda else 0
         started = time.perf_counter()
-        built[name] = make()
-        for _ in range(args.warmup):
-            built[name].step()
-        sync(device)
+        try:
+            built[name] = make()
+            for _ in range(args.warmup):
+                built[name].step()
+            sync(device)
+        except Exception as error:
+            if name in ("ours", "transformers"):
+                raise
+            result[f"{name}_error"] = f"{type(error).__name__}: {error}"  # a variant failing hides nothing else
+            built.pop(name, None)
+            continue
         result[f"{name}_warmup_s"] = time.perf_counter() - started
         if cuda:
             torch.cuda.reset_peak_memory_stats()
@@ -298,36 +333,38 @@ def summary_of(r: dict) -> dict:
 
 def finetune_phase(args) -> dict:
     """Every config of args.finetune_configs (null: the device's defaults) at every padding of
-    args.finetune_padding, keyed `config/padding`. Also reads args.device ("cuda" or "cpu"),
+    args.finetune_padding for every task of args.finetune_tasks, keyed `config/padding` for
+    classification and `task/config/padding` for the others. Also reads args.device ("cuda" or "cpu"),
     args.warmup, args.steps, args.rounds, args.finetune_compile and args.finetune_graphs."""
     device = torch.device(args.device)
     configs = args.finetune_configs or (CUDA_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS)["configs"]
     out = {}
     with tempfile.TemporaryDirectory(prefix="finetune-speed-") as work:
-        for text in configs.split(","):
-            for padding in args.finetune_padding.split(","):
-                key = f"{text}/{padding}"
-                try:
-                    out[key] = measure(args, text, padding, device, work)
-                except Exception as error:  # one size failing (memory, compile) must not hide the others
-                    out[key] = {"error": f"{type(error).__name__}: {error}"}
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                print(f"finetune {key}: {json.dumps(summary_of(out[key]))}", flush=True)
+        for task in args.finetune_tasks.split(","):
+            for text in configs.split(","):
+                for padding in args.finetune_padding.split(","):
+                    key = f"{text}/{padding}" if task == "classification" else f"{task}/{text}/{padding}"
+                    try:
+                        out[key] = measure(args, text, padding, device, work, task)
+                    except Exception as error:  # one size failing (memory, compile) must not hide the others
+                        out[key] = {"error": f"{type(error).__name__}: {error}"}
+                        if device.type == "cuda":
+                            torch.cuda.empty_cache()
+                    print(f"finetune {key}: {json.dumps(summary_of(out[key]))}", flush=True)
     return out
 
 
 def table(results: dict) -> str:
     """The phase's results as a markdown table."""
     lines = [
-        "| config | padding | ours seq/s | compiled seq/s | CUDA graphs seq/s | transformers seq/s | speedup "
+        "| task | config | padding | ours seq/s | compiled seq/s | CUDA graphs seq/s | transformers seq/s | speedup "
         "| compiled speedup | CUDA graphs speedup | peak GiB ours / compiled / graphs / theirs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, r in results.items():
-        config, padding = key.split("/")
+        task, config, padding = ["classification", *key.split("/")] if key.count("/") == 1 else key.split("/")
         if "error" in r:
-            lines.append(f"| {config} | {padding} | {r['error'][:80]} | | | | | | | |")
+            lines.append(f"| {task} | {config} | {padding} | {r['error'][:80]} | | | | | | | |")
             continue
         seqs, speedups = {}, {}
         for name in ("compiled", "graphs"):
@@ -339,9 +376,9 @@ def table(results: dict) -> str:
             for name in ("ours", "ours_compiled", "ours_graphs", "transformers")
         )
         lines.append(
-            f"| {config} | {padding} | {r['ours']['sequences_per_s']:,.0f} | {seqs['compiled']} | {seqs['graphs']} "
-            f"| {r['transformers']['sequences_per_s']:,.0f} | **{r['speedup']:.2f}x** | {speedups['compiled']} "
-            f"| {speedups['graphs']} | {peaks} |"
+            f"| {task} | {config} | {padding} | {r['ours']['sequences_per_s']:,.0f} | {seqs['compiled']} "
+            f"| {seqs['graphs']} | {r['transformers']['sequences_per_s']:,.0f} | **{r['speedup']:.2f}x** "
+            f"| {speedups['compiled']} | {speedups['graphs']} | {peaks} |"
         )
     return "\n".join(lines)
 
@@ -352,6 +389,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--finetune-configs", default=None, help="preset-seq:batch, comma-separated (CUDA: base-128:32,large-128:32)"
     )
     p.add_argument("--finetune-padding", default=",".join(PADDINGS), help="full (every sequence seq long), padded")
+    p.add_argument("--finetune-tasks", default="classification", help=f"comma-separated, of {tuple(FAMILIES)}")
     p.add_argument(
         "--no-finetune-compile",
         dest="finetune_compile",

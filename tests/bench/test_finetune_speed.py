@@ -62,14 +62,44 @@ def test_batches_are_full_or_padded_within_half_to_full_length(bench):
     assert (full["input_ids"][:, 0] == 2).all() and full["labels"].max() < bench.NUM_LABELS
 
 
+def test_question_answering_batches_hold_an_answer_span_in_the_second_segment(bench):
+    batch = bench.make_batch(16, 64, 500, padded=True, pin=False, task="question_answering")
+    start, end = batch["labels"][:, 0], batch["labels"][:, 1]
+    lengths = batch["attention_mask"].sum(1)
+    second = batch["token_type_ids"].gather(1, start[:, None])[:, 0]
+    assert (second == 1).all() and (start <= end).all() and (end < lengths - 1).all()  # never the final [SEP]
+    assert len(set(start.tolist())) > 1
+
+
+def test_cpu_smoke_run_times_question_answering(bench):
+    results = bench.main(
+        ["--device", "cpu", "--finetune-configs", "tiny-32:2", "--finetune-padding", "padded",
+         "--finetune-tasks", "classification,question_answering"]
+    )  # fmt: skip
+    assert list(results) == ["tiny-32:2/padded", "question_answering/tiny-32:2/padded"]
+    qa = results["question_answering/tiny-32:2/padded"]
+    assert "error" not in qa, qa
+    assert qa["task"] == "question_answering" and qa["ours"]["sequences_per_s"] > 0
+    assert "| question_answering | tiny-32:2 | padded |" in bench.table(results)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("task", ["classification", "question_answering"])
 @pytest.mark.parametrize("padded", [False, True])
-def test_ours_and_the_trainer_take_the_same_steps(bench, tmp_path, padded):
+def test_ours_and_the_trainer_take_the_same_steps(bench, tmp_path, padded, task):
     """Same weights and batch, fp32 on the CPU, no dropout: the same loss before and after two
     optimizer steps (AdamW, clipping, schedule), so both sides of the comparison do the same work."""
     config = AlbertConfig.from_preset("tiny", vocab_size=500, num_labels=bench.NUM_LABELS, classifier_dropout_prob=0.0)
-    batch = bench.make_batch(4, 32, config.vocab_size, padded, pin=False)
-    makers = bench.build_contenders(config, batch, torch.device("cpu"), "fp32", str(tmp_path))
-    losses = {name: [float(c.step()) for _ in range(3)] for name, c in ((n, make()) for n, make in makers.items())}
+    batch = bench.make_batch(4, 32, config.vocab_size, padded, pin=False, task=task)
+    makers = bench.build_contenders(config, batch, torch.device("cpu"), "fp32", str(tmp_path), task=task)
+    contenders = {name: make() for name, make in makers.items()}
+    if padded and task == "question_answering":
+        # A padded position's start/end logit is in the softmax on both sides (as in Google's and
+        # transformers' run_squad), so its gradient reaches the [pad] embedding, which transformers'
+        # padding_idx then zeroes. Zeroing that one row here too shows it is the only difference.
+        pad = config.to_hf_dict()["pad_token_id"]  # transformers' padding_idx
+        embedding = contenders["ours"].model.albert.embeddings.word_embeddings.weight
+        embedding.register_hook(lambda grad: grad.index_fill(0, torch.tensor([pad]), 0.0))
+    losses = {name: [float(c.step()) for _ in range(3)] for name, c in contenders.items()}
     assert losses["ours"] == pytest.approx(losses["transformers"], abs=1e-4)
     assert losses["ours"][0] - losses["ours"][2] > 1e-3  # the optimizer did move them

@@ -1,4 +1,5 @@
-"""The GPU path of fine-tuning (CUDA only: skipped without it, and a skip is never a pass): an
+"""The GPU path of fine-tuning (CUDA only: skipped without it, and a skip is never a pass), for
+each task family's model (a sequence classifier; question answering's start and end positions): an
 epoch never waits for the device between steps, bf16 stays within its tolerance of fp32, fp32 on
 the GPU equals the CPU, and compiled layer groups and the CUDA graphs of finetune.cuda_graphs equal
 eager ones over batches of several widths.
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from albert_model import AlbertForSequenceClassification
+from albert_model import AlbertForQuestionAnswering, AlbertForSequenceClassification
 from pipelines.finetuning.loop import (
     GraphedModel,
     build_schedule,
@@ -19,6 +20,7 @@ from pipelines.finetuning.loop import (
     predict,
     train_epoch,
 )
+from pipelines.finetuning.qa_family import QUESTION_ANSWERING
 from pipelines.finetuning.sequence_family import CLASSIFICATION
 from pipelines.train.build import build_optimizer
 from pipelines.train.parallel import apply_compile
@@ -31,15 +33,21 @@ N = 96
 CUDA = torch.device("cuda", 0)
 
 
-def examples(seed: int = 0) -> tuple[list[tuple[list[int], list[int]]], list[int]]:
-    """Lengths 40..128 (batches of several widths, most padded) and labels a toy rule can learn."""
+FAMILIES = {family.name: family for family in (CLASSIFICATION, QUESTION_ANSWERING)}
+MODELS = {"classification": AlbertForSequenceClassification, "question_answering": AlbertForQuestionAnswering}
+
+
+def examples(seed: int = 0, task: str = "classification") -> tuple[list[tuple[list[int], list[int]]], torch.Tensor]:
+    """Lengths 40..128 (batches of several widths, most padded) and targets a toy rule can learn: a
+    label, or a (start, end) span inside the sequence."""
     rng = np.random.default_rng(seed)
-    encoded, labels = [], []
+    encoded, targets = [], []
     for _ in range(N):
         ids = [2, *rng.integers(5, 1000, rng.integers(38, 127)).tolist(), 3]
         encoded.append((ids, [0] * len(ids)))
-        labels.append(ids[1] % 3)
-    return encoded, labels
+        start = 1 + ids[1] % 30
+        targets.append((start, start + ids[2] % 5) if task == "question_answering" else ids[1] % 3)
+    return encoded, torch.tensor(targets)
 
 
 def epoch(
@@ -50,11 +58,14 @@ def epoch(
     graphs: bool = False,
     widths: tuple[int, ...] = (),
     batch_size: int = 16,
+    task: str = "classification",
 ):
-    """Train losses of `epochs` epochs from the same start, and the logits after them."""
-    encoded, labels = examples()
+    """Train losses of `epochs` epochs from the same start, and the scores after them (logits, or
+    start and end logits)."""
+    encoded, targets = examples(task=task)
+    family = FAMILIES[task]
     torch.manual_seed(0)
-    model = AlbertForSequenceClassification(CONFIG).to(device)
+    model = MODELS[task](CONFIG).to(device)
     if compile_:
         apply_compile(model)
     trained = GraphedModel(model, batch_size) if graphs else model
@@ -66,67 +77,72 @@ def epoch(
             optimizer,
             schedule,
             encoded,
-            torch.tensor(labels),
+            targets,
             epoch_batches(N, batch_size, 0, e),
             0,
             1.0,
-            CLASSIFICATION.loss_sum,
+            family.loss_sum,
             device=device,
             precision=precision,
             widths=widths,
         )
         for e in range(epochs)
     ]
-    return losses, predict(model, encoded, 32, 0, device=device, precision=precision)
+    return losses, predict(model, encoded, 32, 0, device=device, precision=precision, scores_of=family.scores)
 
 
-def test_steps_never_wait_for_the_device():
-    encoded, labels = examples()
+TASKS = pytest.mark.parametrize("task", list(FAMILIES))
+
+
+@TASKS
+def test_steps_never_wait_for_the_device(task):
+    encoded, targets = examples(task=task)
+    loss_of = FAMILIES[task].loss_sum
     torch.manual_seed(0)
-    model = AlbertForSequenceClassification(CONFIG).to(CUDA).train()
+    model = MODELS[task](CONFIG).to(CUDA).train()
     optimizer = build_optimizer(model, "adamw", 1e-4, 0.01)
     assert optimizer.defaults["fused"]  # torch's fused AdamW on the GPU
     schedule = build_schedule(optimizer, 10, 0.1)
-    targets = torch.tensor(labels)
     full = [i for i, (ids, _) in enumerate(encoded) if len(ids) == max(len(x) for x, _ in encoded)][:1]
     batches = [collate(encoded, b, 0, targets, pin=True) for b in ([0, 1, 2, 3], full, [4, 5, 6, 7, 8])]
-    finetune_step(
-        model, optimizer, schedule, batches[0], 4, 1.0, CLASSIFICATION.loss_sum, CUDA, "bf16"
-    )  # allocations, lazy init
+    finetune_step(model, optimizer, schedule, batches[0], 4, 1.0, loss_of, CUDA, "bf16")  # allocations, lazy init
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         losses = [
-            finetune_step(model, optimizer, schedule, b, len(b["labels"]), 1.0, CLASSIFICATION.loss_sum, CUDA, "bf16")
-            for b in batches
+            finetune_step(model, optimizer, schedule, b, len(b["labels"]), 1.0, loss_of, CUDA, "bf16") for b in batches
         ]
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert all(loss.is_cuda and torch.isfinite(loss) for loss in losses)
 
 
-def test_bf16_stays_within_its_tolerance_of_fp32():
-    fp32_losses, fp32_logits = epoch(CUDA, "fp32")
-    bf16_losses, bf16_logits = epoch(CUDA, "bf16")
+@TASKS
+def test_bf16_stays_within_its_tolerance_of_fp32(task):
+    fp32_losses, fp32_logits = epoch(CUDA, "fp32", task=task)
+    bf16_losses, bf16_logits = epoch(CUDA, "bf16", task=task)
     assert bf16_losses == pytest.approx(fp32_losses, rel=0.02)
     assert np.abs(bf16_logits - fp32_logits).max() < 0.05 * np.abs(fp32_logits).max() + 0.05
 
 
-def test_fp32_on_the_gpu_equals_the_cpu():
-    cpu_losses, cpu_logits = epoch(torch.device("cpu"), "fp32")
-    gpu_losses, gpu_logits = epoch(CUDA, "fp32")
+@TASKS
+def test_fp32_on_the_gpu_equals_the_cpu(task):
+    cpu_losses, cpu_logits = epoch(torch.device("cpu"), "fp32", task=task)
+    gpu_losses, gpu_logits = epoch(CUDA, "fp32", task=task)
     assert gpu_losses == pytest.approx(cpu_losses, rel=1e-4)
     np.testing.assert_allclose(gpu_logits, cpu_logits, atol=1e-3)
 
 
-def test_compile_equals_eager():
-    eager_losses, eager_logits = epoch(CUDA, "fp32")
-    compiled_losses, compiled_logits = epoch(CUDA, "fp32", compile_=True)
+@TASKS
+def test_compile_equals_eager(task):
+    eager_losses, eager_logits = epoch(CUDA, "fp32", task=task)
+    compiled_losses, compiled_logits = epoch(CUDA, "fp32", compile_=True, task=task)
     assert compiled_losses == pytest.approx(eager_losses, rel=1e-4)
     np.testing.assert_allclose(compiled_logits, eager_logits, atol=1e-3)
 
 
-def test_cuda_graphs_equal_eager():
+@TASKS
+def test_cuda_graphs_equal_eager(task):
     """finetune.cuda_graphs: the whole model compiled and replayed as CUDA graphs (batches of 20
     padded to 4 widths, the last batch of 16 eager) trains as the eager model on the same batches,
     and no graph was skipped (a skip would leave the speed path silently eager)."""
@@ -135,8 +151,8 @@ def test_cuda_graphs_equal_eager():
     torch._dynamo.reset()
     counters.clear()
     widths = graph_widths(128)
-    eager_losses, eager_logits = epoch(CUDA, "fp32", widths=widths, batch_size=20)
-    graphed_losses, graphed_logits = epoch(CUDA, "fp32", graphs=True, widths=widths, batch_size=20)
+    eager_losses, eager_logits = epoch(CUDA, "fp32", widths=widths, batch_size=20, task=task)
+    graphed_losses, graphed_logits = epoch(CUDA, "fp32", graphs=True, widths=widths, batch_size=20, task=task)
     assert counters["stats"]["unique_graphs"] >= 1
     assert counters["inductor"]["cudagraph_skips"] == 0
     assert graphed_losses == pytest.approx(eager_losses, rel=1e-3)
