@@ -158,3 +158,19 @@ def test_the_layer_check_finds_a_violation(tmp_path, monkeypatch):
         "pipelines/train/loop.py imports pipelines.rundir.lifecycle.StageRun",
         "pipelines/train/loop.py imports ray",
     ]
+
+
+def test_the_command_line_and_the_data_workers_start_without_torch():
+    """torch's import (~2 s on a 2-core machine) is paid only where a model runs: not by the command
+    line nor by the vocab and data stages' Ray Data workers, which import the config (and so
+    albert_model's config); the model classes still import from albert_model on first use."""
+    import subprocess
+
+    code = (
+        "import sys; import pipelines.cli.command, pipelines.stages.vocab, pipelines.stages.data; "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "from albert_model import AlbertForPreTraining; assert 'torch' in sys.modules; "
+        "import albert_model; assert AlbertForPreTraining is albert_model.model.AlbertForPreTraining"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
