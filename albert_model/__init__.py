@@ -11,17 +11,24 @@ from typing import TYPE_CHECKING, Any
 
 from .config import PRESETS, SHARING_MODES, AlbertConfig
 
-_MODEL_NAMES = (
-    "AlbertForPreTraining",
-    "AlbertForQuestionAnswering",
-    "AlbertForSequenceClassification",
-    "AlbertModel",
-    "AlbertPreTrainingOutput",
-    "AlbertQuestionAnsweringOutput",
-    "num_parameters",
-)
+_MODEL_NAMES = {
+    **dict.fromkeys(
+        (
+            "AlbertForPreTraining",
+            "AlbertForQuestionAnswering",
+            "AlbertForSequenceClassification",
+            "AlbertModel",
+            "AlbertPreTrainingOutput",
+            "AlbertQuestionAnsweringOutput",
+            "num_parameters",
+        ),
+        ".model",
+    ),
+    **dict.fromkeys(("AlbertForMultipleChoice", "AlbertForTokenClassification"), ".heads"),
+}
 
 if TYPE_CHECKING:
+    from .heads import AlbertForMultipleChoice, AlbertForTokenClassification
     from .model import (
         AlbertForPreTraining,
         AlbertForQuestionAnswering,
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     if name in _MODEL_NAMES:
-        return getattr(importlib.import_module(".model", __name__), name)
+        return getattr(importlib.import_module(_MODEL_NAMES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -45,6 +52,8 @@ __all__ = [
     "AlbertForPreTraining",
     "AlbertForSequenceClassification",
     "AlbertForQuestionAnswering",
+    "AlbertForMultipleChoice",
+    "AlbertForTokenClassification",
     "AlbertPreTrainingOutput",
     "AlbertQuestionAnsweringOutput",
     "num_parameters",

@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .config import AlbertConfig
+from .heads import AlbertForMultipleChoice, AlbertForTokenClassification
 from .model import AlbertForPreTraining, AlbertForQuestionAnswering, AlbertForSequenceClassification, AlbertModel
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,8 @@ _CLASSES: dict[str, type[nn.Module]] = {
     "AlbertForPreTraining": AlbertForPreTraining,
     "AlbertForSequenceClassification": AlbertForSequenceClassification,
     "AlbertForQuestionAnswering": AlbertForQuestionAnswering,
+    "AlbertForMultipleChoice": AlbertForMultipleChoice,
+    "AlbertForTokenClassification": AlbertForTokenClassification,
 }
 # transformers ties these to the word embedding and the head's bias.
 _TIED = {
