@@ -6,24 +6,18 @@ classification (a label per position)."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from .config import AlbertConfig
-from .model import AlbertModel, init_weights
+from .model import LinearHead
 
 
-class AlbertForMultipleChoice(nn.Module):
+class AlbertForMultipleChoice(LinearHead):
     """ALBERT scoring each of a question's choices: every (context, choice) pair is one sequence,
     dropout (classifier_dropout_prob) and one linear unit on its pooled output; the choices'
     scores are the logits of a softmax over choices. Inputs are (B, C, S); logits (B, C)."""
 
     def __init__(self, config: AlbertConfig):
-        super().__init__()
-        self.config = config
-        self.albert = AlbertModel(config, init=False)
-        self.dropout = nn.Dropout(config.classifier_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, 1)
-        init_weights(self, config)
+        super().__init__(config, 1)
 
     def forward(
         self,
@@ -36,25 +30,17 @@ class AlbertForMultipleChoice(nn.Module):
         def flat(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.reshape(batch * choices, width)
 
-        ids = flat(input_ids)
-        # No positions beyond [CLS]: the last layer runs only there, all the pooler reads (exact).
-        none = ids.new_zeros((ids.shape[0], 0))
-        pooled = self.albert(ids, flat(token_type_ids), flat(attention_mask), positions=none).pooler_output
+        pooled = self.pooled(flat(input_ids), flat(token_type_ids), flat(attention_mask))
         return self.classifier(self.dropout(pooled)).view(batch, choices)
 
 
-class AlbertForTokenClassification(nn.Module):
+class AlbertForTokenClassification(LinearHead):
     """ALBERT labelling every position (named entities, parts of speech): no pooler, dropout
     (classifier_dropout_prob) and a linear classifier on each position's last hidden state.
     Logits (B, S, num_labels); padding positions get logits too, left out by the loss."""
 
     def __init__(self, config: AlbertConfig):
-        super().__init__()
-        self.config = config
-        self.albert = AlbertModel(config, init=False, add_pooling_layer=False)
-        self.dropout = nn.Dropout(config.classifier_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        init_weights(self, config)
+        super().__init__(config, config.num_labels, add_pooling_layer=False)
 
     def forward(
         self,

@@ -292,16 +292,32 @@ class AlbertForPreTraining(nn.Module):
         )
 
 
-class AlbertForSequenceClassification(nn.Module):
+class LinearHead(nn.Module):
+    """ALBERT, dropout (classifier_dropout_prob) and one linear layer of `outputs` units: the layout
+    of transformers' sequence-classification, multiple-choice and token-classification heads."""
+
+    def __init__(self, config: AlbertConfig, outputs: int, add_pooling_layer: bool = True):
+        super().__init__()
+        self.config = config
+        self.albert = AlbertModel(config, init=False, add_pooling_layer=add_pooling_layer)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, outputs)
+        init_weights(self, config)
+
+    def pooled(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The pooled [CLS]. No positions beyond it: the last layer runs only there, all the pooler
+        reads (exact)."""
+        none = input_ids.new_zeros((input_ids.shape[0], 0))
+        return self.albert(input_ids, token_type_ids, attention_mask, positions=none).pooler_output
+
+
+class AlbertForSequenceClassification(LinearHead):
     """ALBERT with dropout and a linear classifier (or regressor) on the pooled output."""
 
     def __init__(self, config: AlbertConfig):
-        super().__init__()
-        self.config = config
-        self.albert = AlbertModel(config, init=False)
-        self.dropout = nn.Dropout(config.classifier_dropout_prob)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        init_weights(self, config)
+        super().__init__(config, config.num_labels)
 
     def forward(
         self,
@@ -309,10 +325,7 @@ class AlbertForSequenceClassification(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        # No positions beyond [CLS]: the last layer runs only there, all the pooler reads (exact).
-        none = input_ids.new_zeros((input_ids.shape[0], 0))
-        pooled = self.albert(input_ids, token_type_ids, attention_mask, positions=none).pooler_output
-        return self.classifier(self.dropout(pooled))  # (B, num_labels)
+        return self.classifier(self.dropout(self.pooled(input_ids, token_type_ids, attention_mask)))  # (B, labels)
 
 
 class AlbertForQuestionAnswering(nn.Module):
