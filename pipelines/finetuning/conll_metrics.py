@@ -1,0 +1,122 @@
+"""Entity-level precision, recall and F1 and token accuracy with the semantics of the CoNLL shared
+tasks' `conlleval` script, for token classification (named entities, chunks).
+
+A tag is `PREFIX-TYPE` (split at its first "-") or `O`. An entity starts at a `B-`, or at an `I-`
+whose type differs from the previous tag's (so an `I-` after `O` or after another type opens one:
+IOB1, where `B-` only separates two adjacent entities of one type, reads as written); it ends
+before a `B-`, an `O`, a change of type or a sentence's end. An entity is correct when gold and
+prediction start it at the same token with the same type and end it at the same token. IOBES is
+read as IOB2 (`S-` as `B-`, `E-` as `I-`): the script itself has no rule for `S-`, so two adjacent
+single-token entities of one type would count as one there. Scores are percentages, as the script
+prints them; a score with nothing to divide by is 0. Accuracy counts tokens whose whole tag
+matches, sentence breaks excluded."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+_IOBES_AS_IOB2 = {"S": "B", "E": "I"}
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+    """("B", "PER") for "B-PER", ("O", "") for "O"; IOBES prefixes as IOB2's."""
+    prefix, _, kind = tag.partition("-")
+    return _IOBES_AS_IOB2.get(prefix, prefix), kind
+
+
+def _ends(prev: tuple[str, str], cur: tuple[str, str]) -> bool:
+    """An entity ended between the previous token and this one."""
+    (prev_tag, prev_type), (tag, kind) = prev, cur
+    return (prev_tag in ("B", "I") and tag in ("B", "O")) or (prev_tag != "O" and prev_type != kind)
+
+
+def _starts(prev: tuple[str, str], cur: tuple[str, str]) -> bool:
+    """An entity started at this token."""
+    (prev_tag, prev_type), (tag, kind) = prev, cur
+    return tag == "B" or (prev_tag == "O" and tag == "I") or (tag != "O" and prev_type != kind)
+
+
+@dataclass
+class ConllCounts:
+    """The script's counters: entities in the gold tags, in the predictions, and correct ones (per
+    type too), and tokens with their correct tags."""
+
+    gold: Counter = field(default_factory=Counter)
+    predicted: Counter = field(default_factory=Counter)
+    correct: Counter = field(default_factory=Counter)
+    tokens: int = 0
+    correct_tags: int = 0
+
+
+def count_entities(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> ConllCounts:
+    """The counters over sentences of tags, gold and predicted aligned token by token; a sentence
+    break closes every entity."""
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
+    counts = ConllCounts()
+    outside = ("O", "")
+    last_gold = last_pred = outside
+    in_correct = False
+
+    def step(g: tuple[str, str], p: tuple[str, str]) -> None:
+        nonlocal last_gold, last_pred, in_correct
+        gold_ends, pred_ends = _ends(last_gold, g), _ends(last_pred, p)
+        if in_correct:
+            if gold_ends and pred_ends and last_gold[1] == last_pred[1]:
+                counts.correct[last_gold[1]] += 1
+                in_correct = False
+            elif gold_ends != pred_ends or g[1] != p[1]:
+                in_correct = False
+        gold_starts, pred_starts = _starts(last_gold, g), _starts(last_pred, p)
+        if gold_starts and pred_starts and g[1] == p[1]:
+            in_correct = True
+        if gold_starts:
+            counts.gold[g[1]] += 1
+        if pred_starts:
+            counts.predicted[p[1]] += 1
+        last_gold, last_pred = g, p
+
+    for index, (gold_tags, pred_tags) in enumerate(zip(gold, predicted)):
+        if len(gold_tags) != len(pred_tags):
+            raise ValueError(f"sentence {index}: {len(gold_tags)} gold tags but {len(pred_tags)} predicted")
+        for g_tag, p_tag in zip(gold_tags, pred_tags):
+            g, p = split_tag(g_tag), split_tag(p_tag)
+            step(g, p)
+            counts.tokens += 1
+            counts.correct_tags += g_tag == p_tag  # the whole tag, as written (S-PER is not B-PER)
+        step(outside, outside)  # the sentence break
+    return counts
+
+
+def _prf(correct: int, gold: int, predicted: int) -> dict[str, float]:
+    precision = 100.0 * correct / predicted if predicted else 0.0
+    recall = 100.0 * correct / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def conll_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict:
+    """Overall precision, recall, f1 and accuracy (percentages), the counts, and `per_type`: each
+    entity type's precision, recall, f1 and counts."""
+    counts = count_entities(gold, predicted)
+    correct, found_gold, found_pred = (sum(c.values()) for c in (counts.correct, counts.gold, counts.predicted))
+    types = sorted(set(counts.gold) | set(counts.predicted))
+    return {
+        **_prf(correct, found_gold, found_pred),
+        "accuracy": 100.0 * counts.correct_tags / counts.tokens if counts.tokens else 0.0,
+        "tokens": counts.tokens,
+        "gold_entities": found_gold,
+        "predicted_entities": found_pred,
+        "correct_entities": correct,
+        "per_type": {
+            kind: {
+                **_prf(counts.correct[kind], counts.gold[kind], counts.predicted[kind]),
+                "gold": counts.gold[kind],
+                "predicted": counts.predicted[kind],
+                "correct": counts.correct[kind],
+            }
+            for kind in types
+        },
+    }
