@@ -164,8 +164,11 @@ def save_hf_pretrained(
     directory: str | os.PathLike,
     spiece_model: str | os.PathLike | None = None,
     id2label: dict[int, str] | None = None,
+    problem_type: str | None = None,
 ) -> Path:
-    """Write config.json, model.safetensors (and spiece.model) that transformers loads."""
+    """Write config.json, model.safetensors (and spiece.model) that transformers loads.
+    `problem_type` (transformers' key: "single_label_classification", "multi_label_classification"
+    or "regression") tells a sequence classifier's loss there."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config: AlbertConfig = model.config
@@ -173,6 +176,8 @@ def save_hf_pretrained(
     hf_config["architectures"] = [type(model).__name__]
     if isinstance(model, (AlbertForPreTraining, AlbertForQuestionAnswering)):
         hf_config["num_labels"] = 2  # transformers sizes its SOP and start/end heads by num_labels
+    if problem_type is not None:
+        hf_config["problem_type"] = problem_type
     if id2label is not None:
         hf_config["id2label"] = {str(i): name for i, name in id2label.items()}
         hf_config["label2id"] = {name: i for i, name in id2label.items()}

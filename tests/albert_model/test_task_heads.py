@@ -141,3 +141,32 @@ def test_a_pretrained_encoder_loads_under_a_fresh_head(name, tmp_path):
         torch.testing.assert_close(value, theirs[key], atol=0, rtol=0)
     for key, value in model.classifier.state_dict().items():
         torch.testing.assert_close(value, fresh_head[key], atol=0, rtol=0)
+
+
+def test_a_multi_label_classifier_exports_its_problem_type_and_transformers_loss_matches(tmp_path):
+    """Multi-label classification is the sequence classifier with a sigmoid per label: the export
+    says so (problem_type), and transformers' loss on the export equals binary cross-entropy on our
+    logits (the loss the metrics report as eval_loss)."""
+    import numpy as np
+
+    from albert_model import AlbertForSequenceClassification
+    from pipelines.finetuning.metrics import multi_label_metrics
+
+    config = make_config(**CONFIGS["E<H"], num_labels=LABELS)
+    torch.manual_seed(0)
+    ours = perturbed(AlbertForSequenceClassification(config))
+    save_hf_pretrained(ours, tmp_path / "ml", problem_type="multi_label_classification")
+    assert json.loads((tmp_path / "ml" / "config.json").read_text())["problem_type"] == "multi_label_classification"
+    hf = transformers.AlbertForSequenceClassification.from_pretrained(tmp_path / "ml", attn_implementation="sdpa")
+    assert hf.config.problem_type == "multi_label_classification"
+    batch = inputs("AlbertForTokenClassification")
+    targets = (torch.rand(3, LABELS, generator=torch.Generator().manual_seed(2)) > 0.5).float()
+    with torch.no_grad():
+        logits = ours.eval()(**batch)
+        theirs = hf.eval()(**batch, labels=targets)
+    torch.testing.assert_close(logits, theirs.logits, atol=ATOL, rtol=0)
+    ours_loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets)
+    torch.testing.assert_close(ours_loss, theirs.loss, atol=ATOL, rtol=0)
+    reported = multi_label_metrics(logits.numpy(), targets.numpy())["eval_loss"]
+    assert reported == pytest.approx(float(theirs.loss), abs=1e-5)
+    assert np.isfinite(reported)

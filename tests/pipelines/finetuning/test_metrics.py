@@ -50,3 +50,27 @@ def test_regression_known_values():
     cov, vx, vy = 2.625 - 0.375 - 0.125 + 3.375, 3.0625 + 0.5625 + 0.0625 + 5.0625, 5.0
     assert m["pearson"] == pytest.approx(cov / math.sqrt(vx * vy))
     assert m["eval_loss"] == pytest.approx((0 + 1 + 1 + 1) / 4)
+
+
+def test_multi_label_known_values():
+    # labels (a, b, c); predicted where the logit > 0
+    targets = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 0]])
+    logits = np.array([[2.0, -1.0, 3.0], [-2.0, 1.0, 1.0], [1.0, -3.0, -1.0], [-1.0, -1.0, -2.0]])
+    m = compute_metrics("multi_label", logits, targets, 3)
+    # micro: tp 4 (a0 c0 b1 a2), fp 1 (c1), fn 1 (b2): P 4/5, R 4/5, F1 4/5
+    assert m["micro_f1"] == pytest.approx(0.8)
+    # per label: a tp2 -> F1 1; b tp1 fn1 -> 2/3; c tp1 fp1 -> 2/3
+    assert m["macro_f1"] == pytest.approx((1 + 2 / 3 + 2 / 3) / 3)
+    assert m["subset_accuracy"] == pytest.approx(2 / 4)  # rows 0 and 3 exactly right
+    z = logits.ravel()
+    y = targets.ravel()
+    bce = -(y * np.log(1 / (1 + np.exp(-z))) + (1 - y) * np.log(1 - 1 / (1 + np.exp(-z))))
+    assert m["eval_loss"] == pytest.approx(bce.mean())
+
+
+def test_multi_label_loss_is_stable_for_large_logits_and_a_label_never_present_scores_zero():
+    m = compute_metrics("multi_label", np.array([[800.0, -800.0]]), np.array([[1, 0]]), 2)
+    assert m["eval_loss"] == pytest.approx(0.0) and math.isfinite(m["eval_loss"])
+    wrong = compute_metrics("multi_label", np.array([[-800.0, 800.0]]), np.array([[1, 0]]), 2)
+    assert wrong["eval_loss"] == pytest.approx(800.0)
+    assert wrong["micro_f1"] == 0.0 and wrong["subset_accuracy"] == 0.0
