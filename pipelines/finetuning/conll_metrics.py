@@ -14,10 +14,11 @@ matches, sentence breaks excluded."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 _IOBES_AS_IOB2 = {"S": "B", "E": "I"}
+_OUTSIDE = ("O", "")
 
 
 def split_tag(tag: str) -> tuple[str, str]:
@@ -50,18 +51,25 @@ class ConllCounts:
     correct_tags: int = 0
 
 
-def count_entities(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> ConllCounts:
-    """The counters over sentences of tags, gold and predicted aligned token by token; a sentence
-    break closes every entity."""
+def _aligned(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> Iterator[tuple[str, str] | None]:
+    """(gold tag, predicted tag) per token, None at each sentence's end."""
     if len(gold) != len(predicted):
         raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")
-    counts = ConllCounts()
-    outside = ("O", "")
-    last_gold = last_pred = outside
-    in_correct = False
+    for index, (gold_tags, pred_tags) in enumerate(zip(gold, predicted)):
+        if len(gold_tags) != len(pred_tags):
+            raise ValueError(f"sentence {index}: {len(gold_tags)} gold tags but {len(pred_tags)} predicted")
+        yield from zip(gold_tags, pred_tags)
+        yield None
 
-    def step(g: tuple[str, str], p: tuple[str, str]) -> None:
-        nonlocal last_gold, last_pred, in_correct
+
+def count_entities(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> ConllCounts:
+    """The counters over sentences of tags, gold and predicted aligned token by token; a sentence
+    break closes every entity (it reads as an `O` that is not a token)."""
+    counts = ConllCounts()
+    last_gold = last_pred = _OUTSIDE
+    in_correct = False  # gold and prediction started the current entity together, and agree so far
+    for pair in _aligned(gold, predicted):
+        g, p = (split_tag(pair[0]), split_tag(pair[1])) if pair is not None else (_OUTSIDE, _OUTSIDE)
         gold_ends, pred_ends = _ends(last_gold, g), _ends(last_pred, p)
         if in_correct:
             if gold_ends and pred_ends and last_gold[1] == last_pred[1]:
@@ -70,23 +78,15 @@ def count_entities(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[s
             elif gold_ends != pred_ends or g[1] != p[1]:
                 in_correct = False
         gold_starts, pred_starts = _starts(last_gold, g), _starts(last_pred, p)
-        if gold_starts and pred_starts and g[1] == p[1]:
-            in_correct = True
+        in_correct = in_correct or (gold_starts and pred_starts and g[1] == p[1])
         if gold_starts:
             counts.gold[g[1]] += 1
         if pred_starts:
             counts.predicted[p[1]] += 1
-        last_gold, last_pred = g, p
-
-    for index, (gold_tags, pred_tags) in enumerate(zip(gold, predicted)):
-        if len(gold_tags) != len(pred_tags):
-            raise ValueError(f"sentence {index}: {len(gold_tags)} gold tags but {len(pred_tags)} predicted")
-        for g_tag, p_tag in zip(gold_tags, pred_tags):
-            g, p = split_tag(g_tag), split_tag(p_tag)
-            step(g, p)
+        if pair is not None:
             counts.tokens += 1
-            counts.correct_tags += g_tag == p_tag  # the whole tag, as written (S-PER is not B-PER)
-        step(outside, outside)  # the sentence break
+            counts.correct_tags += pair[0] == pair[1]  # the whole tag, as written (S-PER is not B-PER)
+        last_gold, last_pred = g, p
     return counts
 
 
