@@ -15,15 +15,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from albert_model import AlbertConfig, AlbertForQuestionAnswering  # noqa: E402
 from albert_model.hf import to_hf_state_dict  # noqa: E402
+from pipelines.finetuning.families import task_family  # noqa: E402
 from pipelines.finetuning.loop import GraphedModel, build_schedule, collate, finetune_step  # noqa: E402
-from pipelines.finetuning.qa_family import QUESTION_ANSWERING  # noqa: E402
-from pipelines.finetuning.sequence_family import CLASSIFICATION  # noqa: E402
 from pipelines.train.build import build_optimizer  # noqa: E402
 from pipelines.train.parallel import apply_compile  # noqa: E402
 
 NUM_LABELS, LR, WEIGHT_DECAY, EPS, MAX_GRAD_NORM = 5, 2e-5, 0.01, 1e-6, 1.0
 SCHEDULE_STEPS = 100_000  # the linear decay's length: far beyond any run here, so the lr stays ~2e-5
-FAMILIES = {family.name: family for family in (CLASSIFICATION, QUESTION_ANSWERING)}
+TASKS = ("classification", "question_answering")  # the families whose batches make_batch builds
 
 
 def make_batch(
@@ -71,7 +70,7 @@ class Ours:
         self.optimizer = build_optimizer(self.model, "adamw", LR, WEIGHT_DECAY)
         self.schedule = build_schedule(self.optimizer, SCHEDULE_STEPS, 0.0)
         self.batch, self.device, self.precision = batch, device, precision
-        self.loss_of = FAMILIES[task].loss_sum
+        self.loss_of = task_family(task).loss_sum
 
     def step(self) -> torch.Tensor:
         """One optimizer step; the batch's mean loss (on the device)."""
@@ -153,7 +152,7 @@ class Transformers:
 
 def build_weights(config: AlbertConfig, seed: int = 0, task: str = "classification") -> torch.nn.Module:
     torch.manual_seed(seed)
-    return FAMILIES[task].model_class(config)
+    return task_family(task).model_class(config)
 
 
 def build_contenders(

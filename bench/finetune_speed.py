@@ -57,8 +57,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from finetune_contenders import (  # noqa: E402  (bench/ beside this file: sys.path[0] for a script)
-    FAMILIES,
     NUM_LABELS,
+    TASKS,
     build_contenders,
     make_batch,
 )
@@ -232,7 +232,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--finetune-configs", default=None, help="preset-seq:batch, comma-separated (CUDA: base-128:32,large-128:32)"
     )
     p.add_argument("--finetune-padding", default=",".join(PADDINGS), help="full (every sequence seq long), padded")
-    p.add_argument("--finetune-tasks", default="classification", help=f"comma-separated, of {tuple(FAMILIES)}")
+    p.add_argument("--finetune-tasks", default="classification", help=f"comma-separated, of {TASKS}")
     p.add_argument(
         "--no-finetune-compile",
         dest="finetune_compile",

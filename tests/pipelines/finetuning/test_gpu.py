@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from albert_model import AlbertForQuestionAnswering, AlbertForSequenceClassification
+from pipelines.finetuning.families import task_family
 from pipelines.finetuning.loop import (
     GraphedModel,
     build_schedule,
@@ -20,8 +20,6 @@ from pipelines.finetuning.loop import (
     predict,
     train_epoch,
 )
-from pipelines.finetuning.qa_family import QUESTION_ANSWERING
-from pipelines.finetuning.sequence_family import CLASSIFICATION
 from pipelines.train.build import build_optimizer
 from pipelines.train.parallel import apply_compile
 from tests.pipelines.train.test_gpu import CONFIG as PRETRAINING_CONFIG
@@ -33,8 +31,7 @@ N = 96
 CUDA = torch.device("cuda", 0)
 
 
-FAMILIES = {family.name: family for family in (CLASSIFICATION, QUESTION_ANSWERING)}
-MODELS = {"classification": AlbertForSequenceClassification, "question_answering": AlbertForQuestionAnswering}
+TASK_NAMES = ("classification", "question_answering")  # a model per family: the pooled [CLS] one, the per-position one
 
 
 def examples(seed: int = 0, task: str = "classification") -> tuple[list[tuple[list[int], list[int]]], torch.Tensor]:
@@ -63,9 +60,9 @@ def epoch(
     """Train losses of `epochs` epochs from the same start, and the scores after them (logits, or
     start and end logits)."""
     encoded, targets = examples(task=task)
-    family = FAMILIES[task]
+    family = task_family(task)
     torch.manual_seed(0)
-    model = MODELS[task](CONFIG).to(device)
+    model = family.model_class(CONFIG).to(device)
     if compile_:
         apply_compile(model)
     trained = GraphedModel(model, batch_size) if graphs else model
@@ -91,15 +88,16 @@ def epoch(
     return losses, predict(model, encoded, 32, 0, device=device, precision=precision, scores_of=family.scores)
 
 
-TASKS = pytest.mark.parametrize("task", list(FAMILIES))
+TASKS = pytest.mark.parametrize("task", TASK_NAMES)
 
 
 @TASKS
 def test_steps_never_wait_for_the_device(task):
     encoded, targets = examples(task=task)
-    loss_of = FAMILIES[task].loss_sum
+    family = task_family(task)
+    loss_of = family.loss_sum
     torch.manual_seed(0)
-    model = MODELS[task](CONFIG).to(CUDA).train()
+    model = family.model_class(CONFIG).to(CUDA).train()
     optimizer = build_optimizer(model, "adamw", 1e-4, 0.01)
     assert optimizer.defaults["fused"]  # torch's fused AdamW on the GPU
     schedule = build_schedule(optimizer, 10, 0.1)
