@@ -31,14 +31,20 @@ def pytest_addoption(parser):
     parser.addoption(
         "--cluster", action="store_true", help="also collect the local autoscaling cluster's tests (make test-cluster)"
     )
+    parser.addoption(
+        "--learning", action="store_true", help="also collect the recipes' learning tests (make test-learning)"
+    )
 
 
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs CUDA (gpu marker); skipped, not passed")
-    if not config.getoption("--cluster"):  # make test: the cluster tests are make test-cluster's, not skipped here
-        deselected = [item for item in items if item.get_closest_marker("cluster")]
-        items[:] = [item for item in items if not item.get_closest_marker("cluster")]
-        config.hook.pytest_deselected(items=deselected)
+    # make test: the cluster tests are make test-cluster's and the learning tests make test-learning's,
+    # deselected here (reported as deselected, never as skipped or passed)
+    for marker in ("cluster", "learning"):
+        if not config.getoption(f"--{marker}"):
+            deselected = [item for item in items if item.get_closest_marker(marker)]
+            items[:] = [item for item in items if not item.get_closest_marker(marker)]
+            config.hook.pytest_deselected(items=deselected)
     for item in items:
         if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.ray)

@@ -27,7 +27,7 @@ from tests.albert_model.test_qa_head import answer_with_transformers
 
 from .runs import LEARNING_RECIPE, copy_inputs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.learning]
 
 # The fine-tuning budget both arms get: one trial, fixed hyperparameters, one epoch at lr 3e-4, where
 # a random initialisation has not yet left the majority class and the pretrained encoder has. With

@@ -13,7 +13,7 @@ from pipelines.stages.pretrain import run_pretrain
 
 from .runs import LEARNING_RECIPE, copy_inputs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.learning]
 
 STEPS, WARMUP = 100, 10
 PLATEAU_RECIPE = [

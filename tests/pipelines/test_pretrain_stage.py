@@ -18,7 +18,6 @@ from pipelines.config import load_config
 from pipelines.errors import BadInput
 from pipelines.stages.data import run_data
 from pipelines.stages.pretrain import FAULT_ENV, run_pretrain
-from pipelines.storage import filesystem
 from pipelines.train.build import build_model
 
 from .runs import copy_inputs
@@ -331,32 +330,3 @@ def test_clear_errors_before_any_worker_starts(prepared, tmp_path):
 
     for run_dir in (too_big, few, gpu, vocab, schema):  # nothing was trained, nothing left behind
         assert not (run_dir / "pretrain").exists() and not (run_dir / "_building" / "pretrain").exists()
-
-
-def test_checkpoints_and_export_on_s3(prepared, s3_endpoint, tmp_path):
-    """Acceptance 5: the same stage with run_dir on s3:// (moto_server)."""
-    import boto3
-
-    boto3.client("s3").create_bucket(Bucket="pretrain-bucket")
-    fs, _ = filesystem("s3://pretrain-bucket/")
-    for stage in ("vocab", "data"):
-        fs.put(str(prepared / stage), f"pretrain-bucket/run/{stage}", recursive=True)
-    run_pretrain(configure("s3://pretrain-bucket/run", "train.max_steps=2", "train.num_workers=2"))
-    files = {p.split("/run/pretrain/", 1)[1] for p in fs.find("pretrain-bucket/run/pretrain")}
-    assert {
-        "manifest.json",
-        "eval.json",
-        "metrics.jsonl",
-        "hf/config.json",
-        "hf/model.safetensors",
-        "hf/spiece.model",
-    } <= files
-    checkpoint = sorted({f.split("/")[1] for f in files if f.startswith("train/checkpoint_") and f.count("/") == 2})[-1]
-    assert {
-        f"train/{checkpoint}/{name}" for name in (".metadata", "__0_0.distcp", "__1_0.distcp", "train_state.json")
-    } <= files
-    local = tmp_path / "hf"
-    fs.get("pretrain-bucket/run/pretrain/hf", str(local), recursive=True)
-    from transformers import AlbertForPreTraining as HFAlbertForPreTraining
-
-    HFAlbertForPreTraining.from_pretrained(local)
