@@ -256,11 +256,6 @@ class AuditIO:
         if metrics["step"] == self.stop_after:
             raise Stop
 
-    def crash(self) -> None:  # the plan injects no fault, nor a hold
-        raise RuntimeError("crash() is a test's fault injection")
-
-    def hold(self, step: int) -> None: ...
-
 
 def run_loop(plan: PretrainPlan, world: int, device: torch.device, audit: CollectiveAudit, io: dict, timeout: float):
     """pretrain_loop on `world` audited ranks; loop.build_model one at a time: it seeds the generator the

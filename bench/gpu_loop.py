@@ -24,7 +24,6 @@ import contextlib
 import dataclasses
 import itertools
 import json
-import os
 import shutil
 import statistics
 import tempfile
@@ -79,9 +78,6 @@ class FolderIO:
             shutil.copytree(checkpoint_dir, self.checkpoints / f"step_{metrics['step']:06d}")
         if metrics["step"] == self.stop_after:
             raise Stop
-
-    def crash(self) -> None:
-        os._exit(1)
 
 
 def max_predictions(folder: Path) -> int:

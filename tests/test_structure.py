@@ -174,3 +174,60 @@ def test_the_command_line_and_the_data_workers_start_without_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+TEST_WORDS = ("test-only", "tests only", "fault inject")
+
+
+def env_keys(tree: ast.Module) -> list[str]:
+    """The keys of os.environ.get(...), os.getenv(...), os.environ.setdefault(...) and os.environ[...]
+    given as a string or a module-level name bound to one."""
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def key(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant):
+            return str(node.value)
+        return constants.get(node.id) if isinstance(node, ast.Name) else None
+
+    keys = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            if ast.unparse(node.func) in ("os.getenv", "os.environ.get", "os.environ.setdefault", "environ.get"):
+                keys.append(key(node.args[0]))
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
+            keys.append(key(node.slice))
+    return [k for k in keys if k is not None]
+
+
+def machinery_in_product(root: Path) -> list[str]:
+    """Product files (pipelines/, albert_model/) that describe test-only machinery or read an
+    environment variable named for tests. Fault injection lives in tests/faults.py."""
+    found = []
+    for package in ("pipelines", "albert_model"):
+        for path in sorted((root / package).rglob("*.py")):
+            text = path.read_text()
+            found += [f"{path.relative_to(root)}: {w!r}" for w in TEST_WORDS if w in text.lower()]
+            found += [f"{path.relative_to(root)}: reads {k}" for k in env_keys(ast.parse(text)) if "TEST" in k.upper()]
+    return found
+
+
+def test_no_product_module_carries_test_machinery():
+    assert machinery_in_product(ROOT) == []
+
+
+def test_the_test_machinery_check_finds_it(tmp_path):
+    (tmp_path / "pipelines").mkdir()
+    (tmp_path / "albert_model").mkdir()
+    source = 'import os\nFAULT = "X_TEST_FAIL_AT"\nSTEP = int(os.environ.get(FAULT, 0))\n'
+    (tmp_path / "pipelines" / "a.py").write_text(source)
+    (tmp_path / "albert_model" / "b.py").write_text('def f(loss_factor=None):\n    """Test-only: scales the loss."""\n')
+    assert machinery_in_product(tmp_path) == [
+        "pipelines/a.py: reads X_TEST_FAIL_AT",
+        "albert_model/b.py: 'test-only'",
+    ]

@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import time
 from collections.abc import Iterator
 
 import pyarrow.fs as pafs
@@ -29,7 +28,7 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig
 from ray.train.torch import TorchTrainer
 
 from ..rundir.lifecycle import StageRun, stage_runner
-from ..storage import arrow_filesystem, exists, join, path_inside, write_text
+from ..storage import arrow_filesystem, exists, join, path_inside
 from ..train.input import ordered_batches
 from ..train.loader import TrainSplit
 from ..train.loop import StartPoint, pretrain_loop
@@ -37,14 +36,7 @@ from ..train.plan import PretrainPlan, manifest_fields
 from .pretrain_plan import check_resolved, continuation, plan_pretraining
 from .ray_runtime import gpu_capacity, init_ray
 
-# Test-only fault injection: once per run, the last worker exits hard after this optimizer step.
-FAULT_ENV = "ALBERT_TEST_FAIL_AT_STEP"
-# Test-only: after these steps (comma-separated), once per run, every worker waits (at most HOLD_S) for
-# the test to take a node away or add one (the cluster tests' node loss and elastic resizes).
-HOLD_ENV = "ALBERT_TEST_HOLD_AT_STEPS"
-HOLD_S = 300
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
-HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"  # how often Ray Train's controller polls its workers
 # Ray 2.60 fills the dashboard's Train view (runs, attempts, resizes, workers, their logs) only with this set.
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 PRINT_PATCH_ENV = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train routes a worker's print through its logger
@@ -77,30 +69,6 @@ class RayTrainIO:
 
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         ray.train.report(metrics, checkpoint=Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)
-
-    def crash(self) -> None:
-        """Exit hard, once per run (a marker file remembers). It first waits for Ray Train's
-        controller to poll the earlier reports (every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S, 2 s by
-        default): a checkpoint reported but not yet registered when a worker dies is not resumed from."""
-        marker = join(self.plan.out_dir, "fault_injected")
-        if not exists(marker):
-            write_text(marker, "")
-            time.sleep(2.5 * float(os.environ.get(HEALTH_CHECK_ENV, 2.0)))
-            os._exit(1)
-
-    def hold(self, step: int) -> None:
-        """Wait after `step`, once per run, until Ray Train stops this worker group (the test changed
-        the cluster under it), the test writes `release_<step>` into the output, or HOLD_S pass.
-        Rank 0 writes `held_at_<step>` once every rank has looked for it."""
-        held, release = join(self.plan.out_dir, f"held_at_{step}"), join(self.plan.out_dir, f"release_{step}")
-        if exists(held):
-            return
-        torch.distributed.barrier()
-        if self.rank == 0:
-            write_text(held, "")
-        deadline = time.monotonic() + HOLD_S
-        while time.monotonic() < deadline and not exists(release):
-            time.sleep(0.5)
 
 
 def keep_ray_info_off_the_console() -> None:
@@ -136,9 +104,8 @@ def build_pretrain(run: StageRun) -> dict:
     """Pretrain on {run_dir}/data into the stage's folder; returns the manifest's fields."""
     config, out_dir, train = run.config, run.out, run.config.train
     init_ray()
-    plan = plan_pretraining(config, out_dir, gpu_capacity(), int(os.environ.get(FAULT_ENV, 0)))
-    holds = tuple(int(s) for s in os.environ.get(HOLD_ENV, "").split(",") if s)
-    plan = dataclasses.replace(plan, initial_checkpoint=continuation(run), hold_steps=holds)
+    plan = plan_pretraining(config, out_dir, gpu_capacity())
+    plan = dataclasses.replace(plan, initial_checkpoint=continuation(run))
     check_resolved(run, plan)
     if run.resumed:
         print(f"pretrain: resuming the unfinished run in {out_dir}", flush=True)

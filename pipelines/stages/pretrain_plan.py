@@ -41,7 +41,7 @@ def resolve_gpu(setting: bool | str, min_workers: int, gpus_now: int, gpus_max: 
     )
 
 
-def plan_pretraining(config: Config, out_dir: str, gpus: tuple[int, int | None], fault_step: int = 0) -> PretrainPlan:
+def plan_pretraining(config: Config, out_dir: str, gpus: tuple[int, int | None]) -> PretrainPlan:
     """Every up-front check, before any worker starts; returns what the workers need. `gpus`: the
     cluster's GPUs now and the most it can have (`resolve_gpu`)."""
     data, data_dir = read_manifest(config, "data"), stage_dir(config, "data")
@@ -111,7 +111,6 @@ def plan_pretraining(config: Config, out_dir: str, gpus: tuple[int, int | None],
         data_dir=data_dir,
         out_dir=out_dir,
         spiece_model=join(stage_dir(config, "vocab"), "spiece.model"),
-        fault_step=fault_step,
     )
 
 

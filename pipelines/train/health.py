@@ -133,7 +133,7 @@ class HealthMonitor:
     health: HealthSection
     train: TrainSection
     skip_steps: set[int] = field(default_factory=set)
-    """Steps whose batch is skipped (a spike rollback's spiking batches; tests: by construction)."""
+    """Steps whose batch is skipped (a spike rollback's spiking batches)."""
     losses: deque = field(init=False)
     in_a_row: int = 0
     rollbacks: int = 0

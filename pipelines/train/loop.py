@@ -71,12 +71,6 @@ class LoopIO(Protocol):
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         """Metrics (and a checkpoint folder this rank wrote), called on every rank at once."""
 
-    def crash(self) -> None:
-        """Test-only fault injection: end this process as a crashed worker would."""
-
-    def hold(self, step: int) -> None:
-        """Test-only: wait after `step` for the test to change the cluster under the worker group."""
-
 
 def build_training(plan: PretrainPlan, world: int, device: torch.device):
     """The model (sharded over `world` ranks), its optimizer and its schedule.
@@ -153,8 +147,6 @@ class LoopState:
     """The latest checkpoint's state in memory: where a rollback goes (training health only)."""
     started: float
     queued: list[QueuedStep] = field(default_factory=list)
-    injected: set[int] = field(default_factory=set)
-    """Steps whose test-only NaN or spike was injected (once each: not again on a replay)."""
 
 
 def resume(io: LoopIO, model, optimizer, scheduler, rank: int, world: int, max_steps: int) -> tuple[int, dict, dict]:
@@ -182,14 +174,6 @@ def batches_from(parts: Parts, first: int) -> Iterator[list[dict[str, torch.Tens
     return loader_batches(parts.source, first, parts.processes, pin=pin, reader=parts.reader)
 
 
-def _loss_factor(plan: PretrainPlan, step: int, rank: int, world: int, injected: set[int]) -> float | None:
-    """Test-only: a NaN or a spike in the last rank's loss at the plan's steps, once per step."""
-    if rank != world - 1 or step in injected or step not in (*plan.nan_steps, *plan.spike_steps):
-        return None
-    injected.add(step)
-    return float("nan") if step in plan.nan_steps else 100.0
-
-
 def record(parts: Parts, state: LoopState, event: dict) -> None:
     """A health event: metrics.jsonl, the log, and a report (the dashboard), on every rank at once."""
     state.records.append(event)
@@ -200,22 +184,21 @@ def record(parts: Parts, state: LoopState, event: dict) -> None:
 
 def train_and_check(parts: Parts, state: LoopState) -> Verdict:
     """Queue the next step, then settle the queued steps: all of them but, when deferred, the newest
-    at a step that neither logs, validates, checkpoints nor hands over to a test."""
-    plan, train, health = parts.plan, parts.plan.train, parts.health
+    at a step that neither logs, validates nor checkpoints."""
+    train, health = parts.plan.train, parts.health
     micro_batches = next(state.batches)
     width = mean_width(micro_batches)
     micro_batches = [to_device(mb, parts.device) for mb in micro_batches]
-    factor = _loss_factor(plan, state.step + 1, parts.rank, parts.world, state.injected)
     check = StepCheck(health, state.step + 1) if health is not None and not parts.deferred else None
     pending = train_step(
-        parts.model, parts.optimizer, parts.scheduler, micro_batches, train.max_grad_norm, check, factor,
+        parts.model, parts.optimizer, parts.scheduler, micro_batches, train.max_grad_norm, check,
         guard=parts.deferred, skip=parts.deferred and state.step + 1 in health.skip_steps,
     )  # fmt: skip
     state.step += 1
     step, known = state.step, check.verdict if check is not None else APPLY  # no health: every step applies
     state.queued.append(QueuedStep(step, pending, width, None if parts.deferred else known))
     due = any(step % every == 0 for every in (train.log_every, train.eval_every, train.checkpoint_every))
-    due = due or step == train.max_steps or step in plan.hold_steps or plan.fault_step == step
+    due = due or step == train.max_steps
     return settle(parts, state, keep=1 if parts.deferred and not due else 0)
 
 
@@ -324,7 +307,7 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
     eval.json and the transformers export into plan.out_dir."""
     train = plan.train
     model, optimizer, scheduler = build_training(plan, world, device)
-    health = HealthMonitor(train.health, train, set(plan.skip_steps)) if train.health.enabled else None
+    health = HealthMonitor(train.health, train) if train.health.enabled else None
     step, event, saved = resume(io, model, optimizer, scheduler, rank, world, train.max_steps)
     records = read_metrics(join(plan.out_dir, METRICS), step) if rank == 0 else []
     records.append({"step": step, **event, "max_steps": train.max_steps, "num_workers": world})
@@ -349,8 +332,6 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
     while state.step < train.max_steps:
         verdict, report = train_and_check(parts, state), {}
         if verdict.action is not Action.ROLLBACK:  # a step rolled back neither logs nor validates
-            if plan.fault_step == state.step and rank == world - 1:
-                io.crash()
             report = log_window(parts, state)
             if state.step % train.eval_every == 0 and state.step != train.max_steps:  # the final pass follows
                 result, verdict = validate(parts, state)
@@ -364,8 +345,6 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
             state.snapshot = save(parts, state, report)
         elif report:
             io.report({"step": state.step, **report}, None)
-        if state.step in plan.hold_steps:
-            io.hold(state.step)
 
     if state.batches is not None:
         state.batches.close()

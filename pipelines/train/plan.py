@@ -44,17 +44,6 @@ class PretrainPlan:
     """Where the run writes: the folder being built (metrics, checkpoints, export)."""
     spiece_model: str | None
     """The vocabulary, copied into the export (None: an export without a tokenizer)."""
-    fault_step: int = 0
-    """Test-only: the last worker exits hard after this step, once per run."""
-    hold_steps: tuple[int, ...] = ()
-    """Test-only: every worker waits after these steps, once per run, for the test to stop its group."""
-    nan_steps: tuple[int, ...] = ()
-    """Test-only: the last worker's loss at these steps is NaN (once per step per process)."""
-    spike_steps: tuple[int, ...] = ()
-    """Test-only: the last worker's loss at these steps is 100 times larger (once per step per process)."""
-    skip_steps: tuple[int, ...] = ()
-    """Steps whose global batch is skipped (no update; the schedule and the data move on): the tests'
-    run that skips a batch by construction."""
     initial_checkpoint: str | None = None
     """The complete output's checkpoint that a raised train.max_steps continues from."""
 

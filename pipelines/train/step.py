@@ -138,7 +138,6 @@ def train_step(
     micro_batches: list[dict[str, torch.Tensor | None]],
     max_grad_norm: float,
     check: Callable[[StepMetrics], bool] | None = None,
-    loss_factor: float | None = None,
     guard: bool = False,
     skip: bool = False,
 ) -> PendingMetrics:
@@ -150,8 +149,7 @@ def train_step(
       device (the host reads the step later, when the loop checks it); `skip`: this step is not
       applied (known ahead: a batch skipped after a rollback);
     - `check`: reads the step's metrics before the update (one host read: the host waits for the
-      device) and says whether to apply it.
-    `loss_factor` (tests only) multiplies this rank's loss, to inject a NaN or a spike."""
+      device) and says whether to apply it."""
     world = world_size()
     totals = all_reduce_sum(torch.stack([_counts(mb) for mb in micro_batches]).sum(0))
     mlm_weight, sequences = totals[0].float() + 1e-5, totals[1].float()
@@ -163,8 +161,6 @@ def train_step(
             out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb["sentence_order_label"]
         )
         mlm_ce, sop_ce = s.mlm_ce, s.sop_ce
-        if loss_factor is not None:
-            mlm_ce, sop_ce = mlm_ce * loss_factor, sop_ce * loss_factor
         loss = mlm_ce / mlm_weight + sop_ce / sequences
         # FSDP averages gradients over ranks; the global normalisers above already did.
         (loss * world).backward()

@@ -21,8 +21,8 @@ import pytest
 from safetensors.torch import load as load_safetensors
 
 from pipelines.cli.local_cluster import LocalHead, submit
-from pipelines.stages.pretrain import HOLD_ENV
 from pipelines.storage import exists, filesystem, read_bytes, read_jsonl, write_text
+from tests.faults import Faults
 
 from .autoscaling import (
     autoscaler_events,
@@ -219,7 +219,7 @@ def test_a_node_lost_in_pretraining_shrinks_then_grows_the_run_exactly(cluster, 
     run_dir = f"s3://{BUCKET}/node-loss"
     done: dict = {}
     thread = threading.Thread(
-        target=lambda: done.update(output=pretrain(head, run_dir, *ELASTIC, env={HOLD_ENV: "1,3,4"}))
+        target=lambda: done.update(output=pretrain(head, run_dir, *ELASTIC, env=Faults(hold_after=(1, 3, 4)).env()))
     )
     thread.start()
     if held(head, run_dir, 1) == 2:

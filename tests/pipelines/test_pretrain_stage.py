@@ -17,8 +17,9 @@ from pipelines.cli import run as run_command
 from pipelines.config import load_config
 from pipelines.errors import BadInput
 from pipelines.stages.data import run_data
-from pipelines.stages.pretrain import FAULT_ENV, run_pretrain
+from pipelines.stages.pretrain import run_pretrain
 from pipelines.train.build import build_model
+from tests.faults import Faults
 
 from .runs import copy_inputs
 
@@ -148,11 +149,20 @@ def test_two_fsdp_workers_match_one(prepared, one_worker, tmp_path):
     assert_same_weights(final_weights(accumulated), final_weights(one_worker))
 
 
+def crash_after(monkeypatch, step: int, tmp_path):
+    """The last Ray Train worker of the runs this test starts exits hard after `step`, once
+    (tests/faults.py, through Ray Train's RAY_TRAIN_CALLBACKS); returns what ends the injection."""
+    env = Faults(crash_after=step, crash_marker=str(tmp_path / f"crashed_after_{step}")).env()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return lambda: [monkeypatch.delenv(name) for name in env]
+
+
 def test_killed_worker_restarts_from_checkpoint(prepared, one_worker, tmp_path, monkeypatch):
     """Acceptance 2: a worker exits hard after step 3; Ray Train restarts the group from the step-2
     checkpoint and the result equals the uninterrupted run."""
     run_dir = fresh_run(prepared, tmp_path)
-    monkeypatch.setenv(FAULT_ENV, "3")
+    crash_after(monkeypatch, 3, tmp_path)
     run_pretrain(configure(run_dir, "train.num_workers=2", "train.max_failures=1"))
     events = [r for r in metrics(run_dir) if r.get("event") == "resumed"]
     assert [e["step"] for e in events] == [2]
@@ -165,11 +175,11 @@ def test_a_run_killed_on_two_workers_resumes_on_one(prepared, one_worker, tmp_pa
     reshards; the worker count is a setting, so the unfinished build is resumed, not discarded): the
     result equals the uninterrupted 1-worker run. A finished run is then not redone."""
     run_dir = fresh_run(prepared, tmp_path)
-    monkeypatch.setenv(FAULT_ENV, "3")
+    undo = crash_after(monkeypatch, 3, tmp_path)
     with pytest.raises(RuntimeError, match="pretraining failed"):
         run_pretrain(configure(run_dir, "train.num_workers=2"))  # max_failures=0: the run stops
     assert not Path(run_dir, "pretrain").exists() and Path(run_dir, "_building", "pretrain").exists()
-    monkeypatch.delenv(FAULT_ENV)
+    undo()
     run_pretrain(configure(run_dir, "train.num_workers=1"))
     assert "pretrain: resuming the unfinished run in" in capsys.readouterr().out
     events = [(e["event"], e["step"], e["num_workers"]) for e in metrics(run_dir) if e.get("event")]
@@ -204,7 +214,7 @@ def test_settings_rerun_nothing_and_a_killed_rerun_keeps_the_complete_output(one
         assert "  pretrain: up to date: skipped\n" in dry_run_status(run_dir, setting), setting
     manifest = (run_dir / "pretrain" / "manifest.json").read_text()
 
-    monkeypatch.setenv(FAULT_ENV, "3")  # the rerun's worker dies after step 3
+    crash_after(monkeypatch, 3, tmp_path)  # the rerun's worker dies after step 3
     with pytest.raises(RuntimeError, match="pretraining failed"):
         run_pretrain(configure(run_dir, "train.lr=0.005"))
     assert (run_dir / "pretrain" / "manifest.json").read_text() == manifest

@@ -18,6 +18,7 @@ from pipelines.train.loader import to_device
 from pipelines.train.parallel import apply_compile, apply_fsdp
 from pipelines.train.schedule import build_scheduler
 from pipelines.train.step import train_step
+from tests.faults import scaled_loss
 
 pytestmark = pytest.mark.gpu
 
@@ -195,7 +196,8 @@ def test_a_non_finite_step_is_skipped_on_the_device_without_a_host_read(one_gpu,
     moments = optimizer_state(opt)
     torch.cuda.set_sync_debug_mode("error")
     try:
-        pending = train_step(model, opt, scheduler, batches[1], 1.0, loss_factor=float("nan"), guard=True)
+        with scaled_loss(float("nan")):  # this step's loss is NaN
+            pending = train_step(model, opt, scheduler, batches[1], 1.0, guard=True)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert not math.isfinite(pending.get().loss)

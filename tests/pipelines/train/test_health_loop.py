@@ -15,6 +15,7 @@ from pipelines.config.health import HealthSection
 from pipelines.train import loop
 from pipelines.train.checkpoint import load_checkpoint
 from pipelines.train.loop import build_training
+from tests.faults import Faults
 from tests.pipelines.train import test_loop
 from tests.pipelines.train.test_loop import assert_close, make_plan, run
 
@@ -31,7 +32,7 @@ def reported(out_dir: Path, rank: int) -> list[tuple[str, int]]:
     return [(r["event"], r["step"]) for r in map(json.loads, path.read_text().splitlines())] if path.exists() else []
 
 
-def _gathering_process(rank, world, plan, checkpoints, stop_after, store):
+def _gathering_process(rank, world, plan, checkpoints, stop_after, store, faults):
     """_process, and each rank saves the full parameters it ends with (gathered from the shards)."""
     original = loop.get_model_state_dict
 
@@ -41,10 +42,10 @@ def _gathering_process(rank, world, plan, checkpoints, stop_after, store):
         return original(model, options=options)
 
     loop.get_model_state_dict = gather
-    test_loop._process(rank, world, plan, checkpoints, stop_after, store)
+    test_loop._process(rank, world, plan, checkpoints, stop_after, store, faults)
 
 
-def _rollback_capturing_process(rank, world, plan, checkpoints, stop_after, store):
+def _rollback_capturing_process(rank, world, plan, checkpoints, stop_after, store, faults):
     """_process, and rank 0 saves the parameters right after each rollback's restore."""
     original, count = loop.restore_snapshot, [0]
 
@@ -58,21 +59,21 @@ def _rollback_capturing_process(rank, world, plan, checkpoints, stop_after, stor
         dist.barrier()
 
     loop.restore_snapshot = restore
-    test_loop._process(rank, world, plan, checkpoints, stop_after, store)
+    test_loop._process(rank, world, plan, checkpoints, stop_after, store, faults)
 
 
 def test_a_nan_on_one_worker_is_skipped_on_every_worker(tmp_path):
     """Acceptance 1: the last worker's loss is NaN at step 3; both workers skip the step (the
     decision follows all-reduced numbers), the parameters stay finite and the same on both, and the
     run ends where one that skipped batch 3 by construction does."""
-    nan = run(tmp_path, "nan", 2, plan_fields={"nan_steps": (3,)}, target=_gathering_process)
+    nan = run(tmp_path, "nan", 2, faults=Faults(nan_steps=(3,)), target=_gathering_process)
     out = tmp_path / "nan"
     assert [(e["event"], e["step"], e["reason"]) for e in events(out)] == [("skipped", 3, "non-finite loss")]
     assert reported(out, 0) == reported(out, 1) == [("skipped", 3)]
     ranks = [torch.load(out / f"final_rank{r}.pt") for r in (0, 1)]
     assert all(torch.isfinite(t).all() for t in ranks[0].values())
     assert_close(ranks[0], ranks[1], atol=0.0)
-    by_construction = run(tmp_path, "skip", 1, plan_fields={"skip_steps": (3,)})
+    by_construction = run(tmp_path, "skip", 1, faults=Faults(skip_steps=(3,)))
     assert_close(nan, by_construction)
     reference = run(tmp_path, "plain", 1)
     assert max((nan[k] - reference[k]).abs().max().item() for k in nan) > 1e-4  # the skip changed the run
@@ -84,7 +85,7 @@ def test_repeated_nans_roll_back_with_a_lower_learning_rate(tmp_path):
     """Acceptance 2: NaNs at steps 3 and 4 with max_skipped_in_a_row=2 roll the run back to its step-2
     checkpoint with half the learning rate; the run completes with finite weights."""
     health = HealthSection(max_skipped_in_a_row=2)
-    weights = run(tmp_path, "nans", 2, plan_fields={"nan_steps": (3, 4)}, health=health)
+    weights = run(tmp_path, "nans", 2, faults=Faults(nan_steps=(3, 4)), health=health)
     assert all(torch.isfinite(t).all() for t in weights.values())
     found = events(tmp_path / "nans")
     assert [(e["event"], e["step"]) for e in found] == [("skipped", 3), ("skipped", 4), ("rollback", 4)]
@@ -101,7 +102,7 @@ def test_repeated_nans_roll_back_with_a_lower_learning_rate(tmp_path):
 def test_more_rollbacks_than_allowed_stop_the_run(tmp_path):
     health = HealthSection(max_skipped_in_a_row=1, max_rollbacks=0)
     with pytest.raises(Exception, match="train.health.max_rollbacks=0"):
-        run(tmp_path, "diverged", 1, plan_fields={"nan_steps": (3,)}, health=health)
+        run(tmp_path, "diverged", 1, faults=Faults(nan_steps=(3,)), health=health)
 
 
 def test_a_spike_under_the_rollback_policy_restores_the_checkpoint_exactly(tmp_path):
@@ -110,7 +111,7 @@ def test_a_spike_under_the_rollback_policy_restores_the_checkpoint_exactly(tmp_p
     skips batch 10 on the replay and ends where a run that skipped it by construction does."""
     health = HealthSection(spike_policy="rollback", spike_window=8, spike_threshold=20.0)
     spiked = run(
-        tmp_path, "spike", 2, plan_fields={"spike_steps": (10,)}, target=_rollback_capturing_process,
+        tmp_path, "spike", 2, faults=Faults(spike_steps=(10,)), target=_rollback_capturing_process,
         max_steps=12, health=health,
     )  # fmt: skip
     out = tmp_path / "spike"
@@ -122,7 +123,7 @@ def test_a_spike_under_the_rollback_policy_restores_the_checkpoint_exactly(tmp_p
     load_checkpoint(str(out / "checkpoints" / "step_000008"), model, optimizer, scheduler)
     saved = model.state_dict()
     assert max((restored[k] - saved[k]).abs().max().item() for k in restored) <= 1e-7
-    by_construction = run(tmp_path, "skip10", 1, plan_fields={"skip_steps": (10,)}, max_steps=12, health=health)
+    by_construction = run(tmp_path, "skip10", 1, faults=Faults(skip_steps=(10,)), max_steps=12, health=health)
     assert_close(spiked, by_construction)
 
 
@@ -134,7 +135,7 @@ def test_health_checks_without_events_change_nothing(tmp_path):
     assert events(tmp_path / "on") == []
 
 
-def _order_recording_process(rank, world, plan, checkpoints, stop_after, store):
+def _order_recording_process(rank, world, plan, checkpoints, stop_after, store, faults):
     """_process, and it writes when each step was queued and when its metrics were first read (the
     file is rewritten at each event: the process ends without running finally blocks)."""
     original, log, path = loop.train_step, [], Path(checkpoints).parent / "order.json"
@@ -158,7 +159,7 @@ def _order_recording_process(rank, world, plan, checkpoints, stop_after, store):
         return pending
 
     loop.train_step = step
-    test_loop._process(rank, world, plan, checkpoints, stop_after, store)
+    test_loop._process(rank, world, plan, checkpoints, stop_after, store, faults)
 
 
 def test_under_the_warn_policy_a_step_is_read_after_the_next_is_queued(tmp_path):
@@ -177,7 +178,7 @@ def test_a_rollback_found_a_step_late_ends_where_the_checked_run_does(tmp_path):
     """NaNs at steps 4 and 5 (two in a row: a rollback to the step-3 checkpoint). Under warn the
     rollback is found while step 6 runs; under skip each step is checked before its update. Same
     events, same weights."""
-    kwargs = dict(max_steps=9, checkpoint_every=3, log_every=4, plan_fields={"nan_steps": (4, 5)})
+    kwargs = dict(max_steps=9, checkpoint_every=3, log_every=4, faults=Faults(nan_steps=(4, 5)))
     late = run(tmp_path, "late", 2, health=HealthSection(max_skipped_in_a_row=2), **kwargs)
     checked = run(tmp_path, "checked", 2, health=HealthSection(max_skipped_in_a_row=2, spike_policy="skip"), **kwargs)
     found = [(e["event"], e["step"]) for e in events(tmp_path / "late")]

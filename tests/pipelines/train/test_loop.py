@@ -25,6 +25,7 @@ from pipelines.prep.process import example_schema
 from pipelines.train.loader import TrainSplit
 from pipelines.train.loop import StartPoint, pretrain_loop
 from pipelines.train.plan import PretrainPlan
+from tests.faults import Faults, install
 from tests.pipelines.train.spawned import exit_now
 
 pytestmark = pytest.mark.slow
@@ -95,13 +96,13 @@ class PlainIO:
         if metrics["step"] == self.stop_after:
             raise Stop
 
-    def crash(self) -> None:
-        os._exit(1)
 
-
-def _process(rank: int, world: int, plan: PretrainPlan, checkpoints: str, stop_after: int | None, store: str):
+def _process(
+    rank: int, world: int, plan: PretrainPlan, checkpoints: str, stop_after: int | None, store: str, faults: Faults
+):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     torch.set_num_threads(1)
+    install(faults)
     try:
         pretrain_loop(plan, rank, world, torch.device("cpu"), PlainIO(plan, world, Path(checkpoints), stop_after))
     except Stop:
@@ -160,20 +161,21 @@ def run(
     world: int,
     stop_after: int | None = None,
     out: str | None = None,
-    plan_fields: dict | None = None,
+    faults: Faults | None = None,
     target=None,
     **train,
 ) -> dict[str, torch.Tensor]:
-    """The loop on `world` processes (`target`: a wrapper of _process); the exported weights (None
-    when stopped early). `plan_fields` replace the plan's (the test-only injections)."""
+    """The loop on `world` processes (`target`: a wrapper of _process) with `faults` injected; the
+    exported weights (None when stopped early)."""
     out_dir, data_dir = tmp_path / (out or name), tmp_path / "data"
     if not data_dir.exists():  # the training split as the data stage writes it: row groups of 4 rows
         (data_dir / "train").mkdir(parents=True)
         pq.write_table(TRAIN.slice(0, 20), data_dir / "train" / "part-00000-000.parquet", row_group_size=4)
         pq.write_table(TRAIN.slice(20), data_dir / "train" / "part-00001-000.parquet", row_group_size=4)
-    plan = dataclasses.replace(make_plan(out_dir, data_dir, world, **train), **(plan_fields or {}))
+    plan = make_plan(out_dir, data_dir, world, **train)
     store = tmp_path / f"{name}.store"
-    mp.spawn(target or _process, args=(world, plan, str(out_dir / "checkpoints"), stop_after, str(store)), nprocs=world)
+    args = (world, plan, str(out_dir / "checkpoints"), stop_after, str(store), faults or Faults())
+    mp.spawn(target or _process, args=args, nprocs=world)
     weights = out_dir / "hf" / "model.safetensors"
     return load_file(str(weights)) if weights.exists() else None
 
