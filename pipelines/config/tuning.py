@@ -15,8 +15,9 @@ from .base import STRICT, Section, for_tasks, one_error, setting, shown
 from .sections import PRECISIONS
 
 QA = "question_answering"
-FINETUNE_TASKS = ("classification", "regression", QA)
-SEQUENCE_TASKS = ("classification", "regression")
+MULTI_LABEL = "multi_label"
+FINETUNE_TASKS = ("classification", "regression", MULTI_LABEL, QA)
+SEQUENCE_TASKS = ("classification", "regression", MULTI_LABEL)
 FINETUNE_INITS = ("pretrained", "random")
 TUNE_SCHEDULERS = ("asha", "none")
 TUNE_SEARCHES = ("random", "optuna")
@@ -25,6 +26,7 @@ TUNE_SEARCHES = ("random", "optuna")
 TUNE_METRICS = {
     "classification": ("accuracy", "macro_f1", "mcc"),
     "regression": ("pearson", "spearman"),
+    MULTI_LABEL: ("micro_f1", "macro_f1", "subset_accuracy"),
     QA: ("f1", "exact"),
 }
 # The finetune keys a search space may set: hyperparameters of one trial, not what data it reads.
@@ -54,9 +56,15 @@ class FinetuneSection(Section):
     text_pair_column: str | None = field(default=None, metadata=for_tasks(*SEQUENCE_TASKS))
     """Column holding the second segment of a text pair; null for single texts."""
     label_column: str = field(default="label", metadata=for_tasks(*SEQUENCE_TASKS))
-    """Column holding the label: a class (any string or number) or, for regression, a number."""
+    """Column holding the label: a class (any string or number); for regression, a number; for
+    multi_label, the example's classes (a list in jsonl or parquet, or one text cell split at
+    finetune.label_delimiter)."""
+    label_delimiter: str = field(default="|", metadata=for_tasks(MULTI_LABEL))
+    """multi_label: what separates the classes in a text label cell (csv, tsv, or a string in jsonl
+    or parquet); a list is read as it is."""
     task: str = "classification"
-    """classification, regression or question_answering (extractive, SQuAD v1.1/v2.0)."""
+    """classification, regression, multi_label (any number of classes per text, one sigmoid each) or
+    question_answering (extractive, SQuAD v1.1/v2.0)."""
     max_seq_length: int = 512
     """Tokens per example, [CLS] and [SEP]s included; longer texts are truncated (QA: windowed)."""
     max_query_length: int = field(default=64, metadata=for_tasks(QA))
@@ -111,6 +119,7 @@ class FinetuneSection(Section):
         self.require("init", self.init in FINETUNE_INITS, f"must be one of {', '.join(FINETUNE_INITS)}")
         self.require("text_column", bool(self.text_column), "must not be empty")
         self.require("label_column", bool(self.label_column), "must not be empty")
+        self.require("label_delimiter", bool(self.label_delimiter.strip()), "must not be empty or blank")
         self.require("task", self.task in FINETUNE_TASKS, f"must be one of {', '.join(FINETUNE_TASKS)}")
         self.require("max_seq_length", self.max_seq_length >= 4, "must be >= 4")
         self.require("eval_fraction", 0 < self.eval_fraction < 1, "must be in (0, 1)")
@@ -170,7 +179,8 @@ class TuneSection(Section):
     """random (independent draws from tune.space) or optuna (TPE)."""
     metric: str | None = None
     """Eval metric to maximise: accuracy, macro_f1, mcc (classification), pearson, spearman (regression),
-    f1, exact (question_answering); null = the task's first (accuracy, pearson or f1)."""
+    micro_f1, macro_f1, subset_accuracy (multi_label), f1, exact (question_answering); null = the
+    task's first (accuracy, pearson, micro_f1 or f1)."""
     space: dict = field(default_factory=_default_space)
     """finetune key -> a value, a list of choices, or {loguniform|uniform|randint: [lo, hi]} (randint
     inclusive); it overrides that finetune key."""
@@ -246,6 +256,7 @@ class TuneSection(Section):
 
 
 __all__ = [
+    "MULTI_LABEL",
     "QA",
     "SEQUENCE_TASKS",
     "FINETUNE_INITS",

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from .family import TaskFamily
 from .qa_family import QUESTION_ANSWERING
-from .sequence_family import CLASSIFICATION, REGRESSION
+from .sequence_family import CLASSIFICATION, MULTI_LABEL_CLASSIFICATION, REGRESSION
 
-FAMILIES: dict[str, TaskFamily] = {f.name: f for f in (CLASSIFICATION, REGRESSION, QUESTION_ANSWERING)}
+FAMILIES: dict[str, TaskFamily] = {
+    f.name: f for f in (CLASSIFICATION, REGRESSION, MULTI_LABEL_CLASSIFICATION, QUESTION_ANSWERING)
+}
 
 
 def task_family(task: str) -> TaskFamily:

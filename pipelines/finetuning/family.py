@@ -61,6 +61,9 @@ class TaskFamily(Protocol):
     """The tune.metric choices, the default first (config/tuning.py's TUNE_METRICS holds the same)."""
     model_class: type[nn.Module]
     """Our head (albert_model); its class name is the export's transformers class."""
+    problem_type: str | None
+    """The export's config.json `problem_type` (transformers picks the loss by it); None: transformers
+    infers it (from num_labels and the labels' dtype)."""
     target_dtype: torch.dtype
     collate: Collate
     """The features at some indices as the model's keyword inputs (and `labels`, given targets); the

@@ -94,6 +94,7 @@ def sample_questions(examples: list[QAExample], cap: int | None, seed: int) -> t
 class QuestionAnsweringFamily:
     name = QA
     model_class = AlbertForQuestionAnswering
+    problem_type = None
     target_dtype = torch.long
     collate = staticmethod(collate)  # a window is one padded sequence; targets are (start, end) rows
 

@@ -14,13 +14,13 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..config import Config, config_to_dict
+from ..config import TUNE_METRICS, Config, config_to_dict
 from ..storage import join
 from .trial import trial_finetune
 
 SUMMARY_METRICS = (
-    *("accuracy", "macro_f1", "mcc", "pearson", "spearman"),
-    *("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "null_threshold"),
+    *dict.fromkeys(name for names in TUNE_METRICS.values() for name in names),  # every family's tune.metric choices
+    *("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "null_threshold"),
     *("eval_loss", "train_loss"),
 )
 CheckpointAt = Callable[[str], Any]
@@ -89,7 +89,10 @@ def pick_best(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
     """The best trial: highest metric at its best epoch, ties to the lower eval loss."""
     scored = [r for r in rows if metric in r]
     if not scored:
-        raise RuntimeError("every fine-tuning trial failed: " + "; ".join(r["error"] for r in rows if r["error"]))
+        errors = [r["error"] for r in rows if r["error"]]
+        if errors:
+            raise RuntimeError("every fine-tuning trial failed: " + "; ".join(errors))
+        raise RuntimeError(f"no fine-tuning trial reported the metric {metric!r}")
     return max(scored, key=lambda r: (r[metric], -r.get("eval_loss", 0.0)))
 
 

@@ -1,6 +1,6 @@
-"""The sequence task families: classification and regression of a text or text pair from [CLS]
-(transformers' AlbertForSequenceClassification), scored with accuracy, macro-F1 and MCC, or
-Pearson and Spearman."""
+"""The sequence task families: classification, regression and multi-label classification of a
+text or text pair from [CLS] (transformers' AlbertForSequenceClassification), scored with
+accuracy, macro-F1 and MCC; Pearson and Spearman; micro- and macro-F1 and subset accuracy."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from albert_model.model import AlbertForSequenceClassification
 
 from ..config import TUNE_METRICS, FinetuneSection
+from ..config.tuning import MULTI_LABEL
 from .family import EncodedTask, Evaluation
 from .loop import collate
 from .metrics import compute_metrics
@@ -35,8 +36,18 @@ class SequenceFamily:
         return self.name == "regression"
 
     @property
+    def multi_label(self) -> bool:
+        return self.name == MULTI_LABEL
+
+    @property
+    def problem_type(self) -> str | None:
+        """multi_label: BCE per class (transformers' "multi_label_classification"); the others are
+        what transformers infers from num_labels (1: regression) and the labels' dtype."""
+        return "multi_label_classification" if self.multi_label else None
+
+    @property
     def target_dtype(self) -> torch.dtype:
-        return torch.float32 if self.regression else torch.long
+        return torch.long if self.name == "classification" else torch.float32
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
         task = load_task(cfg)
@@ -66,6 +77,10 @@ class SequenceFamily:
         logits = outputs.float()  # the loss in fp32 under bf16 autocast
         if self.regression:
             return F.mse_loss(logits[:, 0], targets.float(), reduction="sum")
+        if self.multi_label:
+            # transformers' BCEWithLogitsLoss averages over examples and classes: summed over the
+            # batch's examples, each example's mean over its classes
+            return F.binary_cross_entropy_with_logits(logits, targets.float(), reduction="sum") / logits.shape[1]
         return F.cross_entropy(logits, targets, reduction="sum")
 
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
@@ -77,5 +92,6 @@ class SequenceFamily:
 
 CLASSIFICATION = SequenceFamily("classification")
 REGRESSION = SequenceFamily("regression")
+MULTI_LABEL_CLASSIFICATION = SequenceFamily(MULTI_LABEL)
 
-__all__ = ["CLASSIFICATION", "REGRESSION", "SequenceFamily"]
+__all__ = ["CLASSIFICATION", "MULTI_LABEL_CLASSIFICATION", "REGRESSION", "SequenceFamily"]

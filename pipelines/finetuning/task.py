@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import FinetuneSection
+from ..config.tuning import MULTI_LABEL
 from ..errors import BadInput
-from .labels import encode_labels, label_names
+from .labels import encode_label_sets, encode_labels, label_names, label_set, multi_label_names
 from .tables import BBC_NEWS, Examples, bbc_news_examples, sample_indices, split_indices, table_examples
 
 
@@ -16,11 +17,11 @@ from .tables import BBC_NEWS, Examples, bbc_news_examples, sample_indices, split
 class Task:
     train: Examples
     eval: Examples
-    train_targets: list[Any]
-    """Class ids (classification) or floats (regression)."""
+    train_targets: Any
+    """Class ids (classification), floats (regression) or 0/1 rows [N, classes] (multi_label)."""
     eval_targets: list[Any]
     label_names: list[str] | None
-    """Class names by id; None for regression."""
+    """Class names by id (by column for multi_label); None for regression."""
     accounting: dict[str, Any]
 
     @property
@@ -43,8 +44,10 @@ def _cap(examples: Examples, cap: int | None, cfg: FinetuneSection, stratify: bo
 
 
 def load_task(cfg: FinetuneSection) -> Task:
-    """Read, split, subsample and encode the configured task."""
+    """Read, split, subsample and encode the configured task. Splits and subsamples are stratified
+    by class for classification; a multi-label row has several classes, so there they are not."""
     classification = cfg.task == "classification"
+    regression = cfg.task == "regression"
     if cfg.train_path is None:
         if cfg.text_pair_column or not classification:
             raise BadInput(
@@ -54,7 +57,7 @@ def load_task(cfg: FinetuneSection) -> Task:
         source = bbc_news_examples()
     else:
         source = table_examples(
-            cfg.train_path, cfg.text_column, cfg.label_column, cfg.text_pair_column, regression=not classification
+            cfg.train_path, cfg.text_column, cfg.label_column, cfg.text_pair_column, regression=regression
         )
     _require_rows(source, cfg)
     sources = [source]
@@ -72,7 +75,7 @@ def load_task(cfg: FinetuneSection) -> Task:
     else:
         train = source
         evaluation = table_examples(
-            cfg.eval_path, cfg.text_column, cfg.label_column, cfg.text_pair_column, regression=not classification
+            cfg.eval_path, cfg.text_column, cfg.label_column, cfg.text_pair_column, regression=regression
         )
         _require_rows(evaluation, cfg)
         sources.append(evaluation)
@@ -89,6 +92,16 @@ def load_task(cfg: FinetuneSection) -> Task:
             )
         train_targets = encode_labels(train, names, cfg.label_column)
         eval_targets = encode_labels(evaluation, names, cfg.label_column)
+    elif cfg.task == MULTI_LABEL:
+        train_sets, eval_sets = ([label_set(v, cfg.label_delimiter) for v in e.labels] for e in (train, evaluation))
+        names = multi_label_names(train_sets)
+        if not names:
+            raise BadInput(
+                f"{train.source}: column {cfg.label_column!r} holds no class in the training examples "
+                f"(finetune.task={MULTI_LABEL} reads lists, or text split at {cfg.label_delimiter!r})"
+            )
+        train_targets = encode_label_sets(train, train_sets, names, cfg.label_column)
+        eval_targets = encode_label_sets(evaluation, eval_sets, names, cfg.label_column)
     else:
         train_targets, eval_targets = list(train.labels), list(evaluation.labels)
     accounting = {

@@ -115,10 +115,17 @@ def materialize(files: dict[str, bytes], directory: str) -> str:
     return directory
 
 
-def save_model(model: nn.Module, pretrained_dir: str, directory: str, label_names: list[str] | None) -> None:
+def save_model(
+    model: nn.Module,
+    pretrained_dir: str,
+    directory: str,
+    label_names: list[str] | None,
+    problem_type: str | None = None,
+) -> None:
     """transformers' layout of the model's head class with the pretrained tokenizer files."""
     id2label = dict(enumerate(label_names)) if label_names is not None else None
-    save_hf_pretrained(model, directory, spiece_model=os.path.join(pretrained_dir, "spiece.model"), id2label=id2label)
+    spiece = os.path.join(pretrained_dir, "spiece.model")
+    save_hf_pretrained(model, directory, spiece_model=spiece, id2label=id2label, problem_type=problem_type)
     tokenizer_config = os.path.join(pretrained_dir, "tokenizer_config.json")
     if os.path.exists(tokenizer_config):  # keep the pretrained casing (save_hf_pretrained assumes uncased)
         with open(tokenizer_config, "rb") as src, open(os.path.join(directory, "tokenizer_config.json"), "wb") as dst:
@@ -215,7 +222,7 @@ def fit_trial(
         checkpoint = None
         if rank == 0:
             checkpoint = os.path.join(checkpoint_root, f"epoch_{epoch + 1}")
-            save_model(model, pretrained_dir, checkpoint, task.label_names)
+            save_model(model, pretrained_dir, checkpoint, task.label_names, family.problem_type)
             write_predictions(evaluation.files, os.path.join(checkpoint, PREDICTIONS))
         report(metrics, checkpoint)
 

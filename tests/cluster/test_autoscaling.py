@@ -28,6 +28,7 @@ from .autoscaling import (
     autoscaler_events,
     cluster_env,
     datasets,
+    idle_timeout_minutes,
     kill_node,
     launcher_config,
     no_capacity,
@@ -259,9 +260,10 @@ def test_a_node_lost_in_pretraining_shrinks_then_grows_the_run_exactly(cluster, 
 
 def test_worker_nodes_are_removed_after_the_idle_timeout(cluster, dag_run):
     """Acceptance 1, the scale-down: once the jobs are done, every worker node the autoscaler
-    started goes away after the launcher config's idle timeout (plus the autoscaler's poll)."""
+    started goes away after the idle timeout (the launcher config's, capped for this rehearsal at
+    IDLE_TIMEOUT_MINUTES), plus the autoscaler's poll."""
     head = cluster.head
-    idle_s = launcher_config()["idle_timeout_minutes"] * 60
+    idle_s = idle_timeout_minutes(launcher_config()) * 60
     started = time.monotonic()
     wait_for(lambda: not worker_nodes(head), idle_s + 90, "the idle worker nodes to be removed", every_s=5)
     assert time.monotonic() - started <= idle_s + 90

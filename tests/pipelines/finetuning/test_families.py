@@ -14,6 +14,7 @@ from pipelines.config.tuning import FINETUNE_TASKS
 from pipelines.finetuning.families import FAMILIES
 from pipelines.finetuning.qa_family import QUESTION_ANSWERING, split_by_context
 from pipelines.finetuning.qa_features import QAExample
+from pipelines.finetuning.results import SUMMARY_METRICS
 from pipelines.finetuning.tokenizer import PairTokenizer
 
 LONG = " ".join(f"Sentence {i} says little about anything at all." for i in range(12)) + " The key is Maria Lopez."
@@ -25,6 +26,8 @@ def test_every_task_is_a_family_with_its_metrics_and_a_transformers_class():
     for name, family in FAMILIES.items():
         assert family.name == name and family.metrics == TUNE_METRICS[name]
         assert hasattr(transformers, family.model_class.__name__)
+        # the trials' table keeps every metric a search may rank by (a missing one: no trial "reported" it)
+        assert set(family.metrics) <= set(SUMMARY_METRICS), name
 
 
 def squad(questions, version="1.1"):
@@ -137,9 +140,14 @@ def test_a_family_batch_goes_through_its_model_loss_and_scores(name):
 
     family = FAMILIES[name]
     torch.manual_seed(0)
-    model = family.model_class(tiny(num_labels=3 if name == "classification" else 1))
+    model = family.model_class(tiny(num_labels=3 if name in ("classification", "multi_label") else 1))
     encoded = [([2, 10, 11, 3, 12, 3], [0, 0, 0, 0, 1, 1]), ([2, 13, 3, 14, 15, 16, 3], [0, 0, 0, 1, 1, 1, 1])]
-    targets = {"classification": [2, 0], "regression": [0.5, -1.0], "question_answering": [(4, 4), (0, 0)]}[name]
+    targets = {
+        "classification": [2, 0],
+        "regression": [0.5, -1.0],
+        "multi_label": [[1, 0, 1], [0, 0, 0]],
+        "question_answering": [(4, 4), (0, 0)],
+    }[name]
     batch = family.collate(encoded, [0, 1], 0, torch.tensor(targets, dtype=family.target_dtype))
     labels = batch.pop("labels")
     outputs = model(**batch)
@@ -159,6 +167,8 @@ def test_a_family_loss_is_fp32_for_bf16_outputs(name):
         from albert_model.model import AlbertQuestionAnsweringOutput
 
         outputs, targets = AlbertQuestionAnsweringOutput(logits, logits.flip(1)), torch.tensor([[1, 2], [0, 0]])
+    elif name == "multi_label":
+        outputs, targets = logits, torch.tensor([[1, 0, 0, 1, 0], [0, 0, 0, 0, 0]], dtype=family.target_dtype)
     else:
         outputs, targets = logits, torch.tensor([1, 3], dtype=family.target_dtype)
     assert family.loss_sum(outputs, targets).dtype == torch.float32
