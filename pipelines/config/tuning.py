@@ -16,7 +16,9 @@ from .sections import PRECISIONS
 
 QA = "question_answering"
 MULTI_LABEL = "multi_label"
-FINETUNE_TASKS = ("classification", "regression", MULTI_LABEL, QA)
+TOKEN_CLASSIFICATION = "token_classification"
+MULTIPLE_CHOICE = "multiple_choice"
+FINETUNE_TASKS = ("classification", "regression", MULTI_LABEL, TOKEN_CLASSIFICATION, MULTIPLE_CHOICE, QA)
 SEQUENCE_TASKS = ("classification", "regression", MULTI_LABEL)
 FINETUNE_INITS = ("pretrained", "random")
 TUNE_SCHEDULERS = ("asha", "none")
@@ -27,6 +29,8 @@ TUNE_METRICS = {
     "classification": ("accuracy", "macro_f1", "mcc"),
     "regression": ("pearson", "spearman"),
     MULTI_LABEL: ("micro_f1", "macro_f1", "subset_accuracy"),
+    TOKEN_CLASSIFICATION: ("f1", "precision", "recall", "accuracy"),
+    MULTIPLE_CHOICE: ("accuracy",),
     QA: ("f1", "exact"),
 }
 # The finetune keys a search space may set: hyperparameters of one trial, not what data it reads.
@@ -55,16 +59,31 @@ class FinetuneSection(Section):
     """Column holding the text (the first segment)."""
     text_pair_column: str | None = field(default=None, metadata=for_tasks(*SEQUENCE_TASKS))
     """Column holding the second segment of a text pair; null for single texts."""
-    label_column: str = field(default="label", metadata=for_tasks(*SEQUENCE_TASKS))
+    label_column: str = field(default="label", metadata=for_tasks(*SEQUENCE_TASKS, MULTIPLE_CHOICE))
     """Column holding the label: a class (any string or number); for regression, a number; for
     multi_label, the example's classes (a list in jsonl or parquet, or one text cell split at
-    finetune.label_delimiter)."""
+    finetune.label_delimiter); for multiple_choice, the right choice's index (0-based) or letter (A, B, ...)."""
+    context_column: str = field(default="context", metadata=for_tasks(MULTIPLE_CHOICE))
+    """multiple_choice, jsonl or parquet: the column of the passage the question is about (optional in the rows)."""
+    question_column: str = field(default="question", metadata=for_tasks(MULTIPLE_CHOICE))
+    """multiple_choice, jsonl or parquet: the column of the question (or a sentence's start, as SWAG's)."""
+    choices_column: str = field(default="choices", metadata=for_tasks(MULTIPLE_CHOICE))
+    """multiple_choice, jsonl or parquet: the column of the choices (a list; the same length in a file)."""
+    tokens_column: str = field(default="tokens", metadata=for_tasks(TOKEN_CLASSIFICATION))
+    """token_classification, jsonl or parquet: the column holding a sentence's tokens (a list)."""
+    tags_column: str = field(default="tags", metadata=for_tasks(TOKEN_CLASSIFICATION))
+    """token_classification, jsonl or parquet: the column holding a tag per token (a list of the same length)."""
+    conll_tag_column: int = field(default=-1, metadata=for_tasks(TOKEN_CLASSIFICATION))
+    """token_classification, CoNLL files (.conll, .txt): the tag's column, 0-based after the token
+    (column 0); -1 is the last (CoNLL-2003's named entities)."""
     label_delimiter: str = field(default="|", metadata=for_tasks(MULTI_LABEL))
     """multi_label: what separates the classes in a text label cell (csv, tsv, or a string in jsonl
     or parquet); a list is read as it is."""
     task: str = "classification"
-    """classification, regression, multi_label (any number of classes per text, one sigmoid each) or
-    question_answering (extractive, SQuAD v1.1/v2.0)."""
+    """classification, regression, multi_label (any number of classes per text, one sigmoid each),
+    token_classification (a tag per word: named entities, chunks; CoNLL or jsonl/parquet),
+    multiple_choice (SWAG's csv, RACE's json, or jsonl/parquet rows) or question_answering
+    (extractive, SQuAD v1.1/v2.0)."""
     max_seq_length: int = 512
     """Tokens per example, [CLS] and [SEP]s included; longer texts are truncated (QA: windowed)."""
     max_query_length: int = field(default=64, metadata=for_tasks(QA))
@@ -78,9 +97,11 @@ class FinetuneSection(Section):
     eval_fraction: float = 0.2
     """Share of the training data held out for evaluation when finetune.eval_path is null."""
     max_train_examples: int | None = None
-    """Use a seeded (stratified) subsample of this many training examples (QA: questions); null uses all."""
+    """Use a seeded (stratified) subsample of this many training examples (QA: questions; token
+    classification: sentences); null uses all."""
     max_eval_examples: int | None = None
-    """Use a seeded (stratified) subsample of this many evaluation examples (QA: questions); null uses all."""
+    """Use a seeded (stratified) subsample of this many evaluation examples (QA: questions; token
+    classification: sentences); null uses all."""
     lr: float = 2e-5
     """Peak AdamW learning rate (linear warmup, then linear decay to 0)."""
     batch_size: int = 32
@@ -120,6 +141,9 @@ class FinetuneSection(Section):
         self.require("text_column", bool(self.text_column), "must not be empty")
         self.require("label_column", bool(self.label_column), "must not be empty")
         self.require("label_delimiter", bool(self.label_delimiter.strip()), "must not be empty or blank")
+        self.require("conll_tag_column", self.conll_tag_column != 0, "must not be 0 (the token's column)")
+        for name in ("tokens_column", "tags_column", "question_column", "choices_column", "context_column"):
+            self.require(name, bool(getattr(self, name)), "must not be empty")
         self.require("task", self.task in FINETUNE_TASKS, f"must be one of {', '.join(FINETUNE_TASKS)}")
         self.require("max_seq_length", self.max_seq_length >= 4, "must be >= 4")
         self.require("eval_fraction", 0 < self.eval_fraction < 1, "must be in (0, 1)")
@@ -179,8 +203,9 @@ class TuneSection(Section):
     """random (independent draws from tune.space) or optuna (TPE)."""
     metric: str | None = None
     """Eval metric to maximise: accuracy, macro_f1, mcc (classification), pearson, spearman (regression),
-    micro_f1, macro_f1, subset_accuracy (multi_label), f1, exact (question_answering); null = the
-    task's first (accuracy, pearson, micro_f1 or f1)."""
+    micro_f1, macro_f1, subset_accuracy (multi_label), f1, precision, recall, accuracy
+    (token_classification: entities, conlleval's), accuracy (multiple_choice), f1, exact
+    (question_answering); null = the task's first."""
     space: dict = field(default_factory=_default_space)
     """finetune key -> a value, a list of choices, or {loguniform|uniform|randint: [lo, hi]} (randint
     inclusive); it overrides that finetune key."""
@@ -257,6 +282,8 @@ class TuneSection(Section):
 
 __all__ = [
     "MULTI_LABEL",
+    "TOKEN_CLASSIFICATION",
+    "MULTIPLE_CHOICE",
     "QA",
     "SEQUENCE_TASKS",
     "FINETUNE_INITS",

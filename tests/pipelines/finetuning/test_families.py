@@ -140,12 +140,18 @@ def test_a_family_batch_goes_through_its_model_loss_and_scores(name):
 
     family = FAMILIES[name]
     torch.manual_seed(0)
-    model = family.model_class(tiny(num_labels=3 if name in ("classification", "multi_label") else 1))
+    model = family.model_class(
+        tiny(num_labels=3 if name in ("classification", "multi_label", "token_classification") else 1)
+    )
     encoded = [([2, 10, 11, 3, 12, 3], [0, 0, 0, 0, 1, 1]), ([2, 13, 3, 14, 15, 16, 3], [0, 0, 0, 1, 1, 1, 1])]
+    if name == "multiple_choice":  # a feature per question: a sequence per choice
+        encoded = [[encoded[0], encoded[1]], [encoded[1], encoded[0]]]
     targets = {
+        "multiple_choice": [1, 0],
         "classification": [2, 0],
         "regression": [0.5, -1.0],
         "multi_label": [[1, 0, 1], [0, 0, 0]],
+        "token_classification": [[-100, 2, 0, -100, 1, -100, -100], [-100, 0, -100, 1, 1, 2, -100]],
         "question_answering": [(4, 4), (0, 0)],
     }[name]
     batch = family.collate(encoded, [0, 1], 0, torch.tensor(targets, dtype=family.target_dtype))
@@ -167,6 +173,9 @@ def test_a_family_loss_is_fp32_for_bf16_outputs(name):
         from albert_model.model import AlbertQuestionAnsweringOutput
 
         outputs, targets = AlbertQuestionAnsweringOutput(logits, logits.flip(1)), torch.tensor([[1, 2], [0, 0]])
+    elif name == "token_classification":
+        outputs = torch.randn(2, 3, 4, dtype=torch.bfloat16)
+        targets = torch.tensor([[0, -100, 3], [1, 2, -100]])
     elif name == "multi_label":
         outputs, targets = logits, torch.tensor([[1, 0, 0, 1, 0], [0, 0, 0, 0, 0]], dtype=family.target_dtype)
     else:

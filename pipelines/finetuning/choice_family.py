@@ -1,0 +1,149 @@
+"""The multiple-choice family (SWAG, RACE, or any question with a fixed number of answers): each
+choice is scored from its own `[CLS] context [SEP] question choice [SEP]`, as transformers'
+run_swag pairs them (AlbertForMultipleChoice: one score per choice from [CLS]), the choices of a
+question compete in one softmax, and the metric is accuracy. The readers: choice_tables.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from albert_model.heads import AlbertForMultipleChoice
+
+from ..config import TUNE_METRICS, FinetuneSection
+from ..config.tuning import MULTIPLE_CHOICE
+from ..errors import BadInput
+from .choice_tables import Questions, read_questions, sample_questions, split_questions
+from .family import EncodedTask, Evaluation
+from .tokenizer import PairTokenizer, pad_batch
+
+Choices = list[tuple[list[int], list[int]]]
+"""One question's features: (input_ids, token_type_ids) per choice."""
+
+
+def encode_question(
+    tokenizer: PairTokenizer, context: str, question: str, choices: Sequence[str], length: int
+) -> Choices:
+    """Per choice: the context as the first segment, `question choice` as the second (run_swag's
+    pairs; without a context, `question` first and the choice second), truncated longest first."""
+    if context:
+        return [tokenizer.encode(context, f"{question} {choice}".strip(), length) for choice in choices]
+    return [tokenizer.encode(question, choice, length) for choice in choices]
+
+
+def encode_split(tokenizer: PairTokenizer, questions: Questions, length: int) -> tuple[list[Choices], np.ndarray, int]:
+    features = [
+        encode_question(tokenizer, c, q, choices, length)
+        for c, q, choices in zip(questions.contexts, questions.questions, questions.choices)
+    ]
+    truncated = sum(len(ids) >= length for choices in features for ids, _ in choices)
+    return features, np.asarray(questions.labels, dtype=np.int64), truncated
+
+
+def collate(
+    encoded: Sequence[Choices],
+    indices: Sequence[int],
+    pad_id: int,
+    targets: torch.Tensor | None = None,
+    pin: bool = False,
+    widths: Sequence[int] = (),
+) -> dict[str, torch.Tensor]:
+    """The questions at `indices` as [B, choices, S] inputs, every choice padded to the batch's widest."""
+    flat = [choice for i in indices for choice in encoded[i]]
+    count = len(encoded[indices[0]]) if len(indices) else 0
+    batch = {k: torch.from_numpy(v).view(len(indices), count, -1) for k, v in pad_batch(flat, pad_id, widths).items()}
+    if targets is not None:
+        batch["labels"] = targets[torch.as_tensor(indices, dtype=torch.long)]
+    return {k: v.pin_memory() for k, v in batch.items()} if pin else batch
+
+
+@dataclass(frozen=True)
+class MultipleChoiceFamily:
+    name: str = MULTIPLE_CHOICE
+    model_class: type = AlbertForMultipleChoice
+    problem_type = None
+    target_dtype = torch.long
+    collate = staticmethod(collate)
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return TUNE_METRICS[self.name]
+
+    def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
+        if cfg.train_path is None:
+            raise BadInput(f"finetune.task={self.name} has no embedded task: set finetune.train_path")
+        source = read_questions(cfg.train_path, cfg)
+        sources = [source]
+        if not len(source):
+            raise BadInput(f"{source.source}: no usable question (of {source.read}, rejected: {dict(source.rejected)})")
+        if cfg.eval_path is None:
+            train_idx, eval_idx = split_questions(source, cfg.eval_fraction, cfg.seed)
+            train, evaluation = source.select(train_idx), source.select(eval_idx)
+            eval_from = f"{cfg.eval_fraction:g} of {source.source} (seed {cfg.seed}, by context)"
+            if not len(train) or not len(evaluation):
+                raise BadInput(
+                    f"{source.source}: {len(source)} usable questions are too few to hold out "
+                    f"finetune.eval_fraction={cfg.eval_fraction:g}"
+                )
+        else:
+            train, evaluation = source, read_questions(cfg.eval_path, cfg)
+            sources.append(evaluation)
+            eval_from = cfg.eval_path
+            if not len(evaluation):
+                raise BadInput(f"{evaluation.source}: no usable question (rejected: {dict(evaluation.rejected)})")
+        counts = {len(train.choices[0]), len(evaluation.choices[0])}
+        if len(counts) > 1:
+            raise BadInput(
+                f"{train.source} has {len(train.choices[0])} choices per question and {evaluation.source} "
+                f"{len(evaluation.choices[0])}: the model scores one number of choices"
+            )
+        train, train_unsampled = sample_questions(train, cfg.max_train_examples, cfg.seed)
+        evaluation, eval_unsampled = sample_questions(evaluation, cfg.max_eval_examples, cfg.seed)
+        train_features, train_targets, train_cut = encode_split(tokenizer, train, cfg.max_seq_length)
+        eval_features, eval_targets, eval_cut = encode_split(tokenizer, evaluation, cfg.max_seq_length)
+        return EncodedTask(
+            train=train_features,
+            train_targets=train_targets,
+            eval=eval_features,
+            eval_targets=eval_targets,
+            reference=evaluation.places,
+            num_labels=1,  # one score per choice
+            accounting={
+                "inputs": [s.summary() for s in sources],
+                "eval_from": eval_from,
+                "train": {"used": len(train), "unsampled": train_unsampled},
+                "eval": {"used": len(evaluation), "unsampled": eval_unsampled},
+            },
+            truncated={"train_choices": train_cut, "eval_choices": eval_cut},
+            eval_examples=len(evaluation),
+        )
+
+    def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(outputs.float(), targets, reduction="sum")
+
+    def scores(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs  # [B, choices]
+
+    def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
+        logits = torch.from_numpy(np.asarray(scores, dtype=np.float64))
+        gold = torch.from_numpy(task.eval_targets)
+        predicted = logits.argmax(1)
+        metrics = {
+            "accuracy": float((predicted == gold).double().mean()) if len(gold) else 0.0,
+            "eval_loss": float(F.cross_entropy(logits, gold)) if len(gold) else 0.0,
+        }
+        lines = [
+            json.dumps({"source": place, "label": int(g), "prediction": int(p)}) + "\n"
+            for place, g, p in zip(task.reference, gold, predicted)
+        ]
+        return Evaluation(metrics, {"predictions.jsonl": "".join(lines)})
+
+
+MULTIPLE_CHOICE_FAMILY = MultipleChoiceFamily()
+
+__all__ = ["MULTIPLE_CHOICE_FAMILY", "MultipleChoiceFamily", "collate", "encode_question"]

@@ -1,0 +1,186 @@
+"""The token classification family (named entities, chunks, parts of speech): a tag per word from
+the word's first piece (transformers' AlbertForTokenClassification, as its run_ner labels them:
+the other pieces and the special tokens carry no target), scored at the entity level with
+conlleval's rules (precision, recall and F1 of whole spans; accuracy over words), with the
+predictions written as conlleval's input (`token gold predicted`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from albert_model.heads import AlbertForTokenClassification
+
+from ..config import TUNE_METRICS, FinetuneSection
+from ..config.tuning import TOKEN_CLASSIFICATION
+from ..errors import BadInput
+from .conll_metrics import conll_scores
+from .family import EncodedTask, Evaluation
+from .labels import sorted_names
+from .loop import collate
+from .ner_tables import Sentences, read_sentences, sample_sentences, split_sentences
+from .tokenizer import PairTokenizer
+
+IGNORED = -100
+"""The target of a position that is not a word's first piece (torch's and transformers' ignore index)."""
+OUTSIDE = "O"
+"""The tag predicted for a word cut off by finetune.max_seq_length (counted in the metrics)."""
+
+
+@dataclass(frozen=True)
+class TaggedSentences:
+    """What evaluation reads besides the scores: each eval sentence's words and gold tags, and the
+    position of each kept word's first piece (the words after the last are cut off)."""
+
+    tokens: list[list[str]]
+    tags: list[list[str]]
+    starts: list[list[int]]
+
+
+def encode_words(tokenizer: PairTokenizer, words: Sequence[str], max_length: int) -> tuple[list[int], list[int]]:
+    """(input_ids, first-piece positions) of `[CLS] words [SEP]`, each word's pieces as the tokenizer
+    gives them for that word alone (a word with no piece gets the unknown piece, so that every word
+    is tagged); words that do not fit in `max_length` are cut off."""
+    ids, starts = [tokenizer.cls_id], []
+    for word in words:
+        pieces = tokenizer.pieces(word) or [tokenizer.sp.unk_id()]
+        if len(ids) + len(pieces) > max_length - 1:
+            break
+        starts.append(len(ids))
+        ids += pieces
+    return [*ids, tokenizer.sep_id], starts
+
+
+def encode_split(tokenizer: PairTokenizer, sentences: Sentences, ids: dict[str, int], length: int):
+    """Features, targets [N, length] and first-piece positions of one split; an unseen tag is an error."""
+    features, starts = [], []
+    targets = np.full((len(sentences), length), IGNORED, dtype=np.int64)
+    for i, (words, tags) in enumerate(zip(sentences.tokens, sentences.tags)):
+        unknown = [t for t in tags if t not in ids]
+        if unknown:
+            raise BadInput(
+                f"{sentences.source} {sentences.places[i]}: tag {unknown[0]!r} never appears in the training "
+                f"data; the training tags are {', '.join(ids)}"
+            )
+        input_ids, first = encode_words(tokenizer, words, length)
+        features.append((input_ids, [0] * len(input_ids)))
+        starts.append(first)
+        targets[i, first] = [ids[t] for t in tags[: len(first)]]
+    return features, targets, starts
+
+
+@dataclass(frozen=True)
+class TokenClassificationFamily:
+    name: str = TOKEN_CLASSIFICATION
+    model_class: type = AlbertForTokenClassification
+    problem_type = None
+    target_dtype = torch.long
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return TUNE_METRICS[self.name]
+
+    @staticmethod
+    def collate(encoded, indices, pad_id, targets=None, pin=False, widths=()) -> dict[str, torch.Tensor]:
+        """loop.collate, with each row's targets cut to the batch's width."""
+        batch = collate(encoded, indices, pad_id, None, False, widths)
+        if targets is not None:
+            width = batch["input_ids"].shape[1]
+            batch["labels"] = targets[torch.as_tensor(indices, dtype=torch.long), :width]
+        return {k: v.pin_memory() for k, v in batch.items()} if pin else batch
+
+    def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
+        if cfg.train_path is None:
+            raise BadInput(f"finetune.task={self.name} has no embedded task: set finetune.train_path")
+        source = read_sentences(cfg.train_path, cfg)
+        sources = [source]
+        if not len(source):
+            raise BadInput(f"{source.source}: no usable sentence (of {source.read}, rejected: {dict(source.rejected)})")
+        if cfg.eval_path is None:
+            train_idx, eval_idx = split_sentences(source, cfg.eval_fraction, cfg.seed)
+            train, evaluation = source.select(train_idx), source.select(eval_idx)
+            eval_from = f"{cfg.eval_fraction:g} of {source.source} (seed {cfg.seed})"
+            if not len(train) or not len(evaluation):
+                raise BadInput(
+                    f"{source.source}: {len(source)} usable sentences are too few to hold out "
+                    f"finetune.eval_fraction={cfg.eval_fraction:g}"
+                )
+        else:
+            train, evaluation = source, read_sentences(cfg.eval_path, cfg)
+            sources.append(evaluation)
+            eval_from = cfg.eval_path
+            if not len(evaluation):
+                raise BadInput(f"{evaluation.source}: no usable sentence (rejected: {dict(evaluation.rejected)})")
+        train, train_unsampled = sample_sentences(train, cfg.max_train_examples, cfg.seed)
+        evaluation, eval_unsampled = sample_sentences(evaluation, cfg.max_eval_examples, cfg.seed)
+        names = sorted_names({t for tags in train.tags for t in tags})
+        ids = {name: i for i, name in enumerate(names)}
+        length = cfg.max_seq_length
+        train_features, train_targets, train_starts = encode_split(tokenizer, train, ids, length)
+        eval_features, eval_targets, eval_starts = encode_split(tokenizer, evaluation, ids, length)
+
+        def cut(split: Sentences, starts: list[list[int]]) -> int:
+            return sum(len(words) - len(first) for words, first in zip(split.tokens, starts))
+
+        return EncodedTask(
+            train=train_features,
+            train_targets=train_targets,
+            eval=eval_features,
+            eval_targets=eval_targets,
+            reference=TaggedSentences(evaluation.tokens, evaluation.tags, eval_starts),
+            label_names=names,
+            num_labels=len(names),
+            accounting={
+                "inputs": [s.summary() for s in sources],
+                "eval_from": eval_from,
+                "train": {"used": len(train), "unsampled": train_unsampled},
+                "eval": {"used": len(evaluation), "unsampled": eval_unsampled},
+            },
+            truncated={  # words cut off by finetune.max_seq_length (sentences as words: see `cut`)
+                "train_words": cut(train, train_starts),
+                "eval_words": cut(evaluation, eval_starts),
+            },
+            eval_examples=len(evaluation),
+        )
+
+    def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy summed over the batch's tagged positions (fp32)."""
+        logits = outputs.float()
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORED, reduction="sum")
+
+    def scores(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs  # logits [B, S, num_labels]
+
+    def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
+        reference: TaggedSentences = task.reference
+        names = task.label_names
+        predicted = []
+        for i, (words, first) in enumerate(zip(reference.tokens, reference.starts)):
+            tags = [names[k] for k in scores[i, first].argmax(-1)] if first else []
+            predicted.append(tags + [OUTSIDE] * (len(words) - len(first)))
+        result = conll_scores(reference.tags, predicted)
+        metrics = {k: float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
+        metrics["eval_loss"] = eval_loss(scores, task.eval_targets)
+        lines = []
+        for words, gold, tags in zip(reference.tokens, reference.tags, predicted):
+            lines += [f"{w} {g} {p}\n" for w, g, p in zip(words, gold, tags)] + ["\n"]
+        return Evaluation(metrics, {"predictions.conll": "".join(lines)})
+
+
+def eval_loss(scores: np.ndarray, targets: np.ndarray) -> float:
+    """Mean cross-entropy over the tagged positions (scores are zero-padded past each feature)."""
+    width = min(scores.shape[1], targets.shape[1])
+    logits, gold = torch.from_numpy(scores[:, :width]).double(), torch.from_numpy(targets[:, :width])
+    tagged = gold != IGNORED
+    if not bool(tagged.any()):
+        return 0.0
+    return float(F.cross_entropy(logits[tagged], gold[tagged]))
+
+
+TOKEN_CLASSIFICATION_FAMILY = TokenClassificationFamily()
+
+__all__ = ["TOKEN_CLASSIFICATION_FAMILY", "TaggedSentences", "TokenClassificationFamily", "encode_words"]
