@@ -34,7 +34,10 @@ TUNE_METRICS = {
     QA: ("f1", "exact"),
 }
 # The finetune keys a search space may set: hyperparameters of one trial, not what data it reads.
-TUNABLE_KEYS = ("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "classifier_dropout", "max_grad_norm")
+TUNABLE_KEYS = (
+    *("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "classifier_dropout", "max_grad_norm"),
+    "seed",  # a trial's initialisation and batch order; the split and subsamples stay the base config's
+)
 SPACE_RANGES = ("loguniform", "uniform", "randint")
 
 
@@ -106,6 +109,10 @@ class FinetuneSection(Section):
     """Peak AdamW learning rate (linear warmup, then linear decay to 0)."""
     batch_size: int = 32
     """Sequences per optimizer step, summed over a trial's workers."""
+    grad_accum_steps: int = 1
+    """Micro-batches per optimizer step on each worker: the same batch_size in memory this many
+    times smaller (large and xxlarge at the paper's batch sizes on one GPU); gradients add up before
+    the step."""
     epochs: int = 3
     """Passes over the training examples; metrics are reported after each."""
     warmup_ratio: float = 0.1
@@ -127,7 +134,9 @@ class FinetuneSection(Section):
     reduce-overhead), batches padded to one of 4 widths; a compilation per width, so it pays in
     long fine-tunings at short sequences, where the host bounds a step. One worker per trial; no effect on CPU."""
     seed: int = 42
-    """Seed of the split, the subsamples, the classifier's initialisation and the batch order."""
+    """Seed of the split, the subsamples, the classifier's initialisation and the batch order;
+    searched in tune.space, a trial's seed changes only its initialisation and batch order (every
+    trial is scored on the same split)."""
 
     def __post_init__(self) -> None:
         for name in ("pretrained", "train_path", "eval_path", "text_pair_column"):
@@ -150,6 +159,12 @@ class FinetuneSection(Section):
         for name in ("max_train_examples", "max_eval_examples"):
             self.require(name, getattr(self, name) is None or getattr(self, name) >= 1, "must be >= 1 or null")
         self.require("lr", self.lr > 0, "must be > 0")
+        self.require("grad_accum_steps", self.grad_accum_steps >= 1, "must be >= 1")
+        self.require(
+            "grad_accum_steps",
+            self.grad_accum_steps == 1 or not self.cuda_graphs,
+            "must be 1 with finetune.cuda_graphs (a graph replays whole batches)",
+        )
         for name in ("batch_size", "epochs", "eval_batch_size", "max_query_length", "doc_stride", "n_best_size"):
             self.require(name, getattr(self, name) >= 1, "must be >= 1")
         self.require("warmup_ratio", 0 <= self.warmup_ratio < 1, "must be in [0, 1)")

@@ -111,7 +111,7 @@ class MultipleChoiceFamily:
             train_targets=train_targets,
             eval=eval_features,
             eval_targets=eval_targets,
-            reference=evaluation.places,
+            reference=evaluation.ids,
             num_labels=1,  # one score per choice
             accounting={
                 "inputs": [s.summary() for s in sources],
@@ -137,10 +137,7 @@ class MultipleChoiceFamily:
             "accuracy": float((predicted == gold).double().mean()) if len(gold) else 0.0,
             "eval_loss": float(F.cross_entropy(logits, gold)) if len(gold) else 0.0,
         }
-        lines = [
-            json.dumps({"source": place, "label": int(g), "prediction": int(p)}) + "\n"
-            for place, g, p in zip(task.reference, gold, predicted)
-        ]
+        lines = [json.dumps({"id": qid, "prediction": int(p)}) + "\n" for qid, p in zip(task.reference, predicted)]
         return Evaluation(metrics, {"predictions.jsonl": "".join(lines)})
 
 

@@ -33,6 +33,8 @@ class Questions:
     questions: list[str] = field(default_factory=list)
     choices: list[list[str]] = field(default_factory=list)
     labels: list[int] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    """Each question's id: RACE's `{article id}-{index}`, a row's `id` (SWAG: `fold-ind`), else `row N`."""
     places: list[str] = field(default_factory=list)
     read: int = 0
     rejected: Counter = field(default_factory=Counter)
@@ -41,11 +43,12 @@ class Questions:
     def __len__(self) -> int:
         return len(self.questions)
 
-    def add(self, context: str, question: str, choices: list[str], label: int, place: str) -> None:
+    def add(self, context: str, question: str, choices: list[str], label: int, qid: str, place: str) -> None:
         self.contexts.append(context)
         self.questions.append(question)
         self.choices.append(choices)
         self.labels.append(label)
+        self.ids.append(qid)
         self.places.append(place)
 
     def reject(self, place: str, reason: str) -> None:
@@ -56,7 +59,7 @@ class Questions:
     def select(self, indices: list[int]) -> Questions:
         out = Questions(self.source)
         for i in indices:
-            out.add(self.contexts[i], self.questions[i], self.choices[i], self.labels[i], self.places[i])
+            out.add(self.contexts[i], self.questions[i], self.choices[i], self.labels[i], self.ids[i], self.places[i])
         return out
 
     def summary(self) -> dict[str, Any]:
@@ -89,7 +92,7 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value).strip()
 
 
-def add_question(out: Questions, context: Any, question: Any, choices: Any, label: Any, place: str) -> None:
+def add_question(out: Questions, context: Any, question: Any, choices: Any, label: Any, qid: Any, place: str) -> None:
     """One question, or its rejection: no choices or empty ones, or a label that names none."""
     out.read += 1
     if not isinstance(choices, list | tuple) or len(choices) < 2:
@@ -103,7 +106,7 @@ def add_question(out: Questions, context: Any, question: Any, choices: Any, labe
     elif not _text(question) and not _text(context):
         out.reject(place, "empty_question")
     else:
-        out.add(_text(context), _text(question), [_text(c) for c in choices], index, place)
+        out.add(_text(context), _text(question), [_text(c) for c in choices], index, _text(qid) or place, place)
 
 
 def read_race(path: str) -> Questions:
@@ -121,9 +124,11 @@ def read_race(path: str) -> Questions:
         except json.JSONDecodeError as e:
             raise BadInput(f"{name}: not RACE json: {e}") from None
         questions, options, answers = (doc.get(k) or [] for k in ("questions", "options", "answers"))
+        article = _text(doc.get("id")) or name.rsplit("/", 1)[-1]
         for i in range(max(len(questions), len(options), len(answers))):
             question, choices, answer = (xs[i] if i < len(xs) else None for xs in (questions, options, answers))
-            add_question(out, doc.get("article"), question, choices, answer, f"{name} question {i}")
+            place = f"{name} question {i}"
+            add_question(out, doc.get("article"), question, choices, answer, f"{article}-{i}", place)
     return out
 
 
@@ -141,6 +146,7 @@ def read_choice_table(path: str, cfg: FinetuneSection) -> Questions:
                 table["sent2"][row],
                 choices,
                 table.get("label", [None] * rows)[row],
+                table.get("fold-ind", [None] * rows)[row],
                 f"row {row}",
             )
         return out
@@ -151,7 +157,7 @@ def read_choice_table(path: str, cfg: FinetuneSection) -> Questions:
     ):
         if column not in table:
             raise BadInput(f"{path}: no column {column!r} (finetune.{key}); its columns are {', '.join(table)}")
-    contexts = table.get(cfg.context_column, [None] * rows)
+    contexts, ids = (table.get(c, [None] * rows) for c in (cfg.context_column, "id"))
     for row in range(rows):
         add_question(
             out,
@@ -159,6 +165,7 @@ def read_choice_table(path: str, cfg: FinetuneSection) -> Questions:
             table[cfg.question_column][row],
             table[cfg.choices_column][row],
             table[cfg.label_column][row],
+            ids[row],
             f"row {row}",
         )
     return out

@@ -146,7 +146,7 @@ def finetune_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     schedule,
-    batch: dict[str, torch.Tensor],
+    batch: dict[str, torch.Tensor] | list[dict[str, torch.Tensor]],
     global_batch_size: int,
     max_grad_norm: float,
     loss_of: LossSum,
@@ -154,20 +154,29 @@ def finetune_step(
     precision: str = "fp32",
     world: int = 1,
 ) -> torch.Tensor:
-    """One optimizer step on this worker's share of a global batch (a host batch from `collate`,
-    with labels); returns the share's summed loss (`loss_of` the outputs), left on the device."""
-    inputs = to_device(batch, device)
-    targets = inputs.pop("labels")
-    with autocast(precision, device):
-        outputs = model(**inputs)
-    loss_sum = loss_of(outputs, targets)
-    # DDP averages gradients over workers: scale so the result is the global batch's mean.
-    (loss_sum * world / global_batch_size).backward()
+    """One optimizer step on this worker's share of a global batch: a host batch from `collate`
+    (with labels), or its micro-batches (finetune.grad_accum_steps: their gradients add up before
+    the step, only the last one synchronised across workers). Returns the share's summed loss
+    (`loss_of` the outputs), left on the device."""
+    micro_batches = batch if isinstance(batch, list) else [batch]
+    total = None
+    for i, micro in enumerate(micro_batches):
+        last = i == len(micro_batches) - 1
+        sync = contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync()
+        with sync:
+            inputs = to_device(micro, device)
+            targets = inputs.pop("labels")
+            with autocast(precision, device):
+                outputs = model(**inputs)
+            loss_sum = loss_of(outputs, targets)
+            # DDP averages gradients over workers: scale so the result is the global batch's mean.
+            (loss_sum * world / global_batch_size).backward()
+        total = loss_sum.detach() if total is None else total + loss_sum.detach()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
     schedule.step()
     optimizer.zero_grad(set_to_none=True)
-    return loss_sum.detach()
+    return total
 
 
 def train_epoch(
@@ -186,17 +195,20 @@ def train_epoch(
     precision: str = "fp32",
     widths: Sequence[int] = (),
     collate_fn: Collate | None = None,
+    accumulation: int = 1,
 ) -> float:
     """One pass over `batches`; returns the mean training loss over all workers' examples. `targets`
     has a row per example. Batches are padded to one of `widths` where one holds them
-    (finetune.cuda_graphs). `collate_fn` is the family's (`collate` by default)."""
+    (finetune.cuda_graphs). `collate_fn` is the family's (`collate` by default). Each worker's share
+    of a batch is cut into `accumulation` micro-batches (finetune.grad_accum_steps)."""
     collate_fn = collate_fn or collate
     device = device or torch.device("cpu")
     model.train()
     pin = device.type == "cuda"
     total, seen = torch.zeros((), dtype=torch.float64, device=device), 0
     for batch in batches:
-        share = collate_fn(encoded, batch[rank::world], pad_id, targets, pin, widths)
+        parts = [p for p in np.array_split(batch[rank::world], accumulation) if len(p)]
+        share = [collate_fn(encoded, part, pad_id, targets, pin, widths) for part in parts]
         total += finetune_step(
             model, optimizer, schedule, share, len(batch), max_grad_norm, loss_of, device, precision, world
         )

@@ -4,6 +4,7 @@ accuracy, macro-F1 and MCC; Pearson and Spearman; micro- and macro-F1 and subset
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +64,7 @@ class SequenceFamily:
             train_targets=np.asarray(task.train_targets),
             eval=evaluation,
             eval_targets=np.asarray(task.eval_targets),
+            reference=list(task.eval.rows),  # each eval example's row in its source: its id in predictions.jsonl
             label_names=task.label_names,
             num_labels=task.num_labels,
             accounting=task.accounting,
@@ -87,7 +89,21 @@ class SequenceFamily:
         return outputs  # logits [B, num_labels]
 
     def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
-        return Evaluation(compute_metrics(self.name, scores, task.eval_targets, task.num_labels))
+        metrics = compute_metrics(self.name, scores, task.eval_targets, task.num_labels)
+        return Evaluation(metrics, {"predictions.jsonl": predictions_jsonl(self, task, scores)})
+
+
+def predictions_jsonl(family: SequenceFamily, task: EncodedTask, scores: np.ndarray) -> str:
+    """A line per eval example: its row in its source (`id`) and the prediction: a class name, a
+    number (regression) or the list of classes whose logit is positive (multi_label)."""
+    names = task.label_names
+    if family.regression:
+        predicted = [float(row[0]) for row in scores]
+    elif family.multi_label:
+        predicted = [[names[j] for j in np.flatnonzero(row > 0)] for row in scores]
+    else:
+        predicted = [names[int(j)] for j in np.asarray(scores).argmax(1)]
+    return "".join(json.dumps({"id": int(i), "prediction": p}) + "\n" for i, p in zip(task.reference, predicted))
 
 
 CLASSIFICATION = SequenceFamily("classification")

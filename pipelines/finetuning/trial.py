@@ -198,6 +198,7 @@ def fit_trial(
             precision,
             widths=widths,
             collate_fn=family.collate,
+            accumulation=cfg.grad_accum_steps,
         )
         # The bare model: DDP's forward would sync buffers across workers' unequal eval shards.
         scores = predict(

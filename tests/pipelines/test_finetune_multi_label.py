@@ -64,6 +64,18 @@ def test_a_multi_label_search_scores_micro_f1_and_transformers_loads_the_export(
     source = json.loads((out / "manifest.json").read_text())["examples"]["inputs"][0]
     assert (source["read"], source["usable"], source["rejected"]) == (82, 80, {"empty_text": 1, "missing_label": 1})
     assert is_up_to_date(config, "finetune")
+    # the reported metrics, recomputed from predictions.jsonl (an eval row's id and its classes)
+    from sklearn.metrics import accuracy_score, f1_score
+
+    predicted = {
+        p["id"]: p["prediction"] for p in map(json.loads, (out / "predictions.jsonl").read_text().splitlines())
+    }
+    assert sorted(predicted) == list(range(20))
+    names = best["label_names"]
+    hot = lambda labels: [int(n in labels) for n in names]  # noqa: E731
+    gold, guess = [hot(r["topics"]) for r in held], [hot(predicted[i]) for i in range(20)]
+    assert best["metrics"]["micro_f1"] == pytest.approx(f1_score(gold, guess, average="micro", zero_division=0))
+    assert best["metrics"]["subset_accuracy"] == pytest.approx(accuracy_score(gold, guess))
     exported = json.loads((out / "best" / "config.json").read_text())
     assert exported["problem_type"] == "multi_label_classification"
     assert exported["id2label"] == {"0": "business", "1": "politics", "2": "sport"}

@@ -55,9 +55,13 @@ def test_a_swag_search_scores_accuracy_and_transformers_loads_the_export(ray_ses
     assert best["metric"] == "accuracy" and best["eval_examples"] == 12 and best["label_names"] is None
     source = json.loads((out / "manifest.json").read_text())["examples"]["inputs"][0]
     assert (source["read"], source["usable"], source["rejected"]) == (41, 40, {"label_not_a_choice": 1})
-    predictions = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
-    assert len(predictions) == 12
-    assert best["value"] == sum(p["label"] == p["prediction"] for p in predictions) / 12
+    # the reported accuracy, recomputed from predictions.jsonl and the eval file's labels (by id: fold-ind)
+    predictions = {
+        p["id"]: p["prediction"] for p in map(json.loads, (out / "predictions.jsonl").read_text().splitlines())
+    }
+    gold = {line.split(",")[1]: int(line.rsplit(",", 1)[1]) for line in swag(12, 1).splitlines()[1:]}
+    assert predictions.keys() == gold.keys()
+    assert best["value"] == sum(predictions[i] == gold[i] for i in gold) / 12
 
     exported = json.loads((out / "best" / "config.json").read_text())
     assert exported["architectures"] == ["AlbertForMultipleChoice"]

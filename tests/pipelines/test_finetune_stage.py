@@ -94,6 +94,7 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
         "best.json",
         "config.yaml",
         "manifest.json",
+        "predictions.jsonl",
         "trials.csv",
     ]
     trials = list(csv.DictReader(Path(out, "trials.csv").read_text().splitlines()))
@@ -118,6 +119,14 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
             + examples["eval"]["unsampled"]
         )
     )
+    # the reported accuracy, recomputed from predictions.jsonl: each line's id is the article's row
+    from pipelines.finetuning.tables import bbc_news_examples
+
+    bbc = bbc_news_examples()
+    labels = dict(zip(bbc.rows, bbc.labels))
+    predictions = [json.loads(x) for x in Path(out, "predictions.jsonl").read_text().splitlines()]
+    assert len(predictions) == examples["eval"]["used"] == 200
+    assert best["value"] == sum(p["prediction"] == labels[p["id"]] for p in predictions) / 200
     summary = capsys.readouterr().out
     assert "fine-tuning: 4 trials" in summary and f"best: trial {best['trial_id']}" in summary
 

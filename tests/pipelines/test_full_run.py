@@ -1,7 +1,8 @@
 """The full-run DAG: which stages run (pure, no Ray), and the whole job on a real local cluster
-(`ray start` + `ray job submit`), resumable stage by stage, over local disk and s3://."""
+(`ray start` + `ray job submit`), resumable stage by stage, with its run_dir on s3://."""
 
 import json
+import os
 import re
 import threading
 import time
@@ -121,71 +122,35 @@ def test_bad_stage_arguments_exit_2_with_one_line(tmp_path, capsys):
     )
 
 
-@pytest.mark.slow
-def test_the_dag_runs_unchanged_on_s3(ray_session, s3_endpoint, tmp_path):
-    """All five stages as tasks on Ray workers, cost records and the report, through s3:// (moto);
-    pretraining on two workers, each writing its shard of the checkpoints there, and the export
-    loads in transformers."""
-    from transformers import AlbertForPreTraining as HFAlbertForPreTraining
-
-    from pipelines.storage import exists, filesystem, read_bytes
-
-    fs = filesystem("s3://full-run/x")[0]
-    fs.mkdir("full-run")
-    config = load_config(TINY, ["run_dir=s3://full-run/run", "train.num_workers=2"])
-    selected, forced = dag.select_stages(None, None)
-    assert [r["skipped"] for r in dag.run_all(config, selected, forced)] == [False] * 5
-    for path in (
-        "vocab/spiece.model",
-        "data/manifest.json",
-        "pretrain/hf/model.safetensors",
-        "pretrain/eval.json",
-        "finetune/best.json",
-        "finetune/best/config.json",
-        "costs/vocab.json",
-        "costs/pretrain.json",
-        "report/manifest.json",
-        "report/layer_transitions.png",
-        "report/report.md",
-        ".albert-ray.json",
-        "pretrain/.albert-ray.json",
-    ):
-        assert exists(f"s3://full-run/run/{path}"), path
-    assert not exists("s3://full-run/run/_building/pretrain") and not exists("s3://full-run/run/_lease.json")
-    assert "| data | " in read_bytes("s3://full-run/run/report/report.md").decode()
-    files = {p.split("/run/pretrain/", 1)[1] for p in fs.find("full-run/run/pretrain")}
-    checkpoint = sorted({f.split("/")[1] for f in files if f.startswith("train/checkpoint_") and f.count("/") == 2})[-1]
-    shards = (".metadata", "__0_0.distcp", "__1_0.distcp", "train_state.json")
-    assert {f"train/{checkpoint}/{name}" for name in shards} <= files, files
-    fs.get("full-run/run/pretrain/hf", str(tmp_path / "hf"), recursive=True)
-    HFAlbertForPreTraining.from_pretrained(tmp_path / "hf")
-    again = dag.run_all(config, selected, forced)
-    assert [r["skipped"] for r in again] == [True] * 5
-
-
-# --- The whole job on a real local cluster: `ray start --head` on free ports, `ray job submit`. ---
-# Module-scoped: each submission continues the run_dir of the one before (fail, resume, skip, force),
-# so every test stays within one submission's time.
+# --- The whole job on a real local cluster: `ray start --head` on free ports, `ray job submit`, the
+# run_dir on s3:// (the session's moto_server). Module-scoped: each submission continues the run_dir
+# of the one before (fail, resume, skip and force), so every test stays within one submission's time.
 STAGE_NAMES = ["vocab", "data", "pretrain", "finetune", "report"]
 OUTPUTS = [
     "vocab/spiece.model",
     "data/train",
     "data/validation",
+    "data/manifest.json",
     "pretrain/metrics.jsonl",
     "pretrain/eval.json",
     "pretrain/hf/model.safetensors",
     "pretrain/hf/config.json",
     "finetune/trials.csv",
     "finetune/best.json",
-    "finetune/best",
+    "finetune/best/config.json",
+    "costs/vocab.json",
+    "costs/pretrain.json",
+    "report/manifest.json",
     "report/report.md",
     "report/pretraining_curves.png",
     "report/layer_transitions.png",
+    ".albert-ray.json",
+    "pretrain/.albert-ray.json",
 ]
 
 
 @pytest.fixture(scope="module")
-def head(tmp_path_factory):
+def head(tmp_path_factory, s3_endpoint):
     from pipelines.cli.local_cluster import _group_alive, start_head
 
     head = start_head(tmp_path_factory.mktemp("ray-head"), num_cpus=4)
@@ -197,17 +162,36 @@ def head(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def job_run_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("full-run") / "run"
+def job_run_dir(s3_endpoint):
+    from pipelines.storage import filesystem
+
+    bucket = f"jobs-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+    filesystem(f"s3://{bucket}/x")[0].mkdir(bucket)
+    return f"s3://{bucket}/run"
+
+
+TWO_WORKERS = ["train.num_workers=2"]  # a setting: it changes no fingerprint
+S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
 
 
 def submit_full_run(head, run_dir, *args):
+    """`python pipelines/full_run.py` on tiny.yaml with pretraining on two workers, the job's
+    environment holding the S3 endpoint and its keys (as a cluster's would)."""
     from pipelines.cli.local_cluster import submit
 
     rc, output = submit(
         head,
-        ["python", "pipelines/full_run.py", "--config", "configs/tiny.yaml", f"run_dir={run_dir}", *args],
+        [
+            "python",
+            "pipelines/full_run.py",
+            "--config",
+            "configs/tiny.yaml",
+            f"run_dir={run_dir}",
+            "train.num_workers=2",
+            *args,
+        ],
         echo=False,
+        env={k: os.environ[k] for k in S3_ENV},
     )
     print(output)
     return rc, output
@@ -226,11 +210,9 @@ def stage_lines(output):
 
 
 def manifests(run_dir):
-    return {
-        n: json.loads((run_dir / n / "manifest.json").read_text())
-        for n in STAGE_NAMES
-        if (run_dir / n / "manifest.json").exists()
-    }
+    from pipelines.storage import exists, read_json
+
+    return {n: read_json(f"{run_dir}/{n}/manifest.json") for n in STAGE_NAMES if exists(f"{run_dir}/{n}/manifest.json")}
 
 
 @pytest.fixture(scope="module")
@@ -246,10 +228,12 @@ def concurrent_submissions(failed_submission, head, job_run_dir):
     first: dict = {}
     thread = threading.Thread(target=lambda: first.update(result=submit_full_run(head, job_run_dir)))
     thread.start()
-    lease, deadline = job_run_dir / LEASE_FILE, time.time() + 180
-    while time.time() < deadline and not lease.exists():
+    from pipelines.storage import exists, read_json
+
+    lease, deadline = f"{job_run_dir}/{LEASE_FILE}", time.time() + 180
+    while time.time() < deadline and not exists(lease):
         time.sleep(0.1)
-    holder = json.loads(lease.read_text())
+    holder = read_json(lease)
     second = submit_full_run(head, job_run_dir, "train.lr=0.02")
     thread.join()
     return first["result"], second, holder
@@ -274,19 +258,32 @@ def test_a_failing_stage_stops_the_dag_and_names_itself_last(failed_submission, 
 
 
 @pytest.mark.slow
-def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submission, job_run_dir):
+def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submission, job_run_dir, tmp_path):
+    """The rest of the DAG on s3://: every output, the cost records and the report; pretraining on two
+    workers, each writing its shard of the checkpoints there; an export transformers loads."""
+    from transformers import AlbertForPreTraining as HFAlbertForPreTraining
+
+    from pipelines.storage import exists, filesystem, read_bytes, read_json
+
     rc, output = resumed_submission
     assert rc == 0 and "succeeded" in output
     assert stage_lines(output) == FROM_PRETRAIN_ON
     assert "vocab: up to date in" in output  # the stage itself says so too
     for path in OUTPUTS:
-        assert (job_run_dir / path).exists(), path
+        assert exists(f"{job_run_dir}/{path}"), path
     assert set(manifests(job_run_dir)) == set(STAGE_NAMES)
-    costs = {n: json.loads((job_run_dir / "costs" / f"{n}.json").read_text()) for n in STAGE_NAMES}
+    costs = {n: read_json(f"{job_run_dir}/costs/{n}.json") for n in STAGE_NAMES}
     assert costs["pretrain"]["fingerprint"] == manifests(job_run_dir)["pretrain"]["fingerprint"]
     assert costs["pretrain"]["cpu_hours"] > 0 and costs["pretrain"]["wall_s"] > 0
-    report = (job_run_dir / "report" / "report.md").read_text()
-    assert "| pretrain |" in report and "| ran outside the DAG |" not in report
+    report = read_bytes(f"{job_run_dir}/report/report.md").decode()
+    assert "| pretrain |" in report and "| data | " in report and "| ran outside the DAG |" not in report
+    fs, root = filesystem(job_run_dir)
+    files = {p.split("/run/pretrain/", 1)[1] for p in fs.find(f"{root}/pretrain")}
+    checkpoint = sorted({f.split("/")[1] for f in files if f.startswith("train/checkpoint_") and f.count("/") == 2})[-1]
+    shards = (".metadata", "__0_0.distcp", "__1_0.distcp", "train_state.json")
+    assert {f"train/{checkpoint}/{name}" for name in shards} <= files, files
+    fs.get(f"{root}/pretrain/hf", str(tmp_path / "hf"), recursive=True)
+    HFAlbertForPreTraining.from_pretrained(tmp_path / "hf")
 
 
 @pytest.mark.slow
@@ -302,6 +299,8 @@ def test_the_job_log_says_each_pretraining_line_once(resumed_submission):
 
 
 def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_submissions, job_run_dir):
+    from pipelines.storage import exists
+
     (rc, output), (second_rc, second_output), holder = concurrent_submissions
     assert holder["job"].startswith("raysubmit_") and f"Job '{holder['job']}'" in output
     assert second_rc != 0 and f"Job '{holder['job']}'" not in second_output
@@ -311,11 +310,8 @@ def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_s
     assert f"Ray job {holder['job']};" in error[0]
     assert "full_run: pretrain:" not in second_output  # it ran nothing
     # the first completed untouched: its config, not the second's
-    assert (
-        rc == 0
-        and json.loads((job_run_dir / "pretrain" / "manifest.json").read_text())["config"]["train"]["lr"] == 0.01
-    )
-    assert not (job_run_dir / LEASE_FILE).exists() and not (job_run_dir / "_building" / "pretrain").exists()
+    assert rc == 0 and manifests(job_run_dir)["pretrain"]["config"]["train"]["lr"] == 0.01
+    assert not exists(f"{job_run_dir}/{LEASE_FILE}") and not exists(f"{job_run_dir}/_building/pretrain")
 
 
 @pytest.mark.slow

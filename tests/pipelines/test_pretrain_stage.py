@@ -138,12 +138,10 @@ def test_outputs_and_metrics(one_worker):
 
 
 def test_two_fsdp_workers_match_one(prepared, one_worker, tmp_path):
-    """Acceptance 1 through Ray Train: the same global batches split over 2 FSDP2 (gloo) workers."""
-    run_dir = fresh_run(prepared, tmp_path)
-    run_pretrain(configure(run_dir, "train.num_workers=2"))
-    assert_same_weights(final_weights(run_dir), final_weights(one_worker))
-    # and with accumulation: 2 workers x 2 micro-batches of 2, each worker's batches made in a
-    # loader process of its own (spawned from the Ray Train worker, as on GPU workers)
+    """Acceptance 1 through Ray Train: the same global batches split over 2 FSDP2 (gloo) workers, each
+    taking 2 micro-batches of 2 and making its batches in a loader process of its own (spawned from
+    the Ray Train worker, as on GPU workers). Two workers without accumulation equal one in the killed
+    worker tests below (through a restart); the loop on plain processes, with and without, in test_loop.py."""
     accumulated = fresh_run(prepared, tmp_path, "accumulated")
     run_pretrain(configure(accumulated, "train.num_workers=2", "train.micro_batch_size=2", "train.loader_processes=1"))
     assert_same_weights(final_weights(accumulated), final_weights(one_worker))

@@ -62,6 +62,7 @@ def test_race_json_files_with_letter_answers_and_a_question_of_another_choice_co
     )
     read = read_questions(str(folder), FinetuneSection(task="multiple_choice"))
     assert read.questions == ["What colour is the kite?", "When does Tom fly it?"] and read.labels == [0, 0]
+    assert read.ids == ["high1.txt-0", "high1.txt-1"]  # RACE's {id}-{index}
     assert read.contexts[0] == article["article"]
     assert read.read == 4 and read.rejected == {"choice_count": 1, "label_not_a_choice": 1}
     assert any("question 2 (2 choices, not 4): choice_count" in e for e in read.rejection_examples)
@@ -80,6 +81,7 @@ def test_jsonl_rows_pair_the_context_with_question_and_choice_as_run_swag(tmp_pa
     (tmp_path / "mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     read = read_questions(str(tmp_path / "mc.jsonl"), FinetuneSection(task="multiple_choice"))
     assert read.labels == [0, 0] and read.contexts == ["The sun rises in the east.", ""]
+    assert read.ids == ["row 0", "row 1"]  # no id column
     tokenizer = PairTokenizer(tiny_pretrained)
     theirs = transformers.AutoTokenizer.from_pretrained(tiny_pretrained)
     with_context = encode_question(tokenizer, read.contexts[0], read.questions[0], read.choices[0], 32)
@@ -112,10 +114,7 @@ def test_batches_loss_and_evaluation(tmp_path, tiny_pretrained):
     evaluation = family.evaluate(cfg, task, scores)
     assert evaluation.metrics["accuracy"] == 0.5 and np.isfinite(evaluation.metrics["eval_loss"])
     lines = [json.loads(x) for x in evaluation.files["predictions.jsonl"].splitlines()]
-    assert lines == [
-        {"source": "row 0", "label": 0, "prediction": 0},
-        {"source": "row 3", "label": 1, "prediction": 0},
-    ]
+    assert lines == [{"id": "0", "prediction": 0}, {"id": "3", "prediction": 0}]  # SWAG's fold-ind
 
 
 def test_train_and_eval_files_with_other_choice_counts_are_refused(tmp_path, tiny_pretrained):

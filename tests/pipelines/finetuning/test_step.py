@@ -235,3 +235,42 @@ def test_a_trial_trains_at_its_precision_with_its_layer_groups_compiled(
     assert [m["epoch"] for m, _ in reports] == [1, 2]
     assert all(np.isfinite(m["train_loss"]) and 0 <= m["accuracy"] <= 1 for m, _ in reports)
     assert (tmp_path / "epoch_2" / "model.safetensors").exists()
+
+
+def test_gradient_accumulation_trains_as_the_whole_batch():
+    """finetune.grad_accum_steps: a batch of 8 as 2 or 3 micro-batches gives the same losses and
+    weights as one (no dropout: the same computation, summed in another order)."""
+    encoded, targets = toy_examples(40), torch.tensor([i % 3 for i in range(40)])
+    results = []
+    for accumulation in (1, 2, 3):
+        torch.manual_seed(0)
+        model = AlbertForSequenceClassification(tiny(classifier_dropout_prob=0.0))
+        optimizer = build_optimizer(model, "adamw", 1e-3, 0.01)
+        schedule = build_schedule(optimizer, 10, 0.2)
+        loss = train_epoch(
+            model,
+            optimizer,
+            schedule,
+            encoded,
+            targets,
+            epoch_batches(40, 8, 0, 0),
+            0,
+            1.0,
+            CLASSIFICATION.loss_sum,
+            accumulation=accumulation,
+        )
+        results.append((loss, predict(model.eval(), encoded, 16, 0)))
+    for loss, logits in results[1:]:
+        assert loss == pytest.approx(results[0][0], rel=1e-6)
+        np.testing.assert_allclose(logits, results[0][1], atol=1e-5)
+
+
+def test_grad_accum_steps_is_checked_and_the_seed_is_searchable():
+    from pipelines.config import load_config
+
+    with pytest.raises(ValueError, match="grad_accum_steps=2: must be 1 with finetune.cuda_graphs"):
+        FinetuneSection(grad_accum_steps=2, cuda_graphs=True)
+    with pytest.raises(ValueError, match="grad_accum_steps=0: must be >= 1"):
+        FinetuneSection(grad_accum_steps=0)
+    config = load_config(overrides=["tune.space={finetune.seed: [1, 2], finetune.lr: 0.001}"])
+    assert config.tune.space["finetune.seed"] == [1, 2]
