@@ -26,6 +26,8 @@ SETTING = "setting"
 """The field metadata key saying why a key never changes a result (see `setting`)."""
 TASKS = "tasks"
 """The field metadata key naming the only finetune.task values a key applies to (see `for_tasks`)."""
+NEUTRAL = "neutral"
+"""The field metadata key holding the value at which a key computes what a config without it did (see `neutral_at`)."""
 
 
 class Section:
@@ -99,6 +101,13 @@ def setting(why: str) -> dict[str, str]:
     return {SETTING: why}
 
 
+def neutral_at(value: object) -> dict[str, object]:
+    """Metadata of a key that, at `value`, computes exactly what configs did before the key existed
+    (finetune.grad_accum_steps at 1: one micro-batch is the whole batch). At that value fingerprints
+    leave it out, so adding the key left every earlier output current; any other value counts."""
+    return {NEUTRAL: value}
+
+
 def for_tasks(*tasks: str) -> dict[str, tuple[str, ...]]:
     """Metadata of a finetune field that only these task families read (question answering's
     finetune.doc_stride): under another finetune.task it changes no result, so fingerprints leave it
@@ -147,6 +156,7 @@ __all__ = [
     "config_to_dict",
     "field_docs",
     "for_tasks",
+    "neutral_at",
     "one_error",
     "section_settings",
     "setting",

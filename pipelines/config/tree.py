@@ -11,7 +11,7 @@ from typing import ClassVar
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import STRICT, TASKS, Section, section_settings
+from .base import NEUTRAL, STRICT, TASKS, Section, section_settings
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tuning import TUNE_METRICS, FinetuneSection, TuneSection
 
@@ -70,9 +70,26 @@ TASK_KEYS: dict[str, tuple[str, ...]] = {
 """finetune key -> the finetune.task values that read it (fields marked `metadata=for_tasks(...)`)."""
 
 
+NEUTRAL_KEYS: dict[str, object] = {
+    cls.key(f.name): f.metadata[NEUTRAL]
+    for cls in SECTIONS.values()
+    for f in dataclasses.fields(cls)
+    if NEUTRAL in f.metadata
+}
+"""key -> the value at which it computes what configs without it did (fields marked `metadata=neutral_at(...)`)."""
+
+
 def unused_keys(config: Config) -> set[str]:
-    """The finetune keys that config's finetune.task does not read: they change none of its results."""
-    return {key for key, tasks in TASK_KEYS.items() if config.finetune.task not in tasks}
+    """The keys that change none of config's results: finetune keys its finetune.task does not
+    read, and keys at their neutral value."""
+    unread = {key for key, tasks in TASK_KEYS.items() if config.finetune.task not in tasks}
+    neutral = {key for key, value in NEUTRAL_KEYS.items() if getattr_key(config, key) == value}
+    return unread | neutral
+
+
+def getattr_key(config: Config, key: str) -> object:
+    section, _, name = key.partition(".")
+    return getattr(getattr(config, section), name)
 
 
 def check_rules(config: Config) -> None:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import STRICT, Section, for_tasks, one_error, setting, shown
+from .base import STRICT, Section, for_tasks, neutral_at, one_error, setting, shown
 from .sections import PRECISIONS
 
 QA = "question_answering"
@@ -109,7 +109,7 @@ class FinetuneSection(Section):
     """Peak AdamW learning rate (linear warmup, then linear decay to 0)."""
     batch_size: int = 32
     """Sequences per optimizer step, summed over a trial's workers."""
-    grad_accum_steps: int = 1
+    grad_accum_steps: int = field(default=1, metadata=neutral_at(1))
     """Micro-batches per optimizer step on each worker: the same batch_size in memory this many
     times smaller (large and xxlarge at the paper's batch sizes on one GPU); gradients add up before
     the step."""

@@ -103,7 +103,8 @@ def predictions_jsonl(family: SequenceFamily, task: EncodedTask, scores: np.ndar
         predicted = [[names[j] for j in np.flatnonzero(row > 0)] for row in scores]
     else:
         predicted = [names[int(j)] for j in np.asarray(scores).argmax(1)]
-    return "".join(json.dumps({"id": int(i), "prediction": p}) + "\n" for i, p in zip(task.reference, predicted))
+    ids = task.reference if task.reference is not None else range(len(predicted))  # a task made without rows: positions
+    return "".join(json.dumps({"id": int(i), "prediction": p}) + "\n" for i, p in zip(ids, predicted))
 
 
 CLASSIFICATION = SequenceFamily("classification")

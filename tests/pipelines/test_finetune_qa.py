@@ -59,6 +59,12 @@ def test_the_other_families_keep_their_fingerprints_and_qa_keys_change_only_qa(t
     assert fingerprint("finetune.task=question_answering", "finetune.max_answer_length=10") != qa
     for unread in ("finetune.label_column=y", "finetune.classifier_dropout=0.3"):  # not read by QA
         assert fingerprint("finetune.task=question_answering", unread) == qa
+    # the later families' keys, and a key at its neutral value (grad_accum_steps=1: the whole batch at
+    # once, as before the key), leave those fingerprints as they were; another value counts
+    for overrides, before in FINGERPRINTS_BEFORE.items():
+        later = ("finetune.label_delimiter=;", "finetune.tags_column=ner", "finetune.choices_column=endings")
+        assert fingerprint(*overrides, *later, "finetune.grad_accum_steps=1") == before, overrides
+        assert fingerprint(*overrides, "finetune.grad_accum_steps=2") != before, overrides
 
 
 def squad_file(examples, version="v2.0") -> dict:
