@@ -237,10 +237,19 @@ def main() -> None:
     if not args.memory_only:
         result["speed"] = measure_speed(args)
     if not args.no_memory:
-        memory = {}
+        # a fresh process per model; on CPU both at once (a process's peak RSS is its own), on a GPU
+        # one after the other (two models at once might not fit)
+        children = {}
         for name in ("ours", "transformers"):
             cmd = [sys.executable, __file__, *sys.argv[1:], "--memory-child", name]
-            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            children[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            if args.device == "cuda":
+                children[name].wait()
+        memory = {}
+        for name, child in children.items():
+            out, err = child.communicate()
+            if child.returncode:
+                raise RuntimeError(f"the {name} memory child failed ({child.returncode}): {err[-2000:]}")
             memory[name] = json.loads(out.strip().splitlines()[-1])["peak_bytes"]
         memory["ratio"] = memory["ours"] / memory["transformers"]
         result["peak_memory_bytes"] = memory
