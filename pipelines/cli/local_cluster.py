@@ -289,6 +289,21 @@ def check_before_submitting(full_run_args: list[str], run_dir: str) -> None:
         raise LeaseHeld(f"run_dir {run_dir} is in use by {holder[0].describe()}: wait for it to end or stop it")
 
 
+RUN_OUTPUTS = (
+    ("report:", "report/report.md", ""),
+    ("pretrained model:", "pretrain/hf", " (transformers format)"),
+    ("fine-tuned model:", "finetune/best", " (transformers format)"),
+)
+
+
+def outputs_summary(run_dir: str) -> str:
+    """A line for each of the run's main outputs that exists (a failed job may have made none)."""
+    from ..storage import exists
+
+    lines = [f"{name:<19}{run_dir}/{path}{note}\n" for name, path, note in RUN_OUTPUTS if exists(f"{run_dir}/{path}")]
+    return "".join(lines) or f"outputs:           none yet in {run_dir}\n"
+
+
 def main(argv: list[str] | None = None, prog: str = "local_cluster") -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["run", "start", "status", "stop"])
@@ -326,10 +341,8 @@ def main(argv: list[str] | None = None, prog: str = "local_cluster") -> int:
     rc, _ = submit(head, ["python", "pipelines/full_run.py", *full_run_args])
     print(
         f"\n{'job SUCCEEDED' if rc == 0 else 'job FAILED'} after {(time.time() - started) / 60:.1f} min\n"
-        f"report:            {run_dir}/report/report.md\n"
-        f"pretrained model:  {run_dir}/pretrain/hf (transformers format)\n"
-        f"fine-tuned model:  {run_dir}/finetune/best (transformers format)\n"
-        f"Ray dashboard:     {head.dashboard_url} (token in {STATE_DIR / 'token'}); the head keeps running, "
+        + outputs_summary(run_dir)
+        + f"Ray dashboard:     {head.dashboard_url} (token in {STATE_DIR / 'token'}); the head keeps running, "
         f"stop it with `{Path(sys.executable).parent / 'albert-ray'} local stop` (or `make stop`)",
         flush=True,
     )

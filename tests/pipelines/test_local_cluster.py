@@ -19,3 +19,17 @@ def test_the_token_is_never_readable_by_others(tmp_path):
         os.umask(old)
     for path, text in [(fresh, "secret"), (stale, "new state")]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_text() == text
+
+
+def test_the_closing_lines_name_only_the_outputs_that_exist(tmp_path):
+    """After a job, `albert-ray local run` names the report and models it made, not those a failed
+    job never wrote."""
+    from pipelines.cli.local_cluster import outputs_summary
+
+    run_dir = str(tmp_path / "run")
+    assert outputs_summary(run_dir) == f"outputs:           none yet in {run_dir}\n"
+    (tmp_path / "run" / "pretrain" / "hf").mkdir(parents=True)
+    assert outputs_summary(run_dir) == f"pretrained model:  {run_dir}/pretrain/hf (transformers format)\n"
+    (tmp_path / "run" / "report").mkdir()
+    (tmp_path / "run" / "report" / "report.md").write_text("# report\n")
+    assert outputs_summary(run_dir).splitlines()[0] == f"report:            {run_dir}/report/report.md"
