@@ -20,6 +20,7 @@ from ..config.tuning import MULTIPLE_CHOICE
 from ..errors import BadInput
 from .choice_tables import Questions, read_questions, sample_questions, split_questions
 from .family import EncodedTask, Evaluation
+from .splits import train_and_eval
 from .tokenizer import PairTokenizer, pad_batch
 
 Choices = list[tuple[list[int], list[int]]]
@@ -77,33 +78,16 @@ class MultipleChoiceFamily:
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
         if cfg.train_path is None:
             raise BadInput(f"finetune.task={self.name} has no embedded task: set finetune.train_path")
-        source = read_questions(cfg.train_path, cfg)
-        sources = [source]
-        if not len(source):
-            raise BadInput(f"{source.source}: no usable question (of {source.read}, rejected: {dict(source.rejected)})")
-        if cfg.eval_path is None:
-            train_idx, eval_idx = split_questions(source, cfg.eval_fraction, cfg.seed)
-            train, evaluation = source.select(train_idx), source.select(eval_idx)
-            eval_from = f"{cfg.eval_fraction:g} of {source.source} (seed {cfg.seed}, by context)"
-            if not len(train) or not len(evaluation):
-                raise BadInput(
-                    f"{source.source}: {len(source)} usable questions are too few to hold out "
-                    f"finetune.eval_fraction={cfg.eval_fraction:g}"
-                )
-        else:
-            train, evaluation = source, read_questions(cfg.eval_path, cfg)
-            sources.append(evaluation)
-            eval_from = cfg.eval_path
-            if not len(evaluation):
-                raise BadInput(f"{evaluation.source}: no usable question (rejected: {dict(evaluation.rejected)})")
+        splits = train_and_eval(
+            cfg, lambda path: read_questions(path, cfg), split_questions, sample_questions, "questions", ", by context"
+        )
+        train, evaluation = splits.train, splits.evaluation
         counts = {len(train.choices[0]), len(evaluation.choices[0])}
         if len(counts) > 1:
             raise BadInput(
                 f"{train.source} has {len(train.choices[0])} choices per question and {evaluation.source} "
                 f"{len(evaluation.choices[0])}: the model scores one number of choices"
             )
-        train, train_unsampled = sample_questions(train, cfg.max_train_examples, cfg.seed)
-        evaluation, eval_unsampled = sample_questions(evaluation, cfg.max_eval_examples, cfg.seed)
         train_features, train_targets, train_cut = encode_split(tokenizer, train, cfg.max_seq_length)
         eval_features, eval_targets, eval_cut = encode_split(tokenizer, evaluation, cfg.max_seq_length)
         return EncodedTask(
@@ -113,12 +97,7 @@ class MultipleChoiceFamily:
             eval_targets=eval_targets,
             reference=evaluation.ids,
             num_labels=1,  # one score per choice
-            accounting={
-                "inputs": [s.summary() for s in sources],
-                "eval_from": eval_from,
-                "train": {"used": len(train), "unsampled": train_unsampled},
-                "eval": {"used": len(evaluation), "unsampled": eval_unsampled},
-            },
+            accounting=splits.accounting,
             truncated={"train_choices": train_cut, "eval_choices": eval_cut},
             eval_examples=len(evaluation),
         )

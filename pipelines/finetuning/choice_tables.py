@@ -19,13 +19,13 @@ from typing import Any
 from ..config import FinetuneSection
 from ..errors import BadInput, MissingInput
 from ..storage import filesystem
-from .tables import MAX_REJECTION_EXAMPLES, read_table, seeded_hash
+from .tables import Accounted, read_table, seeded_sample, split_by_group
 
 SWAG_COLUMNS = ("sent1", "sent2", "ending0")
 
 
 @dataclass
-class Questions:
+class Questions(Accounted):
     """One split's usable questions and the account of its source."""
 
     source: str
@@ -51,25 +51,11 @@ class Questions:
         self.ids.append(qid)
         self.places.append(place)
 
-    def reject(self, place: str, reason: str) -> None:
-        self.rejected[reason] += 1
-        if len(self.rejection_examples) < MAX_REJECTION_EXAMPLES:
-            self.rejection_examples.append(f"{self.source} {place}: {reason}")
-
     def select(self, indices: list[int]) -> Questions:
         out = Questions(self.source)
         for i in indices:
             out.add(self.contexts[i], self.questions[i], self.choices[i], self.labels[i], self.ids[i], self.places[i])
         return out
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "read": self.read,
-            "usable": len(self),
-            "rejected": dict(self.rejected),
-            "rejection_examples": self.rejection_examples,
-        }
 
 
 def choice_index(label: Any, count: int) -> int | None:
@@ -189,23 +175,14 @@ def read_questions(path: str, cfg: FinetuneSection) -> Questions:
 
 def split_questions(questions: Questions, fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """A seeded (train, eval) split; the questions of one context stay on one side (RACE's articles)."""
-    groups: dict[str, list[int]] = {}
-    for i in range(len(questions)):
-        groups.setdefault(questions.contexts[i] or questions.questions[i], []).append(i)
-    order = sorted(groups, key=lambda key: seeded_hash(seed, "split", key))
-    cut = round(fraction * len(order))
-    train, held = [], []
-    for rank, key in enumerate(order):
-        (held if rank < cut else train).extend(groups[key])
-    return sorted(train), sorted(held)
+    return split_by_group([c or q for c, q in zip(questions.contexts, questions.questions)], fraction, seed)
 
 
 def sample_questions(questions: Questions, k: int | None, seed: int) -> tuple[Questions, int]:
     """A seeded subsample of `k` questions (None or more than there are: all); and how many were left out."""
     if k is None or k >= len(questions):
         return questions, 0
-    ranked = sorted(range(len(questions)), key=lambda i: seeded_hash(seed, "sample", questions.questions[i], i))
-    return questions.select(sorted(ranked[:k])), len(questions) - k
+    return questions.select(seeded_sample(questions.questions, k, seed)), len(questions) - k
 
 
 __all__ = ["Questions", "choice_index", "read_questions", "sample_questions", "split_questions"]

@@ -23,6 +23,7 @@ from .family import EncodedTask, Evaluation
 from .labels import sorted_names
 from .loop import collate
 from .ner_tables import Sentences, read_sentences, sample_sentences, split_sentences
+from .splits import train_and_eval
 from .tokenizer import PairTokenizer
 
 IGNORED = -100
@@ -96,27 +97,10 @@ class TokenClassificationFamily:
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
         if cfg.train_path is None:
             raise BadInput(f"finetune.task={self.name} has no embedded task: set finetune.train_path")
-        source = read_sentences(cfg.train_path, cfg)
-        sources = [source]
-        if not len(source):
-            raise BadInput(f"{source.source}: no usable sentence (of {source.read}, rejected: {dict(source.rejected)})")
-        if cfg.eval_path is None:
-            train_idx, eval_idx = split_sentences(source, cfg.eval_fraction, cfg.seed)
-            train, evaluation = source.select(train_idx), source.select(eval_idx)
-            eval_from = f"{cfg.eval_fraction:g} of {source.source} (seed {cfg.seed})"
-            if not len(train) or not len(evaluation):
-                raise BadInput(
-                    f"{source.source}: {len(source)} usable sentences are too few to hold out "
-                    f"finetune.eval_fraction={cfg.eval_fraction:g}"
-                )
-        else:
-            train, evaluation = source, read_sentences(cfg.eval_path, cfg)
-            sources.append(evaluation)
-            eval_from = cfg.eval_path
-            if not len(evaluation):
-                raise BadInput(f"{evaluation.source}: no usable sentence (rejected: {dict(evaluation.rejected)})")
-        train, train_unsampled = sample_sentences(train, cfg.max_train_examples, cfg.seed)
-        evaluation, eval_unsampled = sample_sentences(evaluation, cfg.max_eval_examples, cfg.seed)
+        splits = train_and_eval(
+            cfg, lambda path: read_sentences(path, cfg), split_sentences, sample_sentences, "sentences"
+        )
+        train, evaluation = splits.train, splits.evaluation
         names = sorted_names({t for tags in train.tags for t in tags})
         ids = {name: i for i, name in enumerate(names)}
         length = cfg.max_seq_length
@@ -134,12 +118,7 @@ class TokenClassificationFamily:
             reference=TaggedSentences(evaluation.tokens, evaluation.tags, eval_starts),
             label_names=names,
             num_labels=len(names),
-            accounting={
-                "inputs": [s.summary() for s in sources],
-                "eval_from": eval_from,
-                "train": {"used": len(train), "unsampled": train_unsampled},
-                "eval": {"used": len(evaluation), "unsampled": eval_unsampled},
-            },
+            accounting=splits.accounting,
             truncated={  # words cut off by finetune.max_seq_length (sentences as words: see `cut`)
                 "train_words": cut(train, train_starts),
                 "eval_words": cut(evaluation, eval_starts),

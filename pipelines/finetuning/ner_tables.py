@@ -8,19 +8,18 @@ from __future__ import annotations
 import io
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..config import FinetuneSection
 from ..errors import BadInput, MissingInput
 from ..storage import filesystem
 from .labels import label_name
-from .tables import MAX_REJECTION_EXAMPLES, file_format, read_table, seeded_hash
+from .tables import Accounted, file_format, read_table, seeded_sample, split_by_group
 
 FORMATS = {".conll": "conll", ".txt": "conll", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 
 
 @dataclass
-class Sentences:
+class Sentences(Accounted):
     """One split's usable sentences, where they came from, and what was left out and why."""
 
     source: str
@@ -40,11 +39,6 @@ class Sentences:
         self.tags.append(tags)
         self.places.append(place)
 
-    def reject(self, place: str, reason: str) -> None:
-        self.rejected[reason] += 1
-        if len(self.rejection_examples) < MAX_REJECTION_EXAMPLES:
-            self.rejection_examples.append(f"{self.source} {place}: {reason}")
-
     def select(self, indices: list[int]) -> Sentences:
         return Sentences(
             self.source,
@@ -52,16 +46,6 @@ class Sentences:
             [self.tags[i] for i in indices],
             [self.places[i] for i in indices],
         )
-
-    def summary(self) -> dict[str, Any]:
-        """The source's account for the manifest: read = usable + sum(rejected)."""
-        return {
-            "source": self.source,
-            "read": self.read,
-            "usable": len(self),
-            "rejected": dict(self.rejected),
-            "rejection_examples": self.rejection_examples,
-        }
 
 
 def read_conll(path: str, tag_column: int) -> Sentences:
@@ -140,23 +124,14 @@ def read_sentences(path: str, cfg: FinetuneSection) -> Sentences:
 
 def split_sentences(sentences: Sentences, fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """A seeded (train, eval) split of sentences; copies of one sentence stay on one side."""
-    groups: dict[tuple[str, ...], list[int]] = {}
-    for i, tokens in enumerate(sentences.tokens):
-        groups.setdefault(tuple(tokens), []).append(i)
-    order = sorted(groups, key=lambda t: seeded_hash(seed, "split", *t))
-    cut = round(fraction * len(order))
-    train, held = [], []
-    for rank, key in enumerate(order):
-        (held if rank < cut else train).extend(groups[key])
-    return sorted(train), sorted(held)
+    return split_by_group([tuple(tokens) for tokens in sentences.tokens], fraction, seed)
 
 
 def sample_sentences(sentences: Sentences, k: int | None, seed: int) -> tuple[Sentences, int]:
     """A seeded subsample of `k` sentences (None or more than there are: all); and how many were left out."""
     if k is None or k >= len(sentences):
         return sentences, 0
-    ranked = sorted(range(len(sentences)), key=lambda i: seeded_hash(seed, "sample", *sentences.tokens[i], i))
-    return sentences.select(sorted(ranked[:k])), len(sentences) - k
+    return sentences.select(seeded_sample([tuple(t) for t in sentences.tokens], k, seed)), len(sentences) - k
 
 
 __all__ = ["FORMATS", "Sentences", "read_conll", "read_sentences", "read_token_table", "sample_sentences"]

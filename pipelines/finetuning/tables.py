@@ -24,8 +24,34 @@ FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".
 MAX_REJECTION_EXAMPLES = 20
 
 
+class Accounted:
+    """What every source of a task keeps: where it came from (`source`), how many units it read
+    (`read`), and the units left out by reason (`rejected`, with the first few `rejection_examples`
+    naming their place). A subclass holds the usable units and says how many (`__len__`)."""
+
+    source: str
+    read: int
+    rejected: Counter
+    rejection_examples: list[str]
+
+    def reject(self, place: str, reason: str) -> None:
+        self.rejected[reason] += 1
+        if len(self.rejection_examples) < MAX_REJECTION_EXAMPLES:
+            self.rejection_examples.append(f"{self.source} {place}: {reason}")
+
+    def summary(self) -> dict[str, Any]:
+        """The source's account for the manifest: read = usable + sum(rejected)."""
+        return {
+            "source": self.source,
+            "read": self.read,
+            "usable": len(self),
+            "rejected": dict(self.rejected),
+            "rejection_examples": self.rejection_examples,
+        }
+
+
 @dataclass
-class Examples:
+class Examples(Accounted):
     """One split's usable rows, with where they came from and what was left out and why."""
 
     source: str
@@ -42,9 +68,7 @@ class Examples:
         return len(self.texts)
 
     def reject(self, row: int, reason: str) -> None:
-        self.rejected[reason] += 1
-        if len(self.rejection_examples) < MAX_REJECTION_EXAMPLES:
-            self.rejection_examples.append(f"{self.source} row {row}: {reason}")
+        super().reject(f"row {row}", reason)
 
     def select(self, indices: list[int]) -> Examples:
         """The examples at `indices`, in that order (the source's row accounting stays with `self`)."""
@@ -55,16 +79,6 @@ class Examples:
             [self.labels[i] for i in indices],
             [self.rows[i] for i in indices],
         )
-
-    def summary(self) -> dict[str, Any]:
-        """The source's account for the manifest: read = usable + sum(rejected)."""
-        return {
-            "source": self.source,
-            "read": self.read,
-            "usable": len(self),
-            "rejected": dict(self.rejected),
-            "rejection_examples": self.rejection_examples,
-        }
 
 
 def file_format(path: str, formats: dict[str, str], what: str) -> str:
@@ -243,6 +257,26 @@ def split_indices(examples: Examples, fraction: float, seed: int, stratify: bool
     return sorted(train), sorted(held)
 
 
+def split_by_group(groups: list[Any], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """A seeded (train, eval) split of units by their group keys (tuples or strings): `fraction` of
+    the distinct groups held out, every unit of a group on one side."""
+    members: dict[Any, list[int]] = {}
+    for i, key in enumerate(groups):
+        members.setdefault(key, []).append(i)
+    order = sorted(members, key=lambda key: seeded_hash(seed, "split", *(key if isinstance(key, tuple) else (key,))))
+    cut = round(fraction * len(order))
+    train, held = [], []
+    for rank, key in enumerate(order):
+        (held if rank < cut else train).extend(members[key])
+    return sorted(train), sorted(held)
+
+
+def seeded_sample(keys: list[Any], k: int, seed: int) -> list[int]:
+    """A seeded subsample of `k` of the units (their indices, in order), ranked by key and position."""
+    ranked = sorted(range(len(keys)), key=lambda i: seeded_hash(seed, "sample", keys[i], i))
+    return sorted(ranked[:k])
+
+
 def sample_indices(examples: Examples, k: int, seed: int, stratify: bool) -> list[int]:
     """A seeded subsample of `k` rows, each label represented in proportion (stratified)."""
     if k >= len(examples):
@@ -258,12 +292,15 @@ def sample_indices(examples: Examples, k: int, seed: int, stratify: bool) -> lis
 
 
 __all__ = [
+    "Accounted",
     "BBC_NEWS",
     "Examples",
     "bbc_news_examples",
     "read_table",
     "sample_indices",
     "seeded_hash",
+    "seeded_sample",
+    "split_by_group",
     "split_indices",
     "table_examples",
     "file_format",
