@@ -20,8 +20,9 @@ from ..config.tuning import MULTIPLE_CHOICE
 from ..errors import BadInput
 from .choice_tables import Questions, read_questions, sample_questions, split_questions
 from .family import EncodedTask, Evaluation
+from .loop import collate as single_collate
 from .splits import train_and_eval
-from .tokenizer import PairTokenizer, pad_batch
+from .tokenizer import PairTokenizer
 
 Choices = list[tuple[list[int], list[int]]]
 """One question's features: (input_ids, token_type_ids) per choice."""
@@ -57,7 +58,8 @@ def collate(
     """The questions at `indices` as [B, choices, S] inputs, every choice padded to the batch's widest."""
     flat = [choice for i in indices for choice in encoded[i]]
     count = len(encoded[indices[0]]) if len(indices) else 0
-    batch = {k: torch.from_numpy(v).view(len(indices), count, -1) for k, v in pad_batch(flat, pad_id, widths).items()}
+    padded = single_collate(flat, range(len(flat)), pad_id, widths=widths)  # loop.collate's padding, per choice
+    batch = {k: v.view(len(indices), count, -1) for k, v in padded.items()}
     if targets is not None:
         batch["labels"] = targets[torch.as_tensor(indices, dtype=torch.long)]
     return {k: v.pin_memory() for k, v in batch.items()} if pin else batch
@@ -76,8 +78,6 @@ class MultipleChoiceFamily:
         return TUNE_METRICS[self.name]
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
-        if cfg.train_path is None:
-            raise BadInput(f"finetune.task={self.name} has no embedded task: set finetune.train_path")
         splits = train_and_eval(
             cfg, lambda path: read_questions(path, cfg), split_questions, sample_questions, "questions", ", by context"
         )

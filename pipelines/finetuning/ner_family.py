@@ -95,8 +95,6 @@ class TokenClassificationFamily:
         return {k: v.pin_memory() for k, v in batch.items()} if pin else batch
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
-        if cfg.train_path is None:
-            raise BadInput(f"finetune.task={self.name} has no embedded task: set finetune.train_path")
         splits = train_and_eval(
             cfg, lambda path: read_sentences(path, cfg), split_sentences, sample_sentences, "sentences"
         )

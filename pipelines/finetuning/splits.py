@@ -32,6 +32,8 @@ def train_and_eval(
     """`read(path)` gives an Accounted source with `select(indices)`; `split(source, fraction, seed)`
     the held-out indices; `sample(units, k, seed)` a capped subsample and how many it left out.
     `unit` names the units in errors (`sentences`); `held_out_by` how the split groups them."""
+    if cfg.train_path is None:
+        raise BadInput(f"finetune.task={cfg.task} has no embedded task: set finetune.train_path")
     source = read(cfg.train_path)
     sources = [source]
     if not len(source):
