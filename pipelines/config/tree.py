@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from dataclasses import field
 from typing import ClassVar
 
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import NEUTRAL, STRICT, TASKS, Section, section_settings
+from .base import NEUTRAL, STRICT, TASKS, Section, build_section, config_to_dict, section_settings, shown
+from .glue import glue_preset
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tuning import TUNE_METRICS, FinetuneSection, TuneSection
 
@@ -100,6 +102,7 @@ def check_rules(config: Config) -> None:
             f"tune.metric={config.tune.metric}: not a {config.finetune.task} metric (finetune.task); "
             f"use one of {', '.join(allowed)}"
         )
+    task_configs(config)  # each task of an evaluation suite is a valid config of its own
     if config.finetune.cuda_graphs and config.tune.workers_per_trial > 1:
         raise ConfigError(
             f"finetune.cuda_graphs needs one worker per trial (tune.workers_per_trial="
@@ -118,6 +121,56 @@ def check_rules(config: Config) -> None:
                 f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds the pretrained model's "
                 f"max_position_embeddings={positions} (model.preset={config.model.preset})"
             )
+
+
+TASK_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+SUITE_ONLY = ("tasks", "glue_dir")
+"""finetune keys of the suite as a whole, which a task's overrides may not set."""
+
+
+def task_configs(config: Config) -> dict[str, Config]:
+    """finetune.tasks as one config per task, in their order: the run's config with the task's GLUE
+    preset (when its name is one and finetune.glue_dir is set) and then its own overrides applied to
+    the finetune and tune sections. Empty without finetune.tasks. A bad task raises ConfigError
+    naming it (finetune.tasks.NAME...)."""
+    tasks = config.finetune.tasks or {}
+    out = {}
+    for name, spec in tasks.items():
+        where = f"finetune.tasks.{name}"
+        if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
+            raise ConfigError(
+                f"finetune.tasks: task name {shown(name)} must be 1-64 lowercase letters, digits, - and _ "
+                "(it names the task's folder)"
+            )
+        if not isinstance(spec, dict) or set(spec) - {"finetune", "tune"}:
+            raise ConfigError(f"{where}={shown(spec)}: must be a mapping with finetune and/or tune overrides")
+        preset = glue_preset(name)
+        own_finetune, own_tune = spec.get("finetune") or {}, spec.get("tune") or {}
+        for part, value in (("finetune", own_finetune), ("tune", own_tune)):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}.{part}={shown(value)}: must be a mapping of {part} keys")
+        if set(own_finetune) & set(SUITE_ONLY):
+            raise ConfigError(f"{where}.finetune: {', '.join(SUITE_ONLY)} belong to the suite, not to one task")
+        finetune = {**config_to_dict(config.finetune), "tasks": None, "glue_dir": None}
+        tune = config_to_dict(config.tune)
+        if preset is not None and config.finetune.glue_dir is not None:
+            values = preset.overrides(config.finetune.glue_dir)
+            finetune.update(values["finetune"])
+            tune.update(values["tune"])
+        elif preset is not None and "train_path" not in own_finetune:
+            raise ConfigError(
+                f"{where}: a GLUE task's name reads GLUE's files from finetune.glue_dir, which is null; "
+                f"set it (the folder holding {preset.folder}/) or give the task its own finetune.train_path"
+            )
+        finetune.update(own_finetune)
+        tune.update(own_tune)
+        sections = {
+            **{k: getattr(config, k) for k in SECTIONS if k not in ("finetune", "tune")},
+            "finetune": build_section(FinetuneSection, finetune, where=f"{where}: "),
+            "tune": build_section(TuneSection, tune, where=f"{where}: "),
+        }
+        out[name] = build_section(Config, {"run_dir": config.run_dir, **sections}, where=f"{where}: ")
+    return out
 
 
 def tune_metric(config: Config) -> str:
@@ -142,6 +195,7 @@ __all__ = [
     "Config",
     "check_rules",
     "searched_overrides",
+    "task_configs",
     "tune_metric",
     "unused_keys",
 ]

@@ -137,9 +137,29 @@ class FinetuneSection(Section):
     """Seed of the split, the subsamples, the classifier's initialisation and the batch order;
     searched in tune.space, a trial's seed changes only its initialisation and batch order (every
     trial is scored on the same split)."""
+    column_names: list[str] | None = field(default=None, metadata={**for_tasks(*SEQUENCE_TASKS), **neutral_at(None)})
+    """csv/tsv tables without a header row (GLUE's CoLA): the names of their columns, in order;
+    null reads the first row as the header."""
+    extra_eval_paths: dict[str, str] | None = field(default=None, metadata=neutral_at(None))
+    """name -> a further evaluation file (the layout of finetune.eval_path), scored with the best
+    model once the search is done and reported beside it (MNLI's mismatched dev set, a labelled
+    test set); null: none."""
+    compare_random: bool = field(default=False, metadata=neutral_at(False))
+    """Also search the task from a random initialisation (finetune.init=random, the same search
+    otherwise): the no-pretraining arm, exported under random/ and reported beside the pretrained one."""
+    glue_dir: str | None = field(default=None, metadata=neutral_at(None))
+    """GLUE's folder (CoLA/, SST-2/, MRPC/, QQP/, STS-B/, MNLI/, QNLI/, RTE/, WNLI/ with their train
+    and dev .tsv files): a finetune.tasks entry named after a GLUE task reads its files with that
+    task's columns, kind and metric."""
+    tasks: dict[str, dict] | None = field(default=None, metadata=neutral_at(None))
+    """An evaluation suite: task name -> its overrides, {finetune: {KEY: value}, tune: {KEY: value}}
+    over this section and the tune section. Each task is searched by Ray Tune and exported under
+    finetune/<name>/, is its own unit of caching, and has a row in report.md's table. Names are
+    lowercase letters, digits, - and _; a GLUE task's name (cola, sst2, mrpc, qqp, stsb, mnli, qnli,
+    rte, wnli) with finetune.glue_dir set reads GLUE's files. null: one task, this section's."""
 
     def __post_init__(self) -> None:
-        for name in ("pretrained", "train_path", "eval_path", "text_pair_column"):
+        for name in ("pretrained", "train_path", "eval_path", "text_pair_column", "glue_dir"):
             self.require(name, getattr(self, name) != "", "must not be empty (use null)")
         self.require(
             "eval_path",
@@ -185,6 +205,20 @@ class FinetuneSection(Section):
             "([CLS] question [SEP] context [SEP]): use at most max_seq_length - 4",
         )
         self.require("seed", self.seed >= 0, "must be >= 0")
+        names = self.column_names
+        self.require(
+            "column_names",
+            names is None or (bool(names) and all(n for n in names) and len(set(names)) == len(names)),
+            "must be a non-empty list of distinct, non-empty names, or null",
+        )
+        for name, path in (self.extra_eval_paths or {}).items():
+            self.require("extra_eval_paths", bool(name) and bool(path), "names and paths must not be empty")
+        self.require(
+            "extra_eval_paths",
+            not self.extra_eval_paths or self.train_path is not None,
+            "needs finetune.train_path (the files are read as the training one)",
+        )
+        self.require("tasks", self.tasks is None or bool(self.tasks), "must name at least one task, or be null")
 
 
 def _default_space() -> dict[str, Any]:
@@ -231,9 +265,14 @@ class TuneSection(Section):
     cluster has GPUs."""
     seed: int = 0
     """Seed of the search algorithm's draws."""
+    repeats: int = field(default=0, metadata=neutral_at(0))
+    """After the search, train the best configuration again with this many other seeds
+    (finetune.seed + 1, + 2, ...) and report the metric's mean and standard deviation over the best
+    trial and them (fine-tuning ALBERT is unstable across seeds); 0: no repeats."""
 
     def __post_init__(self) -> None:
         self.require("num_samples", self.num_samples >= 1, "must be >= 1")
+        self.require("repeats", self.repeats >= 0, "must be >= 0")
         self.require(
             "max_concurrent_trials",
             self.max_concurrent_trials is None or self.max_concurrent_trials >= 1,

@@ -50,6 +50,13 @@ def build_model(
     return model
 
 
+def apply_checkpoint_weights(model: nn.Module, directory: str) -> None:
+    """Every weight of a transformers export of `model`'s own head class (a trial's epoch checkpoint,
+    as save_model writes it) into `model`, the fine-tuned task head included: what a resumed trial
+    continues from. A checkpoint of another architecture or head fails on the first unlike weight."""
+    model.load_state_dict(load_hf_pretrained(directory, type(model)).state_dict())
+
+
 def build_schedule(
     optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float
 ) -> torch.optim.lr_scheduler.LambdaLR:
@@ -261,6 +268,7 @@ def predict(
 
 
 __all__ = [
+    "apply_checkpoint_weights",
     "autocast",
     "build_model",
     "build_schedule",

@@ -1,4 +1,5 @@
-"""Evaluation metrics from logits: accuracy, macro-F1 and MCC (scikit-learn) for classification,
+"""Evaluation metrics from logits: accuracy, macro-F1 and MCC (scikit-learn) for classification, and
+for two classes the F1 of the second (GLUE's F1 for MRPC and QQP, of their positive class "1"),
 Pearson and Spearman (scipy) for regression, micro- and macro-F1 and subset accuracy
 (scikit-learn) for multi-label classification; the eval loss for each."""
 
@@ -50,7 +51,7 @@ def multi_label_metrics(logits: np.ndarray, targets: np.ndarray) -> dict[str, fl
 
 def compute_metrics(task: str, logits: np.ndarray, targets: np.ndarray, num_labels: int) -> dict[str, float]:
     """`logits` [N, num_labels] (regression: [N, 1]); `targets` class ids or floats [N] (multi-label:
-    0/1 [N, num_labels])."""
+    0/1 [N, num_labels]). Two classes also score `f1`: a reported metric, not a tune.metric."""
     if task == "multi_label":
         return multi_label_metrics(logits, targets)
     logits = np.asarray(logits, dtype=np.float64)
@@ -64,12 +65,16 @@ def compute_metrics(task: str, logits: np.ndarray, targets: np.ndarray, num_labe
         }
     predictions = logits.argmax(axis=1)
     labels = list(range(num_labels))
-    return {
+    metrics = {
         "eval_loss": float(-_log_softmax(logits)[np.arange(len(targets)), targets].mean()),
         "accuracy": float(accuracy_score(targets, predictions)),
         "macro_f1": float(f1_score(targets, predictions, labels=labels, average="macro", zero_division=0)),
         "mcc": float(matthews_corrcoef(targets, predictions)),
     }
+    if num_labels == 2:
+        # The class names are sorted, so GLUE's positive class "1" is class id 1.
+        metrics["f1"] = float(f1_score(targets, predictions, labels=labels, pos_label=1, zero_division=0))
+    return metrics
 
 
 __all__ = [

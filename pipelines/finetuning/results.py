@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import TUNE_METRICS, Config, config_to_dict
+from ..config.glue import glue_preset
 from ..storage import join
 from .trial import trial_finetune
 
@@ -151,6 +152,38 @@ def summary_text(rows: list[dict[str, Any]], best: dict[str, Any], metric: str, 
     return "\n".join(lines)
 
 
+def suite_rows(summary: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The evaluation suite's table: a row per task (report.md shows it)."""
+    rows = []
+    for name, fields in summary.items():
+        preset = glue_preset(name)
+        row = {
+            "task": name,
+            "family": fields["task"],
+            "metric": fields["metric"],
+            "best": fields["best"]["value"],
+            "trials": fields["trials"]["total"],
+        }
+        if "repeats" in fields:
+            row["mean"], row["std"], row["seeds"] = (
+                fields["repeats"]["mean"],
+                fields["repeats"]["std"],
+                len(fields["repeats"]["runs"]),
+            )
+        if "random_arm" in fields:
+            row["random_init"] = fields["random_arm"]["best"]["value"]
+        metrics, also = fields.get("best_metrics") or {}, []
+        for other in preset.also if preset else ():
+            if other in metrics:
+                also.append(f"{other} {metrics[other]:.4f}")
+        for evaluated, values in (fields.get("extra_evals") or {}).items():
+            if fields["metric"] in values:
+                also.append(f"{evaluated} {fields['metric']} {values[fields['metric']]:.4f}")
+        row["also"] = "; ".join(also)
+        rows.append(row)
+    return rows
+
+
 __all__ = [
     "SUMMARY_METRICS",
     "best_json",
@@ -158,6 +191,7 @@ __all__ = [
     "kept_epochs",
     "pick_best",
     "summarize_trials",
+    "suite_rows",
     "summary_text",
     "trial_counts",
     "trials_csv",

@@ -1,6 +1,7 @@
 """The sequence task families: classification, regression and multi-label classification of a
 text or text pair from [CLS] (transformers' AlbertForSequenceClassification), scored with
-accuracy, macro-F1 and MCC; Pearson and Spearman; micro- and macro-F1 and subset accuracy."""
+accuracy, macro-F1 and MCC (and for two classes F1 of the second); Pearson and Spearman; micro-
+and macro-F1 and subset accuracy."""
 
 from __future__ import annotations
 

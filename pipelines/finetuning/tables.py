@@ -67,8 +67,9 @@ class Examples(Accounted):
     def __len__(self) -> int:
         return len(self.texts)
 
-    def reject(self, row: int, reason: str) -> None:
-        super().reject(f"row {row}", reason)
+    def reject(self, row: int | str, reason: str) -> None:
+        """`row`: the row's number in the source, or its place in the file ("line 7")."""
+        super().reject(row if isinstance(row, str) else f"row {row}", reason)
 
     def select(self, indices: list[int]) -> Examples:
         """The examples at `indices`, in that order (the source's row accounting stays with `self`)."""
@@ -111,47 +112,103 @@ def _read_jsonl(f, path: str) -> dict[str, list[Any]]:
     return {name: [row.get(name) for row in rows] for name in names}
 
 
-def _read_csv_as_text(data: bytes, parse: pacsv.ParseOptions) -> dict[str, list[Any]]:
+@dataclass(frozen=True)
+class Table:
+    """A table's columns, and the csv/tsv records left out for having another number of fields
+    than its header (or finetune.column_names): their numbers in the file, the header (if any)
+    being 1 (each its line where no quoted value spans lines; None where Arrow did not know it)."""
+
+    columns: dict[str, list[Any]]
+    malformed: list[int | None] = field(default_factory=list)
+
+
+def _csv_options(fmt: str) -> pacsv.ParseOptions:
+    # tsv as GLUE writes it: no quoting, so a stray quote is text.
+    return pacsv.ParseOptions(
+        delimiter="\t" if fmt == "tsv" else ",",
+        quote_char=False if fmt == "tsv" else '"',
+        newlines_in_values=True,
+    )
+
+
+def _first_row(data: bytes, fmt: str, header: bool) -> list[str]:
+    """The header's names, or as many made-up names as the first row has fields."""
+    parse = _csv_options(fmt)
+    parse.invalid_row_handler = lambda row: "skip"  # the whole read counts them
+    read = pacsv.ReadOptions(autogenerate_column_names=not header)
+    return pacsv.open_csv(io.BytesIO(data), parse_options=parse, read_options=read).schema.names
+
+
+def _read_csv_as_text(data: bytes, path: str, fmt: str, column_names: list[str] | None, skip_malformed: bool) -> Table:
     """Every cell as the text the file holds: no type inference (`007` stays `007`, `1.0` stays
     `1.0`) and no null tokens (a label `NA`, `null` or `nan` is that string; an empty cell is "",
-    which the rows then reject by name)."""
-    names = pacsv.open_csv(io.BytesIO(data), parse_options=parse).schema.names
+    which the rows then reject by name). Without `column_names` the first record is the header."""
+    names = _first_row(data, fmt, header=column_names is None)
+    if column_names is not None:
+        if len(names) != len(column_names):
+            raise BadInput(
+                f"{path}: its first row has {len(names)} columns, but finetune.column_names gives "
+                f"{len(column_names)} ({', '.join(column_names)})"
+            )
+        names = list(column_names)
+    parse = _csv_options(fmt)
+    malformed: list[int | None] = []
+    if skip_malformed:
+
+        def skip(row: pacsv.InvalidRow) -> str:
+            malformed.append(row.number)
+            return "skip"
+
+        parse.invalid_row_handler = skip
     convert = pacsv.ConvertOptions(
         column_types={name: pa.string() for name in names},
         null_values=[],
         strings_can_be_null=False,
         quoted_strings_can_be_null=False,
     )
-    return pacsv.read_csv(io.BytesIO(data), parse_options=parse, convert_options=convert).to_pydict()
+    # One thread: Arrow numbers the records it hands the handler only when it reads them in order.
+    read = pacsv.ReadOptions(column_names=column_names, use_threads=not skip_malformed)
+    columns = pacsv.read_csv(io.BytesIO(data), read_options=read, parse_options=parse, convert_options=convert)
+    return Table(columns.to_pydict(), malformed)
 
 
-def read_table(path: str) -> dict[str, list[Any]]:
-    """The whole table as columns; a file that cannot be parsed or has no rows is an error naming it."""
+def read_rows(path: str, column_names: list[str] | None = None, skip_malformed: bool = True) -> Table:
+    """The whole table as columns; a file that cannot be parsed or has no rows is an error naming it.
+    `column_names` (finetune.column_names) names the columns of a csv/tsv file without a header row.
+    A csv/tsv record with another number of fields is left out and numbered in `malformed`
+    (`skip_malformed`), or an error naming the file."""
     fmt = table_format(path)
+    if column_names is not None and fmt not in ("csv", "tsv"):
+        raise BadInput(
+            f"{path}: finetune.column_names names the columns of csv/tsv files without a header row; "
+            f"a {fmt} file names its own (set finetune.column_names to null)"
+        )
     fs, p = filesystem(path)
     if not fs.exists(p):
         raise MissingInput(f"{path}: no such file")
     try:
         with fs.open(p, "rb", compression="infer") as f:
             if fmt in ("csv", "tsv"):
-                # tsv as GLUE writes it: no quoting, so a stray quote is text.
-                parse = pacsv.ParseOptions(
-                    delimiter="\t" if fmt == "tsv" else ",",
-                    quote_char=False if fmt == "tsv" else '"',
-                    newlines_in_values=True,
-                )
-                columns = _read_csv_as_text(f.read(), parse)
+                table = _read_csv_as_text(f.read(), path, fmt, column_names, skip_malformed)
             elif fmt == "jsonl":
-                columns = _read_jsonl(f, path)
+                table = Table(_read_jsonl(f, path))
             else:
-                columns = pq.read_table(f).to_pydict()
+                table = Table(pq.read_table(f).to_pydict())
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
         if "Empty CSV file" in str(e):
             raise BadInput(f"{path}: the file is empty") from e
         raise BadInput(f"{path}: cannot be read as {fmt}: {e}") from e
-    if not columns or not any(columns.values()):
-        raise BadInput(f"{path}: the file " + ("has no rows" if columns else "is empty"))
-    return columns
+    if not table.columns or not any(table.columns.values()):
+        if table.malformed:
+            raise BadInput(f"{path}: none of its {len(table.malformed)} rows has as many columns as its header")
+        raise BadInput(f"{path}: the file " + ("has no rows" if table.columns else "is empty"))
+    return table
+
+
+def read_table(path: str) -> dict[str, list[Any]]:
+    """The whole table as columns (read_rows), a malformed csv/tsv record an error naming the file:
+    for the readers that do not count such records."""
+    return read_rows(path, skip_malformed=False).columns
 
 
 def _column(table: dict[str, list[Any]], path: str, name: str, key: str) -> list[Any]:
@@ -168,18 +225,30 @@ def _as_text(value: Any) -> str | None:
 
 
 def table_examples(
-    path: str, text_column: str, label_column: str, text_pair_column: str | None, regression: bool
+    path: str,
+    text_column: str,
+    label_column: str,
+    text_pair_column: str | None,
+    regression: bool,
+    column_names: list[str] | None = None,
 ) -> Examples:
-    """A table's rows as examples; empty texts and missing labels are rejected and counted, a
-    regression target that is no number is an error naming the file, column and row."""
-    table = read_table(path)
-    texts = _column(table, path, text_column, "finetune.text_column")
-    labels = _column(table, path, label_column, "finetune.label_column")
-    pairs = _column(table, path, text_pair_column, "finetune.text_pair_column") if text_pair_column else None
-    out = Examples(path, pairs=[] if pairs is not None else None, read=len(texts))
-    for row, (text, label) in enumerate(zip(texts, labels)):
+    """A table's rows as examples; csv/tsv records with the wrong number of fields, empty texts and
+    missing labels are rejected and counted, a regression target that is no number is an error
+    naming the file, column and row. `column_names`: finetune.column_names (read_rows)."""
+    table = read_rows(path, column_names)
+    texts = _column(table.columns, path, text_column, "finetune.text_column")
+    labels = _column(table.columns, path, label_column, "finetune.label_column")
+    pairs = _column(table.columns, path, text_pair_column, "finetune.text_pair_column") if text_pair_column else None
+    out = Examples(path, pairs=[] if pairs is not None else None, read=len(texts) + len(table.malformed))
+    header = 1 if column_names is None else 0
+    for number in table.malformed:
+        out.reject(f"line {number}" if number is not None else "a line", "malformed_row")
+    # A row keeps its number in the source, the malformed ones before it included.
+    skipped = {number - 1 - header for number in table.malformed if number is not None}
+    rows = (row for row in range(out.read) if row not in skipped)
+    for i, (row, text, label) in enumerate(zip(rows, texts, labels)):
         text = _as_text(text)
-        pair = _as_text(pairs[row]) if pairs is not None else None
+        pair = _as_text(pairs[i]) if pairs is not None else None
         if isinstance(label, str):
             label = label.strip()
         if text is None:
@@ -296,6 +365,8 @@ __all__ = [
     "BBC_NEWS",
     "Examples",
     "bbc_news_examples",
+    "Table",
+    "read_rows",
     "read_table",
     "sample_indices",
     "seeded_hash",

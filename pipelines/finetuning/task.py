@@ -57,7 +57,12 @@ def load_task(cfg: FinetuneSection) -> Task:
         source = bbc_news_examples()
     else:
         source = table_examples(
-            cfg.train_path, cfg.text_column, cfg.label_column, cfg.text_pair_column, regression=regression
+            cfg.train_path,
+            cfg.text_column,
+            cfg.label_column,
+            cfg.text_pair_column,
+            regression=regression,
+            column_names=cfg.column_names,
         )
     _require_rows(source, cfg)
     sources = [source]
@@ -75,7 +80,12 @@ def load_task(cfg: FinetuneSection) -> Task:
     else:
         train = source
         evaluation = table_examples(
-            cfg.eval_path, cfg.text_column, cfg.label_column, cfg.text_pair_column, regression=regression
+            cfg.eval_path,
+            cfg.text_column,
+            cfg.label_column,
+            cfg.text_pair_column,
+            regression=regression,
+            column_names=cfg.column_names,
         )
         _require_rows(evaluation, cfg)
         sources.append(evaluation)

@@ -184,6 +184,33 @@ def finetune_section(manifest: dict | None, trials: list[dict[str, str]], best: 
     return "\n\n".join(parts)
 
 
+def suite_section(manifest: dict | None, rows: list[dict[str, Any]]) -> str:
+    """The evaluation suite (finetune.tasks): a row per task from finetune/suite.json."""
+    parts = ["## Evaluation suite"]
+    if manifest is None:
+        return "\n\n".join(parts + [not_run("finetune")])
+    repeats = any("mean" in r for r in rows)
+    random = any("random_init" in r for r in rows)
+    headers = ["task", "family", "metric", "best"]
+    headers += ["mean ± std over seeds"] if repeats else []
+    headers += ["no pretraining (init=random)"] if random else []
+    headers += ["trials", "also"]
+    body = []
+    for r in rows:
+        line = [r["task"], r["family"], r["metric"], r["best"]]
+        if repeats:
+            line.append(f"{r['mean']:.4f} ± {r['std']:.4f} ({r['seeds']} seeds)" if "mean" in r else None)
+        if random:
+            line.append(r.get("random_init"))
+        body.append(line + [r["trials"], r.get("also", "")])
+    parts.append(
+        "Each task was searched by Ray Tune on its own; `best` is the best trial's eval metric, its model in "
+        "`finetune/<task>/best/` with its search in `finetune/<task>/trials.csv`."
+    )
+    parts.append(table(headers, body))
+    return "\n\n".join(parts)
+
+
 def cost_section(rows: list[dict[str, Any]]) -> str:
     """`rows`: stage, wall_s, cpu_hours, gpu_hours, note."""
     body = table(

@@ -17,7 +17,7 @@ from typing import Any
 from ..config import Config
 from ..errors import MissingInput, RefusedPath
 from ..storage import canonical, exists, filesystem, is_remote, join, list_names, path_inside, read_json, write_json
-from .registry import STAGES, config_value
+from .registry import STAGES, config_value, unit_configs
 
 MARKER = ".albert-ray.json"
 TOOL = "albert-ray"
@@ -154,6 +154,16 @@ def _glob_root(path: str) -> str:
     return path if cut == len(path) else path[:cut].rsplit("/", 1)[0] or "/"
 
 
+def _input_values(config: Config, name: str) -> list[tuple[str, Any]]:
+    """The stage's input path keys with their values, its units' (an evaluation suite's tasks) included."""
+    found = [(key, config_value(config, key)) for key in STAGES[name].input_paths]
+    for unit, unit_config in unit_configs(config, name).items():
+        found += [
+            (f"{STAGES[name].units}.{unit}: {key}", config_value(unit_config, key)) for key in STAGES[name].input_paths
+        ]
+    return found
+
+
 def check_input_paths(config: Config, names: list[str]) -> None:
     """Input paths that do not exist (MissingInput), and those that lie where a run replaces or
     deletes things (RefusedPath): in the reading stage's own output or a later stage's (a cycle),
@@ -163,9 +173,16 @@ def check_input_paths(config: Config, names: list[str]) -> None:
     run_dir = canonical(config.run_dir)
     order = list(STAGES)
     for name in names:
-        for key in STAGES[name].input_paths:
-            value = config_value(config, key)
-            for path in value if isinstance(value, list) else [value] if value else []:
+        for key, value in _input_values(config, name):
+            for path in (
+                value
+                if isinstance(value, list)
+                else list(value.values())
+                if isinstance(value, dict)
+                else [value]
+                if value
+                else []
+            ):
                 rel = path_inside(run_dir, path)
                 first = rel.split("/", 1)[0] if rel is not None else None
                 if first in (BUILDING, PREVIOUS, ".") or (first in STAGES and order.index(first) >= order.index(name)):

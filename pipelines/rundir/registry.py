@@ -23,7 +23,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import SETTINGS, Config, config_to_dict, unused_keys
+from ..config import SETTINGS, Config, config_to_dict, task_configs, unused_keys
 from ..errors import BadInput, MissingInput
 from ..storage import filesystem, is_remote, join, path_inside, read_bytes
 from ..storage.models import require_model_dir
@@ -31,6 +31,8 @@ from ..storage.models import require_model_dir
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+UNIT_MANIFEST = "task.json"
+"""Written last into a unit's folder (an evaluation suite's task): the unit is complete, with its fingerprint."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ class Stage:
     """An unfinished build of the same lineage is resumed (from its checkpoints), not restarted."""
     extends: tuple[str, ...] = ()
     """Keys whose change continues a complete output instead of redoing it (the lineage leaves them out)."""
+    units: str | None = None
+    """The key that splits the stage into units (finetune.tasks: an evaluation suite), each with its own
+    config (config.task_configs) and fingerprint: a unit whose fingerprint is unchanged is carried
+    over from the current output, not redone."""
 
 
 STAGES: dict[str, Stage] = {
@@ -103,9 +109,21 @@ STAGES: dict[str, Stage] = {
             config_keys=("finetune", "tune"),
             inputs=("pretrain",),
             outputs=("trials.csv", "best.json", "best/"),
-            input_paths=("finetune.pretrained", "finetune.train_path", "finetune.eval_path"),
-            content_keys=("finetune.pretrained", "finetune.train_path", "finetune.eval_path"),
+            input_paths=(
+                "finetune.pretrained",
+                "finetune.train_path",
+                "finetune.eval_path",
+                "finetune.extra_eval_paths",
+            ),
+            content_keys=(
+                "finetune.pretrained",
+                "finetune.train_path",
+                "finetune.eval_path",
+                "finetune.extra_eval_paths",
+            ),
             input_override=("pretrain", "finetune.pretrained"),
+            resumable=True,
+            units="finetune.tasks",
         ),
         Stage(
             "report",
@@ -232,6 +250,11 @@ def path_fingerprint(config: Config, key: str, path: str, known: dict[str, str] 
     return digest.hexdigest()
 
 
+def unit_configs(config: Config, name: str) -> dict[str, Config]:
+    """The stage's units with their own configs (an evaluation suite's tasks); empty when it has none."""
+    return task_configs(config) if STAGES[name].units and config_value(config, STAGES[name].units) else {}
+
+
 def stage_inputs(config: Config, name: str) -> tuple[str, ...]:
     """The stages this one reads under this config (an input_override key set replaces one)."""
     stage = STAGES[name]
@@ -269,10 +292,12 @@ def stage_fingerprint(
     stage = STAGES[name]
     known = known if known is not None else inputs
     inputs = input_fingerprints(config, name) if inputs is None else inputs
-    paths = {}
+    paths: dict[str, Any] = {}
     for key in stage.content_keys:
         value = config_value(config, key)
-        if value:
+        if isinstance(value, dict):
+            paths[key] = {k: path_fingerprint(config, f"{key}.{k}", v, known) for k, v in sorted(value.items())}
+        elif value:
             paths[key] = path_fingerprint(config, key, value, known)
     payload = {
         "stage": name,
@@ -280,6 +305,9 @@ def stage_fingerprint(
         "inputs": {dep: inputs.get(dep, "") for dep in stage_inputs(config, name)},
         "paths": paths,
     }
+    units = unit_configs(config, name)
+    if units:  # each unit's own fingerprint (its input files' content included)
+        payload["units"] = {unit: stage_fingerprint(c, name, inputs, exclude, known) for unit, c in units.items()}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -303,6 +331,7 @@ def is_up_to_date(config: Config, name: str) -> bool:
 
 __all__ = [
     "MANIFEST",
+    "UNIT_MANIFEST",
     "SETTINGS",
     "STAGES",
     "Stage",
@@ -319,4 +348,5 @@ __all__ = [
     "stage_dir",
     "stage_fingerprint",
     "stage_inputs",
+    "unit_configs",
 ]

@@ -30,13 +30,15 @@ from ..rundir.lifecycle import can_resume, extends_values, run_stage
 from ..rundir.ownership import BUILDING, PREVIOUS, check_run_dir, ensure_run_dir, read_marker
 from ..rundir.registry import (
     STAGES,
+    UNIT_MANIFEST,
     config_value,
     read_manifest_at,
     stage_dir,
     stage_fingerprint,
     stage_inputs,
+    unit_configs,
 )
-from ..storage import exists, join
+from ..storage import exists, join, read_json
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +155,8 @@ def plan_dag(
             + [f"{key}: {value}" for key in stage.input_paths if (value := config_value(config, key))]
             + [f"config: {', '.join(stage.config_keys)}" if stage.config_keys else "config: none"]
         )
-        outputs = [join(stage_dir(config, name), o) for o in (*stage.outputs, "manifest.json")]
+        units = [f"{unit}/" for unit in unit_configs(config, name)]
+        outputs = [join(stage_dir(config, name), o) for o in (*(units or stage.outputs), "manifest.json")]
         if name not in selected:
             predicted[name] = current
             have = "no output" if manifest is None else "has output"
@@ -180,6 +183,8 @@ def plan_dag(
             status = "runs: continues the current output" if continues else "runs: config or inputs changed"
         else:
             status = "up to date: skipped"
+        if status.startswith("runs") and not missing and unit_configs(config, name):
+            status += f" ({_unit_plan(config, view, name, inputs_now, known, name in forced)})"
         predicted[name] = fingerprint if not missing or stage.partial_inputs else None
         lineage = None if missing else stage_fingerprint(config, name, inputs_now, exclude=stage.extends, known=known)
         held, swaps_in = _held(config, view, name, lineage, fingerprint, name in forced)
@@ -187,6 +192,24 @@ def plan_dag(
             status = "runs: swaps in its complete build (made by a run stopped before its swap), no rebuild"
         plans.append(StagePlan(name, True, status.startswith("runs"), status, inputs, outputs, held))
     return plans
+
+
+def _unit_plan(
+    config: Config, view: RunDirView, name: str, inputs: dict[str, str], known: dict[str, str], forced: bool
+) -> str:
+    """Which of the stage's units (an evaluation suite's tasks) a run redoes and which it carries
+    over from the current output unchanged."""
+    folder = view.folder(name)
+    redo, keep = [], []
+    for unit, unit_config in unit_configs(config, name).items():
+        try:
+            done = read_json(join(folder, unit, UNIT_MANIFEST)) if folder and not forced else None
+        except ValueError:
+            done = None
+        same = done and done.get("fingerprint") == stage_fingerprint(unit_config, name, inputs, known=known)
+        (keep if same else redo).append(unit)
+    parts = [f"redoes {', '.join(redo)}"] if redo else []
+    return "; ".join(parts + ([f"carries over {', '.join(keep)}"] if keep else [])) or "no units"
 
 
 def format_plan(config: Config, plans: list[StagePlan], view: RunDirView) -> str:

@@ -1,238 +1,47 @@
-"""`albert-ray finetune`: fine-tune the pretrained ALBERT on a task (classification or regression of
-a table, extractive question answering), searching hyperparameters with Ray Tune; export the best
-trial for transformers, with its eval predictions where the task family writes them.
+"""`albert-ray finetune`: fine-tune the pretrained ALBERT on a task (a table's classification,
+regression or multi-label classification, token classification, multiple choice, extractive
+question answering), searching hyperparameters with Ray Tune; export the best trial for
+transformers, with its eval predictions where the task family writes them.
 
-This module is the Ray wiring: the search (space, searcher, scheduler, resources) and the
-trainables. A trial is one process (a Tune function trainable) or, with tune.workers_per_trial > 1,
-a driver that runs a Ray Train DDP job whose reports reach Tune through TuneReportCallback. Every
-trial reports after each epoch (so ASHA can stop the laggards) with a transformers-format
-checkpoint. The training itself (pipelines/finetuning/trial.py) and the results (which epoch of
-which trial is best, trials.csv, best.json: pipelines/finetuning/results.py) are free of Ray.
+An evaluation suite (finetune.tasks) is one search per task, each exported under
+finetune/<task>/ and each its own unit of caching: a task whose own fingerprint (its settings,
+its files' content, the pretrained model) is unchanged is carried over from the current output
+instead of searched again, and a task finished by an interrupted run is kept. An interrupted
+search is restored (pipelines/stages/tune_search.py): its finished trials are not rerun.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import tempfile
 from typing import Any
 
-import pyarrow.fs
 import ray
 import ray.train
-import ray.train.torch
-import ray.tune
-import torch
-from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-from ray.tune.search.basic_variant import BasicVariantGenerator
 
-from ..config import Config, FinetuneSection, TuneSection, config_to_dict, searched_overrides, tune_metric
+from ..config import Config, config_to_dict, searched_overrides, tune_metric
+from ..errors import BadInput
 from ..finetuning import results
-from ..finetuning.trial import (
-    PREDICTIONS,
-    TrialData,
-    check_pretrained,
-    encode_task,
-    fit_trial,
-    materialize,
-    read_pretrained_files,
-    trial_finetune,
-)
+from ..finetuning.evaluate import evaluate_model
+from ..finetuning.trial import TrialData, check_pretrained, encode_task, read_pretrained_files
 from ..rundir.lifecycle import StageRun, stage_runner
-from ..rundir.registry import pretrained_dir
-from ..storage import arrow_filesystem, join, write_bytes, write_text
+from ..rundir.registry import UNIT_MANIFEST, input_fingerprints, pretrained_dir, stage_fingerprint, unit_configs
+from ..storage import copy_tree, delete_tree, exists, join, read_json, write_text
 from .ray_runtime import init_ray
+from .tune_search import export_checkpoint, repeat_best, run_search
 
 log = logging.getLogger(__name__)
 
 
-def build_search_space(tune_cfg: TuneSection) -> dict[str, Any]:
-    """tune.space as Ray Tune domains, keyed by the finetune keys they override."""
-    space: dict[str, Any] = {}
-    for key, spec in tune_cfg.space.items():
-        if isinstance(spec, list):
-            space[key] = ray.tune.choice(spec)
-        elif isinstance(spec, dict):
-            kind, (lo, hi) = next(iter(spec.items()))
-            space[key] = {"loguniform": ray.tune.loguniform, "uniform": ray.tune.uniform}.get(
-                kind, lambda a, b: ray.tune.randint(a, b + 1)
-            )(lo, hi)  # randint: hi inclusive
-        else:
-            space[key] = spec
-    return space
-
-
-def max_epochs(config: Config) -> int:
-    spec = config.tune.space.get("finetune.epochs", config.finetune.epochs)
-    if isinstance(spec, dict):
-        return int(next(iter(spec.values()))[1])
-    return int(max(spec) if isinstance(spec, list) else spec)
-
-
-def trial_resources(tune_cfg: TuneSection) -> dict[str, float]:
-    if tune_cfg.resources_per_trial is not None:
-        return {k: float(v) for k, v in tune_cfg.resources_per_trial.items()}
-    gpus = ray.cluster_resources().get("GPU", 0)
-    return {"CPU": 1.0, **({"GPU": 1.0} if gpus else {})}
-
-
-def single_process_trial(trial_config: dict[str, Any], base: FinetuneSection, data: TrialData, cpus: float) -> None:
-    """One trial in this process: report each epoch's metrics and checkpoint to Tune."""
-    torch.set_num_threads(max(1, int(cpus)))
-    cfg = trial_finetune(base, trial_config)
-    device = torch.device("cuda") if torch.cuda.is_available() and ray.get_gpu_ids() else torch.device("cpu")
-    with tempfile.TemporaryDirectory() as work:
-        pretrained = materialize(data.pretrained_files, os.path.join(work, "pretrained"))
-
-        def report(metrics: dict[str, Any], checkpoint: str | None) -> None:
-            ray.tune.report(metrics, checkpoint=ray.tune.Checkpoint.from_directory(checkpoint))
-
-        fit_trial(cfg, data, pretrained, os.path.join(work, "checkpoints"), report, device=device)
-
-
-def ray_train_trial_worker(loop_config: dict[str, Any]) -> None:
-    """A Ray Train worker of a multi-process trial: DDP over gloo (CPU) or nccl (GPU)."""
-    context = ray.train.get_context()
-    torch.set_num_threads(max(1, int(loop_config["cpus"])))
-    data: TrialData = ray.get(loop_config["data_ref"])
-    cfg = trial_finetune(loop_config["base"], loop_config["trial_config"])
-    with tempfile.TemporaryDirectory() as work:
-        pretrained = materialize(data.pretrained_files, os.path.join(work, "pretrained"))
-
-        def report(metrics: dict[str, Any], checkpoint: str | None) -> None:
-            ray.train.report(
-                metrics, checkpoint=ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None
-            )
-
-        fit_trial(
-            cfg,
-            data,
-            pretrained,
-            os.path.join(work, "checkpoints"),
-            report,
-            rank=context.get_world_rank(),
-            world=context.get_world_size(),
-            device=ray.train.torch.get_device(),
-            wrap=ray.train.torch.prepare_model,
-        )
-
-
-def multi_worker_trial(
-    trial_config: dict[str, Any],
-    base: FinetuneSection,
-    data: TrialData,
-    workers: int,
-    resources: dict[str, float],
-    storage: str,
-    metric: str,
-) -> None:
-    """The trial's driver: a TorchTrainer whose worker reports TuneReportCallback forwards to Tune."""
-    trainer = ray.train.torch.TorchTrainer(
-        ray_train_trial_worker,
-        train_loop_config={
-            "trial_config": trial_config,
-            "base": base,
-            "data_ref": ray.put(data),
-            "cpus": resources.get("CPU", 1),
-        },
-        scaling_config=ray.train.ScalingConfig(
-            num_workers=workers, use_gpu=resources.get("GPU", 0) > 0, resources_per_worker=resources
-        ),
-        run_config=ray.train.RunConfig(
-            name=f"train-{ray.tune.get_context().get_trial_id()}",
-            storage_path=storage,
-            checkpoint_config=ray.train.CheckpointConfig(
-                num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"
-            ),
-            callbacks=[TuneReportCallback()],
-        ),
-    )
-    trainer.fit()
-
-
-def build_trainable(config: Config, data_ref: ray.ObjectRef, storage: str, metric: str):
-    """The function trainable with its resources: one process, or a Ray Train driver.
-    with_parameters hands each trial the object behind data_ref (put once by the driver)."""
-    resources = trial_resources(config.tune)
-    workers = config.tune.workers_per_trial
-    if workers == 1:
-        trainable = ray.tune.with_parameters(
-            single_process_trial, base=config.finetune, data=data_ref, cpus=resources.get("CPU", 1)
-        )
-        return ray.tune.with_resources(
-            trainable, {{"CPU": "cpu", "GPU": "gpu"}.get(k, k): v for k, v in resources.items()}
-        )
-    trainable = ray.tune.with_parameters(
-        multi_worker_trial,
-        base=config.finetune,
-        data=data_ref,
-        workers=workers,
-        resources=resources,
-        storage=storage,
-        metric=metric,
-    )
-    # The driver only waits on its workers, which reserve the trial's compute; Tune needs it to
-    # hold something, and a whole CPU would starve small machines (2 workers + driver > 2 CPUs).
-    return ray.tune.with_resources(trainable, {"cpu": 0.01})
-
-
-def concurrent_trials(tune_cfg: TuneSection) -> int | None:
-    """tune.max_concurrent_trials, or as many trials as the cluster's CPUs and GPUs fit where Tune
-    would not find that itself: multi-worker trials (drivers hold almost nothing, so Tune alone
-    would start them all and leave them waiting) and the optuna search (a searcher without a
-    concurrency limit gets one trial at a time from Tune)."""
-    if tune_cfg.max_concurrent_trials is not None or (tune_cfg.workers_per_trial == 1 and tune_cfg.search == "random"):
-        return tune_cfg.max_concurrent_trials
-    per_trial = {k: v * tune_cfg.workers_per_trial for k, v in trial_resources(tune_cfg).items() if v > 0}
-    cluster = ray.cluster_resources()
-    return max(1, min(int(cluster.get(k, 0) // v) for k, v in per_trial.items())) if per_trial else None
-
-
-def search_algorithm(tune_cfg: TuneSection, max_concurrent: int | None):
-    """The searcher, limited to `max_concurrent` running trials (None: as many as resources allow).
-    The limit lives here: Tune ignores TuneConfig.max_concurrent_trials, with only a warning, when
-    the search algorithm it is given is a BasicVariantGenerator."""
-    if tune_cfg.search == "optuna":
-        from ray.tune.search import ConcurrencyLimiter
-        from ray.tune.search.optuna import OptunaSearch
-
-        searcher = OptunaSearch(seed=tune_cfg.seed)
-        return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent) if max_concurrent else searcher
-    return BasicVariantGenerator(random_state=tune_cfg.seed, max_concurrent=max_concurrent or 0)
-
-
-def checkpoint_at(filesystem: pyarrow.fs.FileSystem | None):
-    """A checkpoint path inside the search's storage -> its Ray checkpoint, or None once deleted."""
-
-    def at(path: str) -> ray.train.Checkpoint | None:
-        checkpoint = ray.train.Checkpoint(path, filesystem=filesystem)
-        return (
-            None
-            if checkpoint.filesystem.get_file_info(checkpoint.path).type == pyarrow.fs.FileType.NotFound
-            else checkpoint
-        )
-
-    return at
-
-
-def best_kept_epoch(result, metric: str, filesystem: pyarrow.fs.FileSystem | None = None):
-    """The trial's best epoch among those whose checkpoint Tune or Ray Train kept (results.py)."""
-    return results.best_kept_epoch(result, metric, checkpoint_at(filesystem), CHECKPOINT_PATH_KEY)
-
-
-def upload_files(local: str, target: str) -> None:
-    """The plain files of a local folder (none when it does not exist) into `target`, local or s3://."""
-    for name in sorted(os.listdir(local)) if os.path.isdir(local) else []:
-        if os.path.isfile(os.path.join(local, name)):
-            with open(os.path.join(local, name), "rb") as f:
-                write_bytes(join(target, name), f.read())
-
-
-def build_finetune(run: StageRun) -> dict:
-    """trials.csv, best.json and best/ in the stage's folder; returns the manifest's fields."""
-    config, tc = run.config, run.config.tune
+def search_task(config: Config, out: str, final: str, scratch: str, resume: bool) -> dict[str, Any]:
+    """One task's search into `out`: trials.csv, best.json and best/ (its eval predictions beside
+    it); with finetune.compare_random the same search from a random initialisation under random/.
+    `final`: where `out` will be once the stage's output is committed (what messages name).
+    `scratch` holds the searches' working folders; `resume` restores interrupted ones found there.
+    Returns the manifest's fields."""
     metric = tune_metric(config)
     for key in searched_overrides(config):
         log.warning(
@@ -245,71 +54,126 @@ def build_finetune(run: StageRun) -> dict:
     check_pretrained(config.finetune, files, pretrained)  # before any table is read or trial started
     data = encode_task(config.finetune, files)
     task = data.encoded
-    storage = join(run.scratch, "tune")  # the search's working folder, removed when the output is complete
-    storage = storage if "://" in storage else os.path.abspath(storage)
+    extra = {
+        name: encode_task(dataclasses.replace(config.finetune, eval_path=path), files)
+        for name, path in (config.finetune.extra_eval_paths or {}).items()
+    }
+    for name, encoded in extra.items():
+        if encoded.encoded.label_names != task.label_names:
+            raise BadInput(
+                f"finetune.extra_eval_paths.{name}: its classes {encoded.encoded.label_names} are not the "
+                f"training set's {task.label_names}"
+            )
+    storage = scratch if "://" in scratch else os.path.abspath(scratch)
     # Keeping one checkpoint per trial forces a state snapshot per report; Tune warns about it each time.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     init_ray()
-    scheduler = (
-        ASHAScheduler(
-            time_attr="training_iteration",
-            max_t=max_epochs(config),
-            grace_period=tc.grace_period,
-            reduction_factor=tc.reduction_factor,
-        )
-        if tc.scheduler == "asha"
-        else FIFOScheduler()
-    )
-    tuner = ray.tune.Tuner(
-        build_trainable(config, ray.put(data), storage, metric),
-        param_space=build_search_space(tc),
-        tune_config=ray.tune.TuneConfig(
-            metric=metric,
-            mode="max",
-            num_samples=tc.num_samples,
-            scheduler=scheduler,
-            search_alg=search_algorithm(tc, concurrent_trials(tc)),
-        ),
-        run_config=ray.tune.RunConfig(
-            name="search",
-            storage_path=storage,
-            verbose=0,
-            checkpoint_config=ray.tune.CheckpointConfig(
-                num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"
-            ),
-        ),
-    )
+    data_ref = ray.put(data)
     log.info(
         "tuning %d trials over %s on %d train / %d eval examples",
-        tc.num_samples,
-        sorted(tc.space),
+        config.tune.num_samples,
+        sorted(config.tune.space),
         len(task.train),
         len(task.eval),
     )
-    rows = results.summarize_trials(
-        tuner.fit(), config, metric, checkpoint_at(arrow_filesystem(storage)[0]), CHECKPOINT_PATH_KEY
-    )
-    best = results.pick_best(rows, metric)
-    with tempfile.TemporaryDirectory() as local:
-        best["_checkpoint"].to_directory(local)
-        upload_files(local, run.path("best"))  # the model
-        upload_files(os.path.join(local, PREDICTIONS), run.out)  # its eval predictions, beside best/
-    best_json = results.best_json(best, metric, task.label_names, task.eval_examples)
-    write_text(run.path("best.json"), json.dumps(best_json, indent=2) + "\n")
-    write_text(run.path("trials.csv"), results.trials_csv(rows))
-    print(results.summary_text(rows, best, metric, run.current), flush=True)
+    arms = {"pretrained": (config, "")}
+    if config.finetune.compare_random and config.finetune.init != "random":
+        random_config = dataclasses.replace(config, finetune=dataclasses.replace(config.finetune, init="random"))
+        arms["random"] = (random_config, "random")
+    fields: dict[str, Any] = {}
+    for arm, (arm_config, sub) in arms.items():
+        arm_out = join(out, sub) if sub else out
+        arm_storage = join(storage, arm) if arm != "pretrained" else storage
+        rows = run_search(arm_config, data_ref, arm_storage, metric, resume=resume)
+        best = results.pick_best(rows, metric)
+        export_checkpoint(best["_checkpoint"], join(arm_out, "best"), arm_out)
+        best_json = results.best_json(best, metric, task.label_names, task.eval_examples)
+        if arm == "pretrained" and extra:
+            best_json["extra_evals"] = evaluate_extra(arm_config, best["_checkpoint"], extra, arm_out)
+        if config.tune.repeats:
+            best_json["repeats"] = repeat_best(arm_config, data_ref, arm_storage, metric, best, resume)
+        write_text(join(arm_out, "best.json"), json.dumps(best_json, indent=2) + "\n")
+        write_text(join(arm_out, "trials.csv"), results.trials_csv(rows))
+        print(results.summary_text(rows, best, metric, join(final, sub) if sub else final), flush=True)
+        fields[arm] = {
+            "best": {k: best_json[k] for k in ("trial_id", "epoch", "value")},
+            "best_metrics": best_json["metrics"],
+            "trials": results.trial_counts(rows),
+            **({"repeats": best_json["repeats"]} if "repeats" in best_json else {}),
+            **({"extra_evals": best_json["extra_evals"]} if "extra_evals" in best_json else {}),
+        }
     return {
         "pretrained": pretrained,
         "init": config.finetune.init,
         "metric": metric,
-        "best": {k: best_json[k] for k in ("trial_id", "epoch", "value")},
-        "trials": results.trial_counts(rows),
+        **fields.pop("pretrained"),
+        **({"random_arm": fields["random"]} if "random" in fields else {}),
         "task": config.finetune.task,
         "examples": task.accounting,
         "truncated": task.truncated,
         "label_names": task.label_names,
         "config": {"finetune": config_to_dict(config.finetune), "tune": config_to_dict(config.tune)},
     }
+
+
+def evaluate_extra(
+    config: Config, checkpoint: ray.train.Checkpoint, extra: dict[str, TrialData], out: str
+) -> dict[str, dict[str, float]]:
+    """The best model scored on each further evaluation file: its metrics, and its predictions files
+    under extra_evals/<name>/."""
+    found = {}
+    with tempfile.TemporaryDirectory() as local:
+        checkpoint.to_directory(local)
+        for name, data in extra.items():
+            evaluation = evaluate_model(config.finetune, data, local)
+            found[name] = evaluation.metrics
+            for file, text in evaluation.files.items():
+                write_text(join(out, "extra_evals", name, file), text)
+    return found
+
+
+def read_json_or_none(path: str) -> Any:
+    """A JSON file's value; None when it does not exist or cannot be read (an unfinished write)."""
+    try:
+        return read_json(path)
+    except ValueError:
+        return None
+
+
+def build_finetune(run: StageRun) -> dict:
+    """trials.csv, best.json and best/ in the stage's folder (an evaluation suite: in each task's
+    folder, finetune/<task>/); returns the manifest's fields."""
+    tasks = unit_configs(run.config, "finetune")
+    if not tasks:
+        return search_task(run.config, run.out, run.current, join(run.scratch, "tune"), run.resumed)
+    inputs = input_fingerprints(run.config, "finetune")
+    summary = {}
+    for name, config in tasks.items():
+        fingerprint = stage_fingerprint(config, "finetune", inputs)
+        out, current = run.path(name), join(run.current, name)
+        built = read_json_or_none(join(out, UNIT_MANIFEST))
+        kept = read_json_or_none(join(current, UNIT_MANIFEST))
+        if built and built.get("fingerprint") == fingerprint:
+            print(f"finetune: task {name}: done by the interrupted run, kept", flush=True)
+            fields = built
+        elif kept and kept.get("fingerprint") == fingerprint:
+            print(f"finetune: task {name}: up to date in {current}; carried over, not searched again", flush=True)
+            if exists(out):
+                delete_tree(out)
+            copy_tree(current, out, last=[UNIT_MANIFEST])
+            fields = kept
+        else:
+            print(f"finetune: task {name}: searching", flush=True)
+            if exists(out):  # an unfinished attempt of another config
+                delete_tree(out)
+            fields = {
+                "fingerprint": fingerprint,
+                **search_task(config, out, current, join(run.scratch, "tasks", name), run.resumed),
+            }
+            write_text(join(out, UNIT_MANIFEST), json.dumps(fields, indent=2) + "\n")
+        summary[name] = fields
+    write_text(run.path("suite.json"), json.dumps(results.suite_rows(summary), indent=2) + "\n")
+    return {"tasks": {name: {k: v for k, v in f.items() if k != "config"} for name, f in summary.items()}}
 
 
 run_finetune = stage_runner("finetune")

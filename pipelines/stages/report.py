@@ -126,10 +126,12 @@ def build_report(run: StageRun) -> dict:
         figures.append(FIGURE1_PNG)
 
     finetune_dir = stage_dir(config, "finetune")
+    suite = "tasks" in (manifests["finetune"] or {})
+    finetuned = join(finetune_dir, "<task>", "best") if suite else join(finetune_dir, "best")
     sections = [
         f"# ALBERT run report\n\n`{config.run_dir}`, written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. "
         f"Models (transformers format): pretrained `{join(pretrain_dir, 'hf')}`, "
-        f"fine-tuned `{join(finetune_dir, 'best')}`.",
+        f"fine-tuned `{finetuned}`.",
         markdown.data_section(manifests["vocab"], manifests["data"]),
         markdown.pretrain_section(
             manifests["pretrain"],
@@ -139,7 +141,9 @@ def build_report(run: StageRun) -> dict:
         ),
         markdown.health_section(manifests["pretrain"], events),
         markdown.figure1_section(transitions, FIGURE1_PNG if transitions else None, examples),
-        markdown.finetune_section(
+        markdown.suite_section(manifests["finetune"], read_json(join(finetune_dir, "suite.json")) or [])
+        if suite
+        else markdown.finetune_section(
             manifests["finetune"],
             read_csv(join(finetune_dir, "trials.csv")),
             read_json(join(finetune_dir, "best.json")),

@@ -263,6 +263,23 @@ def move_tree(src: str, dst: str, complete_last: Sequence[str] = (), owner_first
     fs.invalidate_cache()
 
 
+def copy_tree(src: str, dst: str, last: Sequence[str] = ()) -> None:
+    """Copy a folder's files to `dst` (local or s3://, the same kind as `src`), the files named
+    `last` (relative paths, a completion marker) after everything else."""
+    fs, s = filesystem(src)
+    _, d = filesystem(dst)
+    files = [f for f in _ordered(_files(src), s, (), last) if not f.endswith("/")]
+    for f in files:
+        target = posixpath.join(d, key_relpath(f, s))
+        if not is_remote(src):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(f, target)
+        else:
+            fs.copy(f, target)
+    if is_remote(src):
+        fs.invalidate_cache()
+
+
 def delete_tree(path: str, last: Sequence[str] = ()) -> None:
     """Delete a folder, the entries named `last` (relative paths) after everything else, so an
     interrupted delete leaves them in place."""
@@ -299,6 +316,7 @@ __all__ = [
     "PKG_SCHEME",
     "arrow_filesystem",
     "canonical",
+    "copy_tree",
     "delete_tree",
     "exists",
     "key_relpath",

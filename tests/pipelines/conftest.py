@@ -14,6 +14,7 @@ from pipelines.prep.text import split_sentences
 from pipelines.rundir.registry import STAGES
 from pipelines.storage import filesystem
 
+from .family_tasks import write_suite
 from .runs import LEARNING_RECIPE
 from .toy_stage import TOY
 
@@ -58,3 +59,16 @@ def embedded_run(ray_session, tmp_path_factory):
     run_dir = str(tmp_path_factory.mktemp("embedded") / "run")
     run_data(load_config(LEARNING_RECIPE, [f"run_dir={run_dir}"]))  # trains the vocabulary first
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def family_suite(ray_session, tiny_pretrained, tmp_path_factory):
+    """One `albert-ray run --stages finetune,report` of an evaluation suite of three tasks of
+    different families (multi-label, token classification, multiple choice) on the tiny pretrained
+    model: the families' stage tests read their task's folder. Returns (config file, run_dir)."""
+    from pipelines.cli.run import main
+
+    root = tmp_path_factory.mktemp("suite")
+    config = write_suite(root / "inputs", tiny_pretrained, str(root / "run"))
+    assert main(["--config", str(config), "--stages", "finetune,report"]) == 0
+    return config, root / "run"

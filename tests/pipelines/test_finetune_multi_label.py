@@ -1,12 +1,11 @@
-"""The fine-tuning stage on a multi-label task (finetune.task=multi_label) through Ray Tune: its
+"""The fine-tuning stage on a multi-label task (finetune.task=multi_label, the `topics` task of the
+shared evaluation suite: tests/pipelines/family_tasks.py) through Ray Tune: its
 metric, its account of every row, and an export transformers loads as a multi-label classifier
 that gives our scores."""
 
 import csv
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import transformers
@@ -15,53 +14,21 @@ from pipelines.config import load_config
 from pipelines.finetuning.tokenizer import PairTokenizer, pad_batch
 from pipelines.rundir.registry import is_up_to_date
 
-WORDS = {"sport": "goal match", "politics": "vote minister", "business": "market shares"}
-
-
-def examples(n: int, seed: int) -> list[dict]:
-    """Texts holding the words of one or two topics; the topics are the labels."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n):
-        topics = sorted(rng.choice(sorted(WORDS), size=1 + i % 2, replace=False).tolist())
-        words = " ".join(rng.choice(WORDS[t].split()) for t in topics)
-        rows.append({"text": f"{words} today {i}", "topics": topics})
-    return rows
+from .family_tasks import topics
 
 
 @pytest.mark.slow
-def test_a_multi_label_search_scores_micro_f1_and_transformers_loads_the_export(ray_session, tiny_pretrained, tmp_path):
-    from pipelines.stages.finetune import run_finetune
-
-    train = examples(80, 0) + [{"text": "", "topics": ["sport"]}, {"text": "no topics key"}]
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
-    held = examples(20, 1)
-    with open(tmp_path / "eval.csv", "w", newline="") as f:  # the eval table as text cells: topics split at ";"
-        writer = csv.writer(f)
-        writer.writerow(["text", "topics"])
-        writer.writerows([r["text"], ";".join(r["topics"])] for r in held)
-    config = load_config(
-        overrides=[
-            f"run_dir={tmp_path}/run",
-            "finetune.task=multi_label",
-            f"finetune.pretrained={tiny_pretrained}",
-            f"finetune.train_path={tmp_path}/train.jsonl",
-            f"finetune.eval_path={tmp_path}/eval.csv",
-            "finetune.label_column=topics",
-            "finetune.label_delimiter=;",
-            "finetune.max_seq_length=16",
-            "tune.num_samples=1",
-            "tune.scheduler=none",
-            "tune.space={finetune.lr: 0.001, finetune.batch_size: 16, finetune.epochs: 2}",
-        ]
-    )
-    out = Path(run_finetune(config))
+def test_a_multi_label_search_scores_micro_f1_and_transformers_loads_the_export(family_suite):
+    config_file, run_dir = family_suite
+    config = load_config(str(config_file))
+    out = run_dir / "finetune" / "topics"
+    held = topics(20, 1)
     best = json.loads((out / "best.json").read_text())
     trials = list(csv.DictReader((out / "trials.csv").read_text().splitlines()))
     assert best["metric"] == "micro_f1" and best["value"] == best["metrics"]["micro_f1"] == float(trials[0]["micro_f1"])
     assert {"macro_f1", "subset_accuracy", "eval_loss"} <= set(best["metrics"])
     assert best["label_names"] == ["business", "politics", "sport"] and best["eval_examples"] == 20
-    source = json.loads((out / "manifest.json").read_text())["examples"]["inputs"][0]
+    source = json.loads((out / "task.json").read_text())["examples"]["inputs"][0]
     assert (source["read"], source["usable"], source["rejected"]) == (82, 80, {"empty_text": 1, "missing_label": 1})
     assert is_up_to_date(config, "finetune")
     # the reported metrics, recomputed from predictions.jsonl (an eval row's id and its classes)

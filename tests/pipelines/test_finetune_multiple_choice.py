@@ -1,59 +1,26 @@
-"""The fine-tuning stage on multiple choice (finetune.task=multiple_choice) through Ray Tune: a
+"""The fine-tuning stage on multiple choice (finetune.task=multiple_choice, the `endings` task of the
+shared evaluation suite: tests/pipelines/family_tasks.py) through Ray Tune: a
 SWAG-layout csv in, accuracy and the predictions file out, every question accounted for, and an
 export transformers loads as AlbertForMultipleChoice with our logits."""
 
 import json
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import transformers
 
-from pipelines.config import load_config
 from pipelines.finetuning.choice_family import collate, encode_question
 from pipelines.finetuning.tokenizer import PairTokenizer
 
-ANIMALS = {"dog": "barks", "cat": "meows", "cow": "moos", "duck": "quacks"}
-
-
-def swag(n: int, seed: int) -> str:
-    """`The <animal>` -> four endings, the right one its sound (at a seeded position)."""
-    rng = np.random.default_rng(seed)
-    rows = ["video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n"]
-    for i in range(n):
-        animal = sorted(ANIMALS)[rng.integers(len(ANIMALS))]
-        endings = [ANIMALS[a] + " loudly." for a in sorted(ANIMALS)]
-        order = rng.permutation(4)
-        shuffled = [endings[j] for j in order]
-        label = int(np.where(order == sorted(ANIMALS).index(animal))[0][0])
-        rows.append(f"v{i},{i},x,It is morning on the farm.,The {animal},gold,{','.join(shuffled)},{label}\n")
-    return "".join(rows)
+from .family_tasks import ANIMALS, swag
 
 
 @pytest.mark.slow
-def test_a_swag_search_scores_accuracy_and_transformers_loads_the_export(ray_session, tiny_pretrained, tmp_path):
-    from pipelines.stages.finetune import run_finetune
-
-    (tmp_path / "train.csv").write_text(swag(40, 0) + "bad,0,x,ctx,The cat,gold,a,b,c,d,7\n")
-    (tmp_path / "val.csv").write_text(swag(12, 1))
-    config = load_config(
-        overrides=[
-            f"run_dir={tmp_path}/run",
-            "finetune.task=multiple_choice",
-            f"finetune.pretrained={tiny_pretrained}",
-            f"finetune.train_path={tmp_path}/train.csv",
-            f"finetune.eval_path={tmp_path}/val.csv",
-            "finetune.max_seq_length=24",
-            "tune.num_samples=1",
-            "tune.scheduler=none",
-            "tune.space={finetune.lr: 0.001, finetune.batch_size: 8, finetune.epochs: 1}",
-        ]
-    )
-    out = Path(run_finetune(config))
+def test_a_swag_search_scores_accuracy_and_transformers_loads_the_export(family_suite):
+    out = family_suite[1] / "finetune" / "endings"
     best = json.loads((out / "best.json").read_text())
     assert best["metric"] == "accuracy" and best["eval_examples"] == 12 and best["label_names"] is None
-    source = json.loads((out / "manifest.json").read_text())["examples"]["inputs"][0]
+    source = json.loads((out / "task.json").read_text())["examples"]["inputs"][0]
     assert (source["read"], source["usable"], source["rejected"]) == (41, 40, {"label_not_a_choice": 1})
     # the reported accuracy, recomputed from predictions.jsonl and the eval file's labels (by id: fold-ind)
     predictions = {

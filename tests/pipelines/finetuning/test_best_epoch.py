@@ -8,7 +8,7 @@ import pyarrow.fs
 import ray.tune
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY
 
-from pipelines.stages.finetune import best_kept_epoch
+from pipelines.stages.tune_search import best_kept_epoch
 
 
 def epochs(accuracies, losses):

@@ -26,7 +26,7 @@ def most_at_once(windows: list[tuple[float, float]]) -> int:
 def test_concurrent_trials(ray_session, search, limit, tmp_path):
     import ray.tune
 
-    from pipelines.stages.finetune import concurrent_trials, search_algorithm, trial_resources
+    from pipelines.stages.tune_search import concurrent_trials, search_algorithm, trial_resources
 
     tc = TuneSection(search=search, max_concurrent_trials=limit, resources_per_trial={"CPU": 1})
     # the test session has 4 logical CPUs: all four trials fit at once

@@ -220,7 +220,9 @@ def test_a_trial_trains_at_its_precision_with_its_layer_groups_compiled(
     tiny_pretrained, tmp_path, monkeypatch, precision, expected
 ):
     compiled, precisions, reports = [], [], []
-    monkeypatch.setattr(trial_module, "apply_compile", compiled.append)
+    from pipelines.train import parallel  # the trial imports it where it compiles
+
+    monkeypatch.setattr(parallel, "apply_compile", compiled.append)
     real_train_epoch = trial_module.train_epoch
 
     def spy(*args, **kwargs):

@@ -13,7 +13,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from albert_model import AlbertConfig, AlbertForPreTraining
 from bench.synthetic_rows import static_rows
 from pipelines.train.batching import collate
-from pipelines.train.lamb import Lamb, parameter_groups
+from pipelines.train.groups import parameter_groups
+from pipelines.train.lamb import Lamb
 from pipelines.train.loader import to_device
 from pipelines.train.parallel import apply_compile, apply_fsdp
 from pipelines.train.schedule import build_scheduler

@@ -219,13 +219,13 @@ def test_the_ray_worker_and_the_tune_trainable_stay_wiring():
     """The Ray edges are thin: the worker function and the trainables are under 60 lines each."""
     import inspect
 
-    from pipelines.stages import finetune, pretrain
+    from pipelines.stages import pretrain, tune_search
 
     for function in (
         pretrain.train_worker,
-        finetune.single_process_trial,
-        finetune.multi_worker_trial,
-        finetune.ray_train_trial_worker,
+        tune_search.single_process_trial,
+        tune_search.multi_worker_trial,
+        tune_search.ray_train_trial_worker,
     ):
         assert len(inspect.getsource(function).splitlines()) < 60, function.__name__
     assert dataclasses.is_dataclass(PretrainPlan) and PretrainPlan.__dataclass_params__.frozen

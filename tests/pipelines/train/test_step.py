@@ -10,7 +10,8 @@ from albert_model import AlbertConfig, AlbertForPreTraining
 from bench.synthetic_rows import static_rows
 from pipelines.prep.masking import MaskingSpec
 from pipelines.train.batching import collate
-from pipelines.train.lamb import Lamb, parameter_groups
+from pipelines.train.groups import parameter_groups
+from pipelines.train.lamb import Lamb
 from pipelines.train.schedule import albert_lr_factor, build_scheduler
 from pipelines.train.step import train_step
 from tests.pipelines.train.spawned import exit_now

@@ -1,0 +1,123 @@
+"""Small learnable tasks of three fine-tuning families, written in their real formats, and one
+evaluation suite (finetune.tasks) that searches them and a GLUE task in one `albert-ray run`: the
+families' stage tests read their task's folder of that run instead of each running a search of
+its own."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+# multi-label: texts holding the words of one or two topics; the topics are the labels
+WORDS = {"sport": "goal match", "politics": "vote minister", "business": "market shares"}
+# token classification: `<person> visited <place> today`, tagged B-PER, O, B-LOC (I-LOC), O
+PEOPLE = ["john", "mary", "ahmed", "li", "sofia"]
+PLACES = [["paris"], ["london"], ["new", "york"], ["rome"]]
+# multiple choice: `The <animal>` -> four endings, the right one its sound
+ANIMALS = {"dog": "barks", "cat": "meows", "cow": "moos", "duck": "quacks"}
+
+
+def topics(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        chosen = sorted(rng.choice(sorted(WORDS), size=1 + i % 2, replace=False).tolist())
+        words = " ".join(rng.choice(WORDS[t].split()) for t in chosen)
+        rows.append({"text": f"{words} today {i}", "topics": chosen})
+    return rows
+
+
+def conll(n: int, seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(n):
+        place = PLACES[rng.integers(len(PLACES))]
+        words = [(PEOPLE[rng.integers(len(PEOPLE))], "B-PER"), ("visited", "O")]
+        words += [(w, "B-LOC" if i == 0 else "I-LOC") for i, w in enumerate(place)] + [("today", "O")]
+        lines += [f"{w} X X {t}\n" for w, t in words] + ["\n"]
+    return "".join(lines)
+
+
+def swag(n: int, seed: int) -> str:
+    rng = np.random.default_rng(seed)
+    rows = ["video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n"]
+    for i in range(n):
+        animal = sorted(ANIMALS)[rng.integers(len(ANIMALS))]
+        endings = [ANIMALS[a] + " loudly." for a in sorted(ANIMALS)]
+        order = rng.permutation(4)
+        shuffled = [endings[j] for j in order]
+        label = int(np.where(order == sorted(ANIMALS).index(animal))[0][0])
+        rows.append(f"v{i},{i},x,It is morning on the farm.,The {animal},gold,{','.join(shuffled)},{label}\n")
+    return "".join(rows)
+
+
+GLUE = Path(__file__).parent.parent / "data" / "glue"
+"""A few rows of each GLUE task in GLUE's own files and layout."""
+
+
+def write_suite(folder: Path, pretrained: str, run_dir: str) -> Path:
+    """The three tasks' files (each with a row its reader rejects) and a config naming them, and
+    GLUE's MNLI by name, as an evaluation suite: the multi-label task also scored on a further file
+    (finetune.extra_eval_paths, as MNLI's mismatched set), the token-classification one with two
+    repeats of its best configuration (tune.repeats), the multiple-choice one with the
+    no-pretraining arm (finetune.compare_random). Returns the config file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    train = topics(80, 0) + [{"text": "", "topics": ["sport"]}, {"text": "no topics key"}]
+    (folder / "topics_train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    held = topics(20, 1)  # the eval table as text cells: topics split at ";"
+    for name, rows in (("topics_eval.csv", held), ("topics_more.csv", topics(10, 2))):
+        (folder / name).write_text("text,topics\n" + "".join(f"{r['text']},{';'.join(r['topics'])}\n" for r in rows))
+    (folder / "train.conll").write_text("-DOCSTART- -X- -X- O\n\n" + conll(60, 0) + "bad line\n\n")
+    (folder / "dev.conll").write_text(conll(15, 1))
+    (folder / "swag_train.csv").write_text(swag(40, 0) + "bad,0,x,ctx,The cat,gold,a,b,c,d,7\n")
+    (folder / "swag_val.csv").write_text(swag(12, 1))
+
+    def space(batch_size: int, epochs: int) -> dict:
+        return {"space": {"finetune.lr": 0.001, "finetune.batch_size": batch_size, "finetune.epochs": epochs}}
+
+    config = {
+        "run_dir": run_dir,
+        "finetune": {
+            "pretrained": pretrained,
+            "tasks": {
+                "topics": {
+                    "finetune": {
+                        "task": "multi_label",
+                        "train_path": str(folder / "topics_train.jsonl"),
+                        "eval_path": str(folder / "topics_eval.csv"),
+                        "label_column": "topics",
+                        "label_delimiter": ";",
+                        "max_seq_length": 16,
+                        "extra_eval_paths": {"more": str(folder / "topics_more.csv")},
+                    },
+                    "tune": space(16, 2),
+                },
+                "entities": {
+                    "finetune": {
+                        "task": "token_classification",
+                        "train_path": str(folder / "train.conll"),
+                        "eval_path": str(folder / "dev.conll"),
+                        "max_seq_length": 16,
+                    },
+                    "tune": {**space(16, 2), "repeats": 2},
+                },
+                "endings": {
+                    "finetune": {
+                        "task": "multiple_choice",
+                        "train_path": str(folder / "swag_train.csv"),
+                        "eval_path": str(folder / "swag_val.csv"),
+                        "max_seq_length": 24,
+                        "compare_random": True,
+                    },
+                    "tune": space(8, 1),
+                },
+                "mnli": {"finetune": {"max_seq_length": 32}, "tune": space(4, 1)},  # GLUE's files, by name
+            },
+            "glue_dir": str(GLUE),
+        },
+        "tune": {"num_samples": 1, "scheduler": "none"},
+    }
+    path = folder / "suite.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
