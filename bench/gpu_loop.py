@@ -37,8 +37,9 @@ from model_step import make_batch
 from albert_model import AlbertConfig
 from pipelines.config import TrainSection
 from pipelines.config.health import HealthSection
+from pipelines.train.groups import parameter_groups
 from pipelines.train.input import ordered_batches
-from pipelines.train.lamb import Lamb, parameter_groups
+from pipelines.train.lamb import Lamb
 from pipelines.train.loader import BatchSource, TrainSplit, to_device
 from pipelines.train.loop import StartPoint, build_training, pretrain_loop
 from pipelines.train.parallel import apply_fsdp

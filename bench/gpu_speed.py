@@ -20,7 +20,8 @@ from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.flops import training_flops_per_token
 from pipelines.train import step as step_module
 from pipelines.train.distributed import local_tensor
-from pipelines.train.lamb import Lamb, parameter_groups
+from pipelines.train.groups import parameter_groups
+from pipelines.train.lamb import Lamb
 from pipelines.train.loader import to_device
 from pipelines.train.parallel import apply_compile, apply_fsdp
 from pipelines.train.schedule import build_scheduler

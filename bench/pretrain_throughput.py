@@ -39,7 +39,8 @@ from model_step import DTYPES, Batch, build_models, make_batch, status_bytes, sy
 from albert_model import AlbertConfig
 from albert_model.flops import mfu, training_flops_per_token
 from albert_model.losses import pretraining_loss
-from pipelines.train.lamb import Lamb, parameter_groups
+from pipelines.train.groups import parameter_groups
+from pipelines.train.lamb import Lamb
 
 IMPLS = ("ours", "transformers")
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.01, 1.0

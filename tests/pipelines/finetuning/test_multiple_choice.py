@@ -40,8 +40,8 @@ def test_swag_csv_rows_are_questions_and_bad_rows_are_counted(tmp_path):
 
 
 def test_race_json_files_with_letter_answers_and_a_question_of_another_choice_count(tmp_path):
-    folder = tmp_path / "race"
-    folder.mkdir()
+    folder = tmp_path / "race"  # RACE's layout: train/high/*.txt and train/middle/*.txt, JSON inside
+    (folder / "middle").mkdir(parents=True)
     article = {"article": "Tom has a red kite. He flies it on Sundays.", "id": "high1.txt"}
     (folder / "1.txt").write_text(
         json.dumps(
@@ -57,7 +57,7 @@ def test_race_json_files_with_letter_answers_and_a_question_of_another_choice_co
             }
         )
     )
-    (folder / "2.txt").write_text(
+    (folder / "middle" / "2.txt").write_text(
         json.dumps({**article, "questions": ["Q?"], "options": [["a", "b", "c", "d"]], "answers": ["Z"]})
     )
     read = read_questions(str(folder), FinetuneSection(task="multiple_choice"))
