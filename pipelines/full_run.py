@@ -1,4 +1,4 @@
-"""`python pipelines/full_run.py`: vocab -> data -> pretrain -> finetune -> report as one Ray DAG
+"""`python pipelines/full_run.py`: vocab -> data -> pretrain -> finetune -> (predict) -> report as one Ray DAG
 (pipelines/stages/dag.py). This is the command `ray job submit --working-dir . -- python
 pipelines/full_run.py` runs, as a file from the checkout; `python -m pipelines.full_run` works too.
 

@@ -18,7 +18,7 @@ from ..rundir.registry import STAGES, stage_dir
 from ..stages.dag import RunDirView, StageFailed, format_plan, plan_dag, run_all, select_stages
 from ..storage import exists, join
 
-DESCRIPTION = "The whole job as one Ray DAG: vocab -> data -> pretrain -> finetune -> report."
+DESCRIPTION = "The whole job as one Ray DAG: vocab -> data -> pretrain -> finetune -> (predict) -> report."
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -40,7 +40,7 @@ def preflight(
     """Everything checked before anything starts (no Ray, no writes): the config, the stage
     selection, the run_dir and the input paths. Raises UserError."""
     config, args = parse_cli(argv, build_parser(prog))
-    selected, forced = select_stages(args.stages, args.force)
+    selected, forced = select_stages(args.stages, args.force, config)
     check_run_dir(config.run_dir)
     check_input_paths(config, selected)
     return config, args, selected, forced

@@ -3,6 +3,7 @@ plus `section.key=value` overrides (loading.py), with the rules across sections 
 
 from .base import Section, build_section, config_to_dict, field_docs
 from .loading import build_arg_parser, dump_yaml, load_config, parse_cli
+from .predicting import PredictSection
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tree import SECTIONS, SETTINGS, TASK_KEYS, Config, searched_overrides, task_configs, tune_metric, unused_keys
 from .tuning import TUNABLE_KEYS, TUNE_METRICS, FinetuneSection, TuneSection
@@ -18,6 +19,7 @@ __all__ = [
     "DataSection",
     "FinetuneSection",
     "ModelSection",
+    "PredictSection",
     "Section",
     "TrainSection",
     "TuneSection",

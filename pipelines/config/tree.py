@@ -14,6 +14,7 @@ from pydantic.dataclasses import dataclass
 from ..errors import ConfigError
 from .base import NEUTRAL, STRICT, TASKS, Section, build_section, config_to_dict, section_settings, shown
 from .glue import glue_preset
+from .predicting import PredictSection
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tuning import TUNE_METRICS, FinetuneSection, TuneSection
 
@@ -42,6 +43,8 @@ class Config(Section):
     """Fine-tuning on a task: classification, regression or extractive question answering."""
     tune: TuneSection = field(default_factory=TuneSection)
     """The hyperparameter search over fine-tuning."""
+    predict: PredictSection = field(default_factory=PredictSection)
+    """Batch prediction with the fine-tuned model."""
 
     def __post_init__(self) -> None:
         self.require("run_dir", bool(self.run_dir), "must not be empty")
@@ -56,6 +59,7 @@ SECTIONS: dict[str, type] = {
     "train": TrainSection,
     "finetune": FinetuneSection,
     "tune": TuneSection,
+    "predict": PredictSection,
 }
 """Section name -> its class, in the order of the tree."""
 

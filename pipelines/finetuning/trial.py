@@ -68,14 +68,18 @@ def trial_finetune(base: FinetuneSection, overrides: dict[str, Any]) -> Finetune
     return dataclasses.replace(base, **values)
 
 
-def read_pretrained_files(directory: str) -> dict[str, bytes]:
+def read_pretrained_files(
+    directory: str,
+    key: str = "finetune.pretrained",
+    hint: str = "; the default {run_dir}/pretrain/hf needs the pretrain stage",
+) -> dict[str, bytes]:
     """config.json, the weights (single or sharded safetensors, or pytorch_model.bin), spiece.model
-    and tokenizer_config.json, local or s3://."""
+    and tokenizer_config.json, local or s3://; errors name `key`."""
     fs, root = filesystem(directory)
-    require_model_dir(directory, "finetune.pretrained", "; the default {run_dir}/pretrain/hf needs the pretrain stage")
+    require_model_dir(directory, key, hint)
     names = {os.path.basename(p) for p in fs.ls(root, detail=False)}
     if "spiece.model" not in names:
-        raise MissingInput(f"finetune.pretrained: {directory} has no spiece.model (the tokenizer)")
+        raise MissingInput(f"{key}: {directory} has no spiece.model (the tokenizer)")
     wanted = [
         n
         for n in names

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..config import Config, dump_yaml
+from ..errors import ConfigError
 from ..storage import delete_tree, exists, join, list_names, write_json, write_text
 from .generations import building_dir, commit, finish_interrupted_swap, set_aside
 from .lease import Fence, hold, read_holder
@@ -44,6 +45,7 @@ from .registry import (
     MANIFEST,
     STAGES,
     config_value,
+    enabled,
     is_up_to_date,
     lineage_fingerprint,
     read_manifest_at,
@@ -210,6 +212,8 @@ def run_stage(config: Config, name: str, force: bool | str = False, owner: str |
     holder, when a DAG driver holds the lease for this stage task."""
     force_token = (uuid.uuid4().hex if force is True else force) or None
     stage = STAGES[name]
+    if not enabled(config, name):
+        raise ConfigError(f"the {name} stage needs {stage.enabled_by} (it is null in this config)")
     run_dir = check_run_dir(config.run_dir)
     check_input_paths(config, [name, *stage.builds_inputs])
     for dep in stage.builds_inputs:

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..config import SETTINGS, Config, config_to_dict, task_configs, unused_keys
 from ..errors import BadInput, MissingInput
-from ..storage import filesystem, is_remote, join, path_inside, read_bytes
+from ..storage import filesystem, is_remote, join, key_relpath, path_inside, read_bytes
 from ..storage.models import require_model_dir
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,9 @@ class Stage:
     """An unfinished build of the same lineage is resumed (from its checkpoints), not restarted."""
     extends: tuple[str, ...] = ()
     """Keys whose change continues a complete output instead of redoing it (the lineage leaves them out)."""
+    enabled_by: str | None = None
+    """A key that must be set for the stage to run (predict.input): unset, the DAG leaves the stage
+    out and its command says what to set."""
     units: str | None = None
     """The key that splits the stage into units (finetune.tasks: an evaluation suite), each with its own
     config (config.task_configs) and fingerprint: a unit whose fingerprint is unchanged is carried
@@ -124,6 +127,18 @@ STAGES: dict[str, Stage] = {
             input_override=("pretrain", "finetune.pretrained"),
             resumable=True,
             units="finetune.tasks",
+        ),
+        Stage(
+            "predict",
+            "pipelines.stages.predict:build_predict",
+            "the fine-tuned model's predictions over predict.input",
+            config_keys=("predict",),
+            inputs=("finetune",),
+            outputs=("predictions/*.parquet",),
+            input_paths=("predict.model", "predict.input"),
+            content_keys=("predict.model", "predict.input"),
+            input_override=("finetune", "predict.model"),
+            enabled_by="predict.input",
         ),
         Stage(
             "report",
@@ -224,6 +239,16 @@ def _file_identity(path: str) -> str:
     return _local_digest(p, stat.st_size, stat.st_mtime_ns)
 
 
+MODEL_KEYS = ("finetune.pretrained", "train.init_from", "predict.model")
+"""Input keys naming a transformers ALBERT folder (fingerprinted by its own files)."""
+
+
+def enabled(config: Config, name: str) -> bool:
+    """Whether the stage is configured to run (its enabled_by key set, where it has one)."""
+    key = STAGES[name].enabled_by
+    return key is None or config_value(config, key) is not None
+
+
 def path_fingerprint(config: Config, key: str, path: str, known: dict[str, str] | None = None) -> str:
     """What identifies an input's content: inside one of this run's stage outputs, that stage's
     fingerprint (from `known`, else its manifest); a file, its content; a folder (a transformers
@@ -242,11 +267,16 @@ def path_fingerprint(config: Config, key: str, path: str, known: dict[str, str] 
         raise MissingInput(f"{key}: {path} does not exist")
     if not fs.isdir(p):
         return _file_identity(path)
-    require_model_dir(path, key)
     digest = hashlib.sha256()
-    for name in sorted(os.path.basename(f.rstrip("/")) for f in fs.ls(p, detail=False)):
-        if not fs.isdir(posixpath.join(p, name)):
-            digest.update(f"{name}:{_file_identity(join(path, name))}\n".encode())
+    if key in MODEL_KEYS:  # a transformers folder: its own files
+        require_model_dir(path, key)
+        for name in sorted(os.path.basename(f.rstrip("/")) for f in fs.ls(p, detail=False)):
+            if not fs.isdir(posixpath.join(p, name)):
+                digest.update(f"{name}:{_file_identity(join(path, name))}\n".encode())
+        return digest.hexdigest()
+    for found in sorted(fs.find(p)):  # a folder of inputs (RACE's, a table's parts): every file below
+        rel = key_relpath(found, p)
+        digest.update(f"{rel}:{_file_identity(join(path, rel))}\n".encode())
     return digest.hexdigest()
 
 
@@ -336,6 +366,7 @@ __all__ = [
     "STAGES",
     "Stage",
     "config_value",
+    "enabled",
     "input_fingerprints",
     "inside_stage",
     "is_up_to_date",

@@ -1,4 +1,4 @@
-"""The whole product as one Ray DAG: vocab -> data -> pretrain -> finetune -> report (the command
+"""The whole product as one Ray DAG: vocab -> data -> pretrain -> finetune -> (predict) -> report (the command
 is `albert-ray run`, pipelines/cli/run.py; `python pipelines/full_run.py` launches it).
 
 Each stage is a Ray task that reserves no CPU (the stage's own Ray Data / Train / Tune work reserves
@@ -32,6 +32,7 @@ from ..rundir.registry import (
     STAGES,
     UNIT_MANIFEST,
     config_value,
+    enabled,
     read_manifest_at,
     stage_dir,
     stage_fingerprint,
@@ -49,13 +50,23 @@ class StageFailed(RuntimeError):
         self.stage, self.error = stage, error
 
 
-def select_stages(stages: str | None, force: str | None) -> tuple[list[str], set[str]]:
-    """The stages to run, in DAG order, and those forced: `force` and every selected stage after it."""
+def select_stages(stages: str | None, force: str | None, config: Config | None = None) -> tuple[list[str], set[str]]:
+    """The stages to run, in DAG order, and those forced: `force` and every selected stage after it.
+    With a config, the default selection leaves out the stages it does not enable (predict without
+    predict.input), and naming such a stage is an error saying what to set."""
     order = list(STAGES)
-    selected = order if stages is None else [s.strip() for s in stages.split(",") if s.strip()]
+    if stages is None:
+        selected = [s for s in order if config is None or enabled(config, s)]
+    else:
+        selected = [s.strip() for s in stages.split(",") if s.strip()]
     unknown = [s for s in selected if s not in STAGES]
     if unknown or not selected:
         raise ConfigError(f"--stages {stages!r}: unknown or no stage; the stages are {','.join(order)}")
+    off = [s for s in selected if config is not None and not enabled(config, s)]
+    if off:
+        raise ConfigError(
+            f"--stages {stages!r}: {off[0]} needs {STAGES[off[0]].enabled_by} (it is null in this config)"
+        )
     selected = [s for s in order if s in selected]
     if force is None:
         return selected, set()
@@ -160,7 +171,8 @@ def plan_dag(
         if name not in selected:
             predicted[name] = current
             have = "no output" if manifest is None else "has output"
-            plans.append(StagePlan(name, False, False, f"not selected ({have})", inputs, outputs, []))
+            why = "not selected" if enabled(config, name) else f"not configured: {stage.enabled_by} is null"
+            plans.append(StagePlan(name, False, False, f"{why} ({have})", inputs, outputs, []))
             continue
         missing = [dep for dep in deps if predicted[dep] is None]
         inputs_now = {dep: predicted[dep] or "" for dep in deps}

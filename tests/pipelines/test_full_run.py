@@ -33,14 +33,24 @@ def commit(config, name):
 
 
 def statuses(config, stages=None, force=None):
-    selected, forced = dag.select_stages(stages, force)
-    return {p.name: p.status for p in dag.plan_dag(config, selected, forced)}
+    """Each stage's status, leaving out the stages the config does not enable (predict)."""
+    selected, forced = dag.select_stages(stages, force, config)
+    return {
+        p.name: p.status for p in dag.plan_dag(config, selected, forced) if not p.status.startswith("not configured")
+    }
 
 
-def test_select_stages_orders_and_forces_from_a_stage_on():
-    assert dag.select_stages(None, None) == (["vocab", "data", "pretrain", "finetune", "report"], set())
+def test_select_stages_orders_and_forces_from_a_stage_on(tmp_path):
+    assert dag.select_stages(None, None) == (["vocab", "data", "pretrain", "finetune", "predict", "report"], set())
+    # a config leaves out what it does not enable: predict without predict.input
+    assert dag.select_stages(None, None, load_config()) == (["vocab", "data", "pretrain", "finetune", "report"], set())
+    (tmp_path / "rows.csv").write_text("text\nhello\n")
+    configured = load_config(overrides=[f"predict.input={tmp_path}/rows.csv"])
+    assert dag.select_stages(None, "finetune", configured)[1] == {"finetune", "predict", "report"}
+    with pytest.raises(ValueError, match="predict needs predict.input"):
+        dag.select_stages("finetune,predict", None, load_config())
     assert dag.select_stages("data,vocab", None) == (["vocab", "data"], set())
-    assert dag.select_stages(None, "pretrain")[1] == {"pretrain", "finetune", "report"}
+    assert dag.select_stages(None, "pretrain")[1] == {"pretrain", "finetune", "predict", "report"}
     assert dag.select_stages("vocab,pretrain", "vocab")[1] == {"vocab", "pretrain"}
     with pytest.raises(ValueError, match="unknown or no stage"):
         dag.select_stages("vocab,tokenize", None)
@@ -102,7 +112,8 @@ def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys, 
     commit(config, "vocab")
     assert run_command.main(["--config", TINY, f"run_dir={tmp_path}", "--dry-run", "--force", "data"]) == 0
     text = capsys.readouterr().out
-    assert f"DAG for run_dir={tmp_path} (vocab -> data -> pretrain -> finetune -> report):" in text
+    assert f"DAG for run_dir={tmp_path} (vocab -> data -> pretrain -> finetune -> predict -> report):" in text
+    assert "  predict: not configured: predict.input is null (no output)\n" in text
     assert "  vocab: up to date: skipped\n" in text and "  data: runs: forced\n" in text
     assert (
         f"      in:  vocab: {tmp_path}/vocab\n"

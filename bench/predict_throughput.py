@@ -1,0 +1,224 @@
+"""Batch prediction: `albert-ray predict` (the predict stage: Ray Data, an actor pool holding the
+model, rows sorted by length within a block) against transformers' `pipeline("text-classification")`
+on the same model and rows, in one run; and the predict stage's peak memory at two table sizes.
+
+The model is a classification export of the given preset (random weights: speed and memory do not
+depend on them; `--model` takes a real one), with 5 classes. The rows are synthetic BBC-like texts
+of 5-120 words (seeded), in a csv. Ours runs through the stage's own code on a local Ray instance
+with `--workers` replicas; its time is the stage's wall time (reading, predicting, writing parquet,
+the manifest), Ray's start excluded. Transformers' runs in this process, `pipeline(...)(texts,
+batch_size=--batch-size, truncation=True, max_length=--seq)`, on as many threads as ours has in all.
+Agreement: the share of rows where both predict the same class (1.0 expected: the same weights and
+token ids).
+
+Memory: the peak summed RSS of this process and every Ray worker process (sampled every 0.2 s with
+psutil) while the stage predicts `--rows` rows and `--rows-large` rows: bounded memory means the two
+peaks are about equal.
+
+    python bench/predict_throughput.py                           # tiny model, 20k rows vs pipeline, 100k for memory
+    python bench/predict_throughput.py --preset base --rows 2000 --rows-large 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+
+from albert_model import AlbertConfig
+from albert_model.hf import save_hf_pretrained
+from albert_model.model import AlbertForSequenceClassification
+
+LABELS = ["business", "entertainment", "politics", "sport", "tech"]
+WORDS = [
+    "the",
+    "market",
+    "shares",
+    "rose",
+    "after",
+    "the",
+    "minister",
+    "said",
+    "that",
+    "the",
+    "match",
+    "was",
+    "won",
+    "by",
+    "the",
+    "team",
+    "in",
+    "the",
+    "final",
+    "minutes",
+    "while",
+    "the",
+    "film",
+    "and",
+    "the",
+    "new",
+    "phone",
+    "were",
+    "shown",
+    "to",
+    "the",
+    "public",
+    "at",
+    "the",
+    "show",
+]
+
+
+def write_rows(path: Path, n: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    with open(path, "w") as f:
+        f.write("id,text\n")
+        for i in range(n):
+            words = rng.choice(WORDS, size=int(rng.integers(5, 121)))
+            f.write(f"r{i},{' '.join(words)}\n")
+
+
+def make_model(folder: Path, preset: str, spiece: str) -> str:
+    torch.manual_seed(0)
+    config = AlbertConfig.from_preset(preset, vocab_size=1000).replace(num_labels=len(LABELS))
+    model = AlbertForSequenceClassification(config).eval()
+    return str(save_hf_pretrained(model, folder, spiece_model=spiece, id2label=dict(enumerate(LABELS))))
+
+
+class PeakRss:
+    """The peak summed RSS of this process and its Ray workers, sampled in a thread."""
+
+    def __init__(self) -> None:
+        self.peak, self.running = 0, True
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def total(self) -> int:
+        rss = psutil.Process().memory_info().rss
+        for p in psutil.process_iter(["cmdline", "memory_info"]):
+            cmd = " ".join(p.info["cmdline"] or [])
+            if cmd.startswith("ray::") or "default_worker.py" in cmd:
+                rss += p.info["memory_info"].rss if p.info["memory_info"] else 0
+        return rss
+
+    def sample(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self.total())
+            time.sleep(0.2)
+
+    def __enter__(self) -> PeakRss:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.running = False
+        self.thread.join()
+
+
+def run_ours(model: str, rows: Path, run_dir: Path, seq: int, batch: int, workers: int) -> tuple[float, dict, int]:
+    from pipelines.config import load_config
+    from pipelines.stages.predict import run_predict
+
+    config = load_config(
+        overrides=[
+            f"run_dir={run_dir}",
+            f"predict.model={model}",
+            f"predict.input={rows}",
+            "predict.id_column=id",
+            f"predict.max_seq_length={seq}",
+            f"predict.batch_size={batch}",
+            f"predict.workers={workers}",
+        ]
+    )
+    with PeakRss() as rss:
+        started = time.perf_counter()
+        out = run_predict(config)
+        seconds = time.perf_counter() - started
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(Path(out) / "predictions", columns=["id", "prediction"]).to_pydict()
+    return seconds, dict(zip(table["id"], table["prediction"])), rss.peak
+
+
+def run_transformers(model: str, rows: Path, seq: int, batch: int) -> tuple[float, dict]:
+    import csv
+
+    import transformers
+
+    with open(rows) as f:
+        records = list(csv.DictReader(f))
+    pipe = transformers.pipeline("text-classification", model=model, tokenizer=model, device=-1)
+    started = time.perf_counter()
+    outputs = pipe([r["text"] for r in records], batch_size=batch, truncation=True, max_length=seq)
+    seconds = time.perf_counter() - started
+    return seconds, {r["id"]: o["label"] for r, o in zip(records, outputs)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--model", help="a classification export to use instead of a random one")
+    parser.add_argument("--spiece", help="its SentencePiece model (default: one trained on the embedded corpus)")
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--rows-large", type=int, default=100_000, help="the memory run's size (0: none)")
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--cpus", type=int, default=2, help="Ray's logical CPUs")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+
+    import ray
+
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work)
+        spiece = args.spiece
+        if spiece is None and args.model is None:
+            from pipelines.finetuning.tables import bbc_news_examples
+            from pipelines.prep.text import normalize_text
+            from pipelines.stages.vocab import train_sentencepiece
+
+            lines = [s for t in bbc_news_examples().texts[::10] for s in t.splitlines() if s.strip()]
+            spiece = str(root / "spiece.model")
+            Path(spiece).write_bytes(train_sentencepiece([normalize_text(s) for s in lines], 1000, []))
+        model = args.model or make_model(root / "model", args.preset, spiece)
+        write_rows(root / "rows.csv", args.rows)
+        if not ray.is_initialized():
+            ray.init(num_cpus=args.cpus, include_dashboard=False, logging_level="WARNING")
+        ours_s, ours, peak = run_ours(model, root / "rows.csv", root / "run", args.seq, args.batch_size, args.workers)
+        torch.set_num_threads(max(1, args.workers))
+        theirs_s, theirs = run_transformers(model, root / "rows.csv", args.seq, args.batch_size)
+        agreement = float(np.mean([ours[k] == theirs[k] for k in theirs]))
+        result = {
+            "preset": args.preset,
+            "rows": args.rows,
+            "seq": args.seq,
+            "ours_rows_per_s": args.rows / ours_s,
+            "transformers_rows_per_s": args.rows / theirs_s,
+            "speedup": theirs_s / ours_s,
+            "agreement": agreement,
+            "peak_rss_mb": {args.rows: peak / 2**20},
+        }
+        if args.rows_large:
+            write_rows(root / "large.csv", args.rows_large, seed=1)
+            _, large, peak_large = run_ours(
+                model, root / "large.csv", root / "run-large", args.seq, args.batch_size, args.workers
+            )
+            assert len(large) == args.rows_large
+            result["peak_rss_mb"][args.rows_large] = peak_large / 2**20
+    print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    main()

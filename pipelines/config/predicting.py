@@ -1,0 +1,57 @@
+"""The `predict` section: a fine-tuned model applied to a table of any size (albert-ray predict, and
+the DAG's predict stage when predict.input is set)."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import ClassVar
+
+from pydantic.dataclasses import dataclass
+
+from .base import STRICT, Section, setting
+
+
+@dataclass(config=STRICT)
+class PredictSection(Section):
+    """Batch prediction with a fine-tuned model over a table, streamed through Ray Data."""
+
+    SECTION: ClassVar[str] = "predict"
+
+    input: str | None = None
+    """The table to predict (csv, tsv, jsonl or parquet; a file or a folder of them; local or
+    s3://); null: no predict stage (the DAG skips it)."""
+    model: str | None = None
+    """A fine-tuned transformers ALBERT folder (sequence classification, regression or multi-label);
+    null = {run_dir}/finetune/best."""
+    text_column: str = "text"
+    """Column holding the text (the first segment)."""
+    text_pair_column: str | None = None
+    """Column holding the second segment of a text pair; null for single texts."""
+    id_column: str | None = None
+    """Column whose value names each row in the output; null: the row's place (`file:row`, row
+    0-based after the header)."""
+    label_column: str | None = None
+    """A column of gold labels: the manifest then carries the fine-tuning stage's metrics on these
+    rows (classes by name; numbers for regression; lists or predict.label_delimiter strings for
+    multi-label); null: none."""
+    label_delimiter: str = "|"
+    """multi-label: what separates the classes in a text label cell."""
+    max_seq_length: int | None = None
+    """Tokens per row, [CLS] and [SEP]s included; null: the run's fine-tuning finetune.max_seq_length
+    for the run's own model, else 512 capped by the model's position embeddings."""
+    batch_size: int = field(default=64, metadata=setting("batching"))
+    """Rows per forward pass (rows are sorted by length within a block to limit padding)."""
+    workers: int | None = field(default=None, metadata=setting("parallelism"))
+    """Model replicas (Ray Data actors); null: one per GPU where the cluster has GPUs, else one per CPU."""
+
+    def __post_init__(self) -> None:
+        for name in ("input", "model", "text_pair_column", "id_column", "label_column"):
+            self.require(name, getattr(self, name) != "", "must not be empty (use null)")
+        self.require("text_column", bool(self.text_column), "must not be empty")
+        self.require("label_delimiter", bool(self.label_delimiter.strip()), "must not be empty or blank")
+        self.require("max_seq_length", self.max_seq_length is None or self.max_seq_length >= 4, "must be >= 4 or null")
+        self.require("batch_size", self.batch_size >= 1, "must be >= 1")
+        self.require("workers", self.workers is None or self.workers >= 1, "must be >= 1 or null")
+
+
+__all__ = ["PredictSection"]
