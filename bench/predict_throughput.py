@@ -11,9 +11,9 @@ batch_size=--batch-size, truncation=True, max_length=--seq)`, on as many threads
 Agreement: the share of rows where both predict the same class (1.0 expected: the same weights and
 token ids).
 
-Memory: the peak summed RSS of this process and every Ray worker process (sampled every 0.2 s with
-psutil) while the stage predicts `--rows` rows and `--rows-large` rows: bounded memory means the two
-peaks are about equal.
+Memory: the peak summed USS of this process and every Ray worker process (sampled every 0.2 s with
+psutil; the object store's shared pages left out) while the stage predicts `--rows` rows and
+`--rows-large` rows: bounded memory means the two peaks are about equal.
 
     python bench/predict_throughput.py                           # tiny model, 20k rows vs pipeline, 100k for memory
     python bench/predict_throughput.py --preset base --rows 2000 --rows-large 0
@@ -22,6 +22,7 @@ peaks are about equal.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -94,19 +95,22 @@ def make_model(folder: Path, preset: str, spiece: str) -> str:
 
 
 class PeakRss:
-    """The peak summed RSS of this process and its Ray workers, sampled in a thread."""
+    """The peak summed USS (memory no other process shares: the object store's shared pages, which
+    every process that maps them would count again in its RSS, left out) of this process and its
+    Ray workers, sampled in a thread."""
 
     def __init__(self) -> None:
         self.peak, self.running = 0, True
         self.thread = threading.Thread(target=self.sample, daemon=True)
 
     def total(self) -> int:
-        rss = psutil.Process().memory_info().rss
-        for p in psutil.process_iter(["cmdline", "memory_info"]):
+        total = psutil.Process().memory_full_info().uss
+        for p in psutil.process_iter(["cmdline"]):
             cmd = " ".join(p.info["cmdline"] or [])
             if cmd.startswith("ray::") or "default_worker.py" in cmd:
-                rss += p.info["memory_info"].rss if p.info["memory_info"] else 0
-        return rss
+                with contextlib.suppress(psutil.Error):  # gone meanwhile
+                    total += p.memory_full_info().uss
+        return total
 
     def sample(self) -> None:
         while self.running:
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> dict:
             "transformers_rows_per_s": args.rows / theirs_s,
             "speedup": theirs_s / ours_s,
             "agreement": agreement,
-            "peak_rss_mb": {args.rows: peak / 2**20},
+            "peak_uss_mb": {args.rows: peak / 2**20},
         }
         if args.rows_large:
             write_rows(root / "large.csv", args.rows_large, seed=1)
@@ -212,7 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
                 model, root / "large.csv", root / "run-large", args.seq, args.batch_size, args.workers
             )
             assert len(large) == args.rows_large
-            result["peak_rss_mb"][args.rows_large] = peak_large / 2**20
+            result["peak_uss_mb"][args.rows_large] = peak_large / 2**20
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -5,6 +5,8 @@
     albert-ray vocab|data|pretrain|finetune|report [--config F] [--force] [key=value ...]
     albert-ray restore STAGE [--config F] [key=value ...]
     albert-ray local start|stop|status|run [...]
+    albert-ray export onnx MODEL_DIR OUTPUT.onnx [--opset N] [--force] [--no-check]
+    albert-ray serve MODEL_DIR [--host H] [--port P] [--route /predict] [--replicas N] [...]
 
 `ray job submit --working-dir . -- python pipelines/full_run.py ...` stays the way to submit the
 whole job to a cluster: it runs the same `run` from a checkout, where no install is needed.
@@ -46,6 +48,18 @@ def _local(argv: list[str]) -> int:
     return main(argv, prog=f"{PROG} local")
 
 
+def _export(argv: list[str]) -> int:
+    from ..export.command import main
+
+    return main(argv, prog=f"{PROG} export")
+
+
+def _serve(argv: list[str]) -> int:
+    from .serve import main
+
+    return main(argv, prog=f"{PROG} serve")
+
+
 def subcommands() -> dict[str, tuple[str, Callable[[list[str]], int]]]:
     """name -> (one line of help, handler)."""
     from ..rundir.registry import STAGES
@@ -55,6 +69,8 @@ def subcommands() -> dict[str, tuple[str, Callable[[list[str]], int]]]:
         table[name] = (f"one stage: {stage.summary}", _stage(name))
     table["restore"] = ("make a stage's previous output (_previous/<stage>) current again", _restore)
     table["local"] = ("this checkout's local Ray head: start | stop | status | run (make run)", _local)
+    table["export"] = ("a trained model folder to another format: onnx MODEL_DIR OUTPUT.onnx", _export)
+    table["serve"] = ("a fine-tuned model behind an HTTP endpoint on Ray Serve, until Ctrl-C", _serve)
     return table
 
 

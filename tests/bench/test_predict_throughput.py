@@ -13,5 +13,5 @@ def test_predict_bench_runs_both_and_they_agree(ray_session, tiny_pretrained, tm
         ["--rows", "300", "--rows-large", "0", "--seq", "32", "--spiece", spiece, "--out", str(tmp_path / "r")]
     )
     assert result["agreement"] == 1.0
-    assert set(result["peak_rss_mb"]) == {300} and result["peak_rss_mb"][300] > 0
+    assert set(result["peak_uss_mb"]) == {300} and result["peak_uss_mb"][300] > 0
     assert result["ours_rows_per_s"] > 0 and result["transformers_rows_per_s"] > 0

@@ -9,7 +9,7 @@ from pipelines.rundir.registry import STAGES
 def test_help_lists_every_subcommand_with_one_line(capsys):
     assert main(["--help"]) == 0
     listed = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")}
-    assert list(listed) == ["run", *STAGES, "restore", "local"] == list(subcommands())
+    assert list(listed) == ["run", *STAGES, "restore", "local", "export", "serve"] == list(subcommands())
     for name, stage in STAGES.items():
         assert stage.summary in listed[name]
     assert main(["tokenize"]) == 2
@@ -27,6 +27,7 @@ def test_each_subcommand_runs_with_its_own_arguments(spiece_model, tmp_path, cap
         "data": (["data", f"run_dir={run_dir}", f"corpus.paths=[{tmp_path}/nowhere]"], "nowhere does not exist"),
         "pretrain": (["pretrain", f"run_dir={run_dir}", "train.lr=-1"], "train.lr=-1.0: must be > 0"),
         "finetune": (["finetune", f"run_dir={run_dir}"], "finetune needs the pretrain stage's output"),
+        "predict": (["predict", f"run_dir={run_dir}"], "the predict stage needs predict.input"),
         "report": (["report", "run_dir=/"], "run_dir=/: a filesystem root"),
         "restore": (["restore", "vocab", f"run_dir={run_dir}"], "no complete previous output of the vocab stage"),
         "run": (["run", "--dry-run", "--force", "tokenize", f"run_dir={run_dir}"], "--force 'tokenize'"),

@@ -1,0 +1,141 @@
+"""`albert-ray serve MODEL_DIR`: a fine-tuned sequence model (classification, regression or
+multi-label) behind an HTTP endpoint on Ray Serve, until Ctrl-C (or SIGTERM) shuts it down.
+
+    albert-ray serve runs/x/finetune/best [--host 127.0.0.1] [--port 8000] [--route /predict]
+        [--replicas N] [--gpus-per-replica G] [--cpus-per-replica C] [--max-batch-size 32]
+        [--batch-wait-ms 10] [--max-seq-length L]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import time
+from collections.abc import Callable, Sequence
+
+from ..console import guarded, setup_logging
+from ..stages.ray_runtime import init_ray
+from ..stages.serve import ServeOptions, read_model, start_endpoint, stop_endpoint
+
+DEFAULTS = ServeOptions()
+
+
+def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    """An argparse type: a number above 0."""
+
+    def parse(text: str) -> float:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text}: must be above 0")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    add = parser.add_argument
+    add("model_dir", metavar="MODEL_DIR", help="a fine-tuned export (finetune/best), local or s3://")
+    add(
+        "--host",
+        default=DEFAULTS.host,
+        help="the HTTP proxy's address, on the Ray head node (0.0.0.0: every one) (default: %(default)s)",
+    )
+    add("--port", type=int, default=DEFAULTS.port, help="the HTTP proxy's port (default: %(default)s)")
+    add(
+        "--route",
+        default=DEFAULTS.route,
+        help="the endpoint's path: POST predicts, GET describes the model (default: %(default)s)",
+    )
+    add(
+        "--replicas",
+        metavar="N",
+        type=positive(int),
+        default=DEFAULTS.replicas,
+        help="copies of the model (default: %(default)s)",
+    )
+    add("--gpus-per-replica", metavar="G", type=float, help="GPUs per replica; by default 1 where the cluster has GPUs")
+    add(
+        "--cpus-per-replica",
+        metavar="C",
+        type=positive(float),
+        default=DEFAULTS.cpus_per_replica,
+        help="CPUs per replica (default: %(default)s)",
+    )
+    add(
+        "--max-batch-size",
+        metavar="N",
+        type=positive(int),
+        default=DEFAULTS.max_batch_size,
+        help="texts per forward pass (default: %(default)s)",
+    )
+    add(
+        "--batch-wait-ms",
+        metavar="MS",
+        type=float,
+        default=DEFAULTS.batch_wait_ms,
+        help="how long a batch waits to fill (default: %(default)s)",
+    )
+    add(
+        "--max-seq-length",
+        metavar="L",
+        type=positive(int),
+        help="tokens per text (pair); by default 512, or the model's positions where fewer",
+    )
+    return parser
+
+
+def interrupt(signum, frame) -> None:
+    """SIGTERM (a container stopping, `kill`) shuts down as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> int:
+    setup_logging()
+    parser = build_parser(prog)
+
+    def run() -> int:
+        args = parser.parse_args(argv)
+        if not args.route.startswith("/"):
+            parser.error(f"--route {args.route}: must start with /")
+        if args.gpus_per_replica is not None and args.gpus_per_replica < 0:
+            parser.error(f"--gpus-per-replica {args.gpus_per_replica:g}: must be 0 or more")
+        if args.batch_wait_ms < 0:
+            parser.error(f"--batch-wait-ms {args.batch_wait_ms:g}: must be 0 or more")
+        options = ServeOptions(
+            host=args.host,
+            port=args.port,
+            route=args.route,
+            replicas=args.replicas,
+            gpus_per_replica=args.gpus_per_replica,
+            cpus_per_replica=args.cpus_per_replica,
+            max_batch_size=args.max_batch_size,
+            batch_wait_ms=args.batch_wait_ms,
+            max_seq_length=args.max_seq_length,
+        )
+        files, kind, labels = read_model(args.model_dir, options.max_seq_length)
+        init_ray()
+        url = start_endpoint(args.model_dir, files, options)
+        previous = signal.signal(signal.SIGTERM, interrupt)
+        try:
+            example = json.dumps({"text": "A sentence to classify."})
+            print(
+                f"serving {args.model_dir} ({kind}" + (f": {', '.join(labels)}" if labels else "") + f") at {url}\n"
+                f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'\n"
+                f"  curl -s {url}    # the model's kind, labels and max_seq_length\n"
+                "Ctrl-C stops it.",
+                flush=True,
+            )
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            print("stopping: the replicas finish the requests they hold", flush=True)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            stop_endpoint()
+        print("stopped", flush=True)
+        return 0
+
+    return guarded(prog, run)

@@ -1,0 +1,70 @@
+"""`albert-ray export onnx MODEL_DIR OUTPUT.onnx`: a transformers-format ALBERT folder as one ONNX file,
+its shared layer stored once, then checked against PyTorch on onnxruntime (docs/model.md#onnx).
+
+    albert-ray export onnx MODEL_DIR OUTPUT.onnx [--opset N] [--force] [--no-check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..console import guarded
+
+# onnxruntime's CPU kernels against PyTorch's, in float32 (measured: 3e-8 to 2.4e-6, docs/BENCHMARKS.md).
+TOLERANCE = 1e-4
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Export a transformers-format ALBERT folder to another format: onnx."
+    )
+    formats = parser.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    onnx = formats.add_parser(
+        "onnx",
+        help="ONNX for onnxruntime and other runtimes",
+        description="Export to ONNX: inputs input_ids, attention_mask, token_type_ids (int64, dynamic batch and "
+        "sequence axes); outputs by architecture: logits (classification, token classification, multiple "
+        "choice), start_logits and end_logits (question answering), last_hidden_state and pooler_output "
+        "(pretraining and the bare encoder).",
+    )
+    onnx.add_argument("model_dir", metavar="MODEL_DIR", help="a folder with config.json and model.safetensors")
+    onnx.add_argument("output", metavar="OUTPUT", help="the .onnx file to write")
+    onnx.add_argument(
+        "--opset", type=int, metavar="N", help="ONNX opset version, 18 to 22 (default: torch's exporter's, 20)"
+    )
+    onnx.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
+    onnx.add_argument(
+        "--no-check", action="store_true", help="skip the comparison with PyTorch on onnxruntime after writing"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "albert-ray export") -> int:
+    args = build_parser(prog).parse_args(argv)
+
+    def run() -> int:
+        from .onnx import check_target, export_onnx, load_exportable, max_abs_difference
+
+        check_target(args.output, args.opset, args.force)  # before the model loads
+        exportable = load_exportable(args.model_dir)
+        done = export_onnx(exportable, args.output, opset=args.opset, force=args.force)
+        print(
+            f"wrote {done.path} ({exportable.architecture}, opset {done.opset}): {done.onnx_bytes / 1e6:.2f} MB, "
+            f"model.safetensors {done.weights_bytes / 1e6:.2f} MB, ratio {done.ratio:.3f}, {done.seconds:.1f} s",
+            flush=True,
+        )
+        if args.no_check:
+            return 0
+        difference = max_abs_difference(exportable, done.path)
+        print(f"max abs difference vs PyTorch (onnxruntime CPU): {difference:.2e}", flush=True)
+        if difference > TOLERANCE:
+            print(f"{prog}: error: {done.path} differs from PyTorch by more than {TOLERANCE:g}", file=sys.stderr)
+            return 1
+        return 0
+
+    return guarded(prog, run)
+
+
+__all__ = ["TOLERANCE", "build_parser", "main"]

@@ -1,0 +1,316 @@
+"""A transformers-format ALBERT folder as one ONNX file whose shared layer's weights are stored once,
+and the check that onnxruntime computes what PyTorch does.
+
+ALBERT applies one layer's weights at every depth step; an export that unrolls the loop into copies
+stores them once per application (~7x the weights, transformers issue #8869). torch's dynamo exporter
+(`torch.onnx.export(dynamo=True)`) makes each parameter one initializer however often the graph
+reads it. What grows with depth is the graph: each node's debugging metadata (as large as the tiny
+model's weights; stripped below) and the values constant folding precomputes at each step (the fused
+q/k/v bias): identical initializers, which the deduplication below stores once, as it would an
+unrolled model's copies (docs/model.md#onnx).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx_ir
+import onnxruntime
+import torch
+from onnx_ir.passes.common import ClearMetadataAndDocStringPass
+from torch import nn
+
+from albert_model import (
+    AlbertConfig,
+    AlbertForMultipleChoice,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
+    AlbertModel,
+)
+from albert_model.hf import load_hf_pretrained
+
+from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+# protobuf's 2 GiB limit on one message, less room for the graph itself: heavier weights go beside
+# the file (OUTPUT.data); fp32 ALBERT-xxlarge (~0.9 GB) stays well under it.
+INLINE_WEIGHTS_LIMIT = 2**31 - 2**26
+# (batch, sequence) of the agreement check: neither is the export's example shape (2, 8), so the
+# check also shows that the dynamic axes work.
+CHECK_SHAPES = ((3, 17), (2, 40))
+_EXAMPLE_SHAPE = (2, 8)
+OPSETS = range(18, 23)  # measured with torch 2.13 and onnxruntime 1.32 (docs/model.md#onnx)
+_EXAMPLE_CHOICES, _CHECK_CHOICES = 3, 4  # multiple choice: (batch, choices, sequence)
+
+
+@dataclass(frozen=True)
+class HeadExport:
+    """What one architecture exports: the model class it loads as, and its outputs (their names are
+    also the model's output fields, for the classes that return several)."""
+
+    model_class: type[nn.Module]
+    outputs: tuple[str, ...]
+    choices: bool = False
+    """Inputs are (batch, choices, sequence) instead of (batch, sequence)."""
+
+
+_ENCODER = HeadExport(AlbertModel, ("last_hidden_state", "pooler_output"))
+# config.json's architectures[0] -> the export. Pretraining exports its encoder (the MLM and SOP
+# heads serve only pretraining); a sequence classifier's logits are its scores for every problem
+# type (single label, multi-label, regression).
+HEADS: dict[str, HeadExport] = {
+    "AlbertModel": _ENCODER,
+    "AlbertForPreTraining": _ENCODER,
+    "AlbertForSequenceClassification": HeadExport(AlbertForSequenceClassification, ("logits",)),
+    "AlbertForQuestionAnswering": HeadExport(AlbertForQuestionAnswering, ("start_logits", "end_logits")),
+    "AlbertForTokenClassification": HeadExport(AlbertForTokenClassification, ("logits",)),
+    "AlbertForMultipleChoice": HeadExport(AlbertForMultipleChoice, ("logits",), choices=True),
+}
+
+
+@dataclass(frozen=True)
+class ExportableModel:
+    """A model folder loaded for export: the model in eval mode and what its architecture exports."""
+
+    directory: Path
+    architecture: str
+    head: HeadExport
+    model: nn.Module
+
+    @property
+    def config(self) -> AlbertConfig:
+        return self.model.config
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """What `export_onnx` wrote."""
+
+    path: Path
+    opset: int
+    onnx_bytes: int
+    weights_bytes: int
+    """The folder's weight files (model.safetensors), for the size ratio."""
+    duplicates_removed: int
+    seconds: float
+
+    @property
+    def ratio(self) -> float:
+        return self.onnx_bytes / self.weights_bytes
+
+
+def load_exportable(directory: str | os.PathLike) -> ExportableModel:
+    """The folder's model, as its config.json's `architectures[0]` names it; BadInput for anything
+    but an ALBERT folder of a supported architecture."""
+    directory = Path(directory)
+    config_file = directory / "config.json"
+    if not config_file.is_file():
+        raise MissingInput(f"{directory}: no config.json (not a transformers-format ALBERT folder)")
+    try:
+        hf_config = json.loads(config_file.read_text())
+    except ValueError as e:
+        raise BadInput(f"{config_file}: not JSON ({e})") from e
+    if hf_config.get("model_type") != "albert":
+        raise BadInput(f"{config_file}: model_type={hf_config.get('model_type')!r}, not an ALBERT export")
+    architecture = (hf_config.get("architectures") or ["AlbertModel"])[0]
+    if architecture not in HEADS:
+        raise BadInput(
+            f"{config_file}: cannot export architecture {architecture!r} to ONNX; supported: {', '.join(HEADS)}"
+        )
+    if not _weight_files(directory):
+        raise MissingInput(f"{directory}: no model.safetensors (nor sharded safetensors or pytorch_model.bin)")
+    head = HEADS[architecture]
+    try:
+        model = load_hf_pretrained(directory, head.model_class)
+    except ValueError as e:
+        raise BadInput(f"{directory}: {e}") from e
+    return ExportableModel(directory, architecture, head, model.eval())
+
+
+def export_onnx(
+    exportable: ExportableModel, output: str | os.PathLike, opset: int | None = None, force: bool = False
+) -> OnnxExport:
+    """Write the model to `output` (refusing an existing file unless `force`), its shared weights
+    stored once; `opset` None is torch's default. The file appears only once complete."""
+    output = check_target(output, opset, force)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    program = _torch_export(exportable, opset)
+    # Each node's debugging metadata (its Python stack trace, module path, FX node) is ~2 KB of
+    # text per node, and there are nodes per application of the shared layer: as much as the
+    # tiny model's weights. It names local paths too.
+    ClearMetadataAndDocStringPass()(program.model)
+    removed = _deduplicate_initializers(program.model)
+    written = _save(program.model, output)
+    return OnnxExport(
+        path=output,
+        opset=program.model.opset_imports[""],
+        onnx_bytes=written,
+        weights_bytes=sum(f.stat().st_size for f in _weight_files(exportable.directory)),
+        duplicates_removed=removed,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def check_target(output: str | os.PathLike, opset: int | None = None, force: bool = False) -> Path:
+    """`output` as a Path, if it may be written with `opset`: RefusedPath for an existing file
+    without `force` or a directory, ConfigError for an opset outside OPSETS."""
+    output = Path(output)
+    if output.is_dir():
+        raise RefusedPath(f"{output} is a directory")
+    if output.exists() and not force:
+        raise RefusedPath(f"{output} exists; pass --force to replace it")
+    if opset is not None and opset not in OPSETS:
+        raise ConfigError(
+            f"--opset {opset}: the export supports opsets {OPSETS[0]} to {OPSETS[-1]} (torch's exporter starts at "
+            f"{OPSETS[0]}; from {OPSETS[-1] + 1} attention becomes ONNX's Attention op, which onnxruntime's CPU "
+            "provider refuses with the padding mask's shape [B, 1, 1, S])"
+        )
+    return output
+
+
+def check_inputs(config: AlbertConfig, batch: int, sequence: int, choices: int | None = None, seed: int = 0):
+    """Random token ids, both token types, and padding (row 0 full, each further row shorter), as int64
+    numpy arrays by input name; (batch, choices, sequence) with `choices`."""
+    generator = np.random.default_rng(seed)
+    shape = (batch, sequence) if choices is None else (batch, choices, sequence)
+    positions = np.arange(sequence)
+    lengths = sequence - np.arange(batch) * sequence // (2 * batch)
+    rows = (positions < lengths[:, None]).astype(np.int64)  # (B, S)
+    attention_mask = np.broadcast_to(rows if choices is None else rows[:, None, :], shape).copy()
+    token_type_ids = np.broadcast_to((positions >= sequence // 2).astype(np.int64), shape).copy()
+    input_ids = generator.integers(5, config.vocab_size, shape, dtype=np.int64) * attention_mask  # padding: id 0
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+
+
+def max_abs_difference(
+    exportable: ExportableModel, path: str | os.PathLike, shapes: tuple[tuple[int, int], ...] = CHECK_SHAPES
+) -> float:
+    """The largest |onnxruntime - PyTorch| over every output, on onnxruntime's CPU provider, for
+    `check_inputs` of each (batch, sequence) in `shapes`."""
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for batch, sequence in shapes:
+        inputs = check_inputs(exportable.config, batch, sequence, _CHECK_CHOICES if exportable.head.choices else None)
+        ours = session.run(list(exportable.head.outputs), inputs)
+        for name, a, b in zip(exportable.head.outputs, ours, torch_outputs(exportable, inputs)):
+            if a.shape != b.shape:
+                raise ValueError(f"{path}: output {name} has shape {a.shape} where PyTorch's has {b.shape}")
+            worst = max(worst, float(np.abs(a - b).max()))
+    return worst
+
+
+@torch.no_grad()
+def torch_outputs(exportable: ExportableModel, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The PyTorch model's outputs for `inputs`, in the ONNX file's output order."""
+    out = exportable.model(**{name: torch.from_numpy(array) for name, array in inputs.items()})
+    values = [out] if isinstance(out, torch.Tensor) else [getattr(out, name) for name in exportable.head.outputs]
+    return [value.numpy() for value in values]
+
+
+def _torch_export(exportable: ExportableModel, opset: int | None):
+    batch, sequence = _EXAMPLE_SHAPE
+    config = exportable.config
+    example = {
+        name: torch.from_numpy(array)
+        for name, array in check_inputs(
+            config, batch, sequence, _EXAMPLE_CHOICES if exportable.head.choices else None
+        ).items()
+    }
+    batch_dim = torch.export.Dim("batch")
+    sequence_dim = torch.export.Dim("sequence", max=config.max_position_embeddings)
+    axes = {0: batch_dim, 2: sequence_dim, 1: torch.export.Dim("choices")} if exportable.head.choices else None
+    dynamic = {name: axes or {0: batch_dim, 1: sequence_dim} for name in INPUT_NAMES}
+    with warnings.catch_warnings(), _quiet("torch.onnx._internal.exporter._registration"):
+        # torch's own noise: its pytree deprecation, and a note that each axis keeps the name we gave it
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated")
+        warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
+        return torch.onnx.export(
+            exportable.model,
+            (),
+            kwargs=example,  # in INPUT_NAMES' order: the ONNX inputs' order
+            dynamic_shapes=dynamic,
+            output_names=list(exportable.head.outputs),
+            opset_version=opset,
+            dynamo=True,
+            verbose=False,
+        )
+
+
+def _deduplicate_initializers(model: onnx_ir.Model) -> int:
+    """Store initializers of identical dtype, shape and bytes once, rewiring their uses; the number
+    removed. (onnx_ir's DeduplicateHashedInitializersPass fails on a transposed torch tensor, and its
+    unhashed twin keeps a copy of every weight.)"""
+    kept: dict[tuple, onnx_ir.Value] = {}
+    removed = 0
+    for value in list(model.graph.initializers.values()):
+        tensor = value.const_value
+        if tensor is None or value.is_graph_input() or value.is_graph_output():
+            continue
+        key = (tensor.dtype, tuple(tensor.shape), hashlib.sha256(tensor.tobytes()).digest())
+        if key in kept:
+            value.replace_all_uses_with(kept[key])
+            model.graph.initializers.pop(value.name)
+            removed += 1
+        else:
+            kept[key] = value
+    return removed
+
+
+def _save(model: onnx_ir.Model, output: Path) -> int:
+    """Write beside `output`, then rename: an existing file is replaced only by a complete one. The
+    bytes written (with OUTPUT.data, where the weights are too heavy for one protobuf message)."""
+    weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    data = output.with_name(output.name + ".data") if weights > INLINE_WEIGHTS_LIMIT else None
+    partial = output.with_name(f".{output.name}.partial")
+    try:
+        onnx_ir.save(model, partial, external_data=None if data is None else data.name)
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
+    return output.stat().st_size + (0 if data is None else data.stat().st_size)
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("model*.safetensors")) or sorted(directory.glob("pytorch_model.bin"))
+
+
+@contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Raise a logger's level to ERROR for a block: torch warns on every export that torchvision's
+    operators cannot be registered, which ALBERT never uses."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+__all__ = [
+    "CHECK_SHAPES",
+    "HEADS",
+    "INPUT_NAMES",
+    "OPSETS",
+    "ExportableModel",
+    "HeadExport",
+    "OnnxExport",
+    "check_inputs",
+    "check_target",
+    "export_onnx",
+    "load_exportable",
+    "max_abs_difference",
+    "torch_outputs",
+]

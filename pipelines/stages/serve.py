@@ -1,0 +1,251 @@
+"""`albert-ray serve`: a fine-tuned sequence model behind an HTTP endpoint on Ray Serve. Each replica
+holds a pipelines/inference Predictor. A request is checked before it reaches the model (a malformed
+one is a 400 naming the field); its texts then join `serve.batch`'s queue, so texts from concurrent
+callers, and a list request's texts, share forward passes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import socket
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import torch
+from ray import serve
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from ..errors import BadInput, UserError, one_line
+from ..finetuning.trial import materialize, read_pretrained_files
+from ..inference.predictor import Predictor, model_kind
+from .ray_runtime import gpu_capacity
+
+log = logging.getLogger(__name__)
+
+APP = "albert-ray"
+"""The Serve application's name."""
+MAX_INPUTS = 256
+"""The most texts one request may carry (`{"inputs": [...]}`)."""
+MAX_BODY_BYTES = 1 << 20
+"""The largest request body read; a longer one is refused before it is parsed."""
+ROW_FIELDS = ("text", "text_pair")
+
+Row = tuple[str, str | None]
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Where the endpoint listens, its replicas and their resources, and how it batches."""
+
+    host: str = "127.0.0.1"
+    """The address Serve's HTTP proxy listens on, on the Ray head node (0.0.0.0: every interface)."""
+    port: int = 8000
+    """The HTTP proxy's port."""
+    route: str = "/predict"
+    """The endpoint's path: POST predicts, GET describes the model."""
+    replicas: int = 1
+    """Copies of the model; Serve spreads requests over them."""
+    gpus_per_replica: float | None = None
+    """GPUs each replica reserves; by default 1 where the cluster has GPUs, else 0."""
+    cpus_per_replica: float = 1.0
+    """CPUs each replica reserves (and torch's thread count)."""
+    max_batch_size: int = 32
+    """The most texts in one forward pass, from any number of requests."""
+    batch_wait_ms: float = 10.0
+    """How long a batch waits to fill before it runs anyway."""
+    max_seq_length: int | None = None
+    """Tokens per text pair (longest-first truncation); by default 512 capped by the model's positions."""
+
+
+def json_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
+    return "null" if value is None else names.get(type(value), "an object")
+
+
+def checked_text(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise BadInput(f"{field}: a string is expected, got {json_type(value)}")
+    if not value.strip():
+        raise BadInput(f"{field}: empty")
+    return value
+
+
+def parse_row(item: Any, prefix: str) -> Row:
+    """One {"text", "text_pair"} object; errors name the field under `prefix` ("inputs[3]." or "")."""
+    if not isinstance(item, dict):
+        raise BadInput(f'{prefix.rstrip(".")}: an object {{"text": ...}} is expected, got {json_type(item)}')
+    unknown = sorted(set(item) - set(ROW_FIELDS))
+    if unknown:
+        raise BadInput(f"{prefix}{unknown[0]}: unknown field (the fields are text and text_pair)")
+    if "text" not in item:
+        raise BadInput(f"{prefix}text: missing")
+    text, pair = checked_text(item["text"], f"{prefix}text"), item.get("text_pair")
+    return text, None if pair is None else checked_text(pair, f"{prefix}text_pair")
+
+
+def parse_request(body: bytes) -> tuple[list[Row], bool]:
+    """A request body's rows (text, text_pair or None), and whether it was a list (`{"inputs": [...]}`);
+    a malformed body is BadInput naming the field."""
+    if len(body) > MAX_BODY_BYTES:
+        raise BadInput(f"body: {len(body)} bytes, over the limit of {MAX_BODY_BYTES}")
+    try:
+        request = json.loads(body)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError both are
+        raise BadInput(f"body: not JSON ({e})") from None
+    if not isinstance(request, dict):
+        raise BadInput(f'body: an object {{"text": ...}} or {{"inputs": [...]}} is expected, got {json_type(request)}')
+    if "inputs" not in request:
+        return [parse_row(request, "")], False
+    beside = sorted(set(request) - {"inputs"})
+    if beside:
+        raise BadInput(f"{beside[0]}: unknown field beside inputs")
+    inputs = request["inputs"]
+    if not isinstance(inputs, list) or not inputs:
+        raise BadInput(f'inputs: a non-empty array of {{"text": ...}} objects is expected, got {json_type(inputs)}')
+    if len(inputs) > MAX_INPUTS:
+        raise BadInput(f"inputs: {len(inputs)} items, over the limit of {MAX_INPUTS} per request")
+    return [parse_row(item, f"inputs[{i}].") for i, item in enumerate(inputs)], True
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+@serve.deployment(max_constructor_retry_count=3)
+class PredictEndpoint:
+    """A replica: the model in a Predictor. POST predicts, GET describes the model."""
+
+    def __init__(self, model: str, options: ServeOptions, files: ray.ObjectRef):
+        torch.set_num_threads(max(1, int(options.cpus_per_replica)))
+        self.work = tempfile.mkdtemp(prefix="albert-serve-")
+        local = materialize(ray.get(files), self.work)
+        self.predictor = Predictor.load(local, options.max_seq_length, options.max_batch_size)
+        self.predict_rows.set_max_batch_size(options.max_batch_size)
+        self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
+        self.info = {
+            "model": model,
+            "kind": self.predictor.kind,
+            "labels": self.predictor.label_names,
+            "max_seq_length": self.predictor.max_seq_length,
+            "max_batch_size": options.max_batch_size,
+            "max_inputs": MAX_INPUTS,
+        }
+        self.batches = self.texts = 0
+
+    def __del__(self) -> None:  # Serve calls it when it stops the replica
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)  # both set per app in __init__
+    async def predict_rows(self, rows: list[Row]) -> list[dict[str, Any]]:
+        texts, pairs = [t for t, _ in rows], [p for _, p in rows]
+        self.batches, self.texts = self.batches + 1, self.texts + len(rows)
+        # off the replica's event loop, so requests keep being checked and queued while the model runs
+        return await asyncio.to_thread(
+            self.predictor.predict, texts, pairs if any(p is not None for p in pairs) else None
+        )
+
+    async def __call__(self, request: Request) -> JSONResponse:
+        if request.method == "GET":
+            return JSONResponse({**self.info, "served": {"batches": self.batches, "texts": self.texts}})
+        if request.method != "POST":
+            return error(405, f"method: {request.method} is not served (POST predicts, GET describes the model)")
+        try:
+            rows, listed = parse_request(await request.body())
+        except BadInput as e:
+            return error(400, one_line(e))
+        try:
+            outputs = await asyncio.gather(*(self.predict_rows(row) for row in rows))
+        except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
+            log.exception("prediction failed")
+            return error(500, f"prediction failed: {one_line(e)}")
+        answers = [{**out, "labels": self.predictor.label_names} for out in outputs]
+        return JSONResponse(answers if listed else answers[0])
+
+
+def read_model(model_dir: str, max_seq_length: int | None) -> tuple[dict[str, bytes], str, list[str] | None]:
+    """The model folder's files (local or s3://) and its kind and labels, checked before anything
+    starts: a missing folder, an export predict does not serve, a length over its positions."""
+    files = read_pretrained_files(model_dir, "MODEL_DIR", "")
+    config = json.loads(files["config.json"])
+    kind, labels = model_kind(config, model_dir)
+    positions = int(config.get("max_position_embeddings", 512))
+    if max_seq_length and max_seq_length > positions:
+        raise BadInput(f"--max-seq-length {max_seq_length} exceeds {model_dir}'s max_position_embeddings={positions}")
+    return files, kind, labels
+
+
+def replica_gpus(options: ServeOptions) -> float:
+    """--gpus-per-replica, or 1 where the cluster has GPUs; refused where it can never have any."""
+    now, most = gpu_capacity()
+    gpus = options.gpus_per_replica if options.gpus_per_replica is not None else float(now > 0)
+    if gpus > 0 and most == 0:
+        raise BadInput(f"--gpus-per-replica {gpus:g}: the Ray cluster has no GPUs")
+    return gpus
+
+
+def check_port(options: ServeOptions) -> None:
+    """Where the head node is this machine, the port must be free: Serve's proxy binds with
+    SO_REUSEPORT, so on a port another Serve holds it would share the traffic instead of failing."""
+    me = ray.get_runtime_context().get_node_id()
+    if not any(n["NodeID"] == me and "node:__internal_head__" in n["Resources"] for n in ray.nodes() if n["Alive"]):
+        return
+    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the proxy's: past TIME_WAIT
+        try:
+            probe.bind((options.host, options.port))
+        except OSError as e:
+            raise BadInput(f"--host {options.host} --port {options.port}: cannot listen there ({e.strerror})") from None
+
+
+def start_endpoint(model: str, files: dict[str, bytes], options: ServeOptions) -> str:
+    """Start Serve's HTTP proxy on the head node and the app on it; returns the endpoint's URL. Serve
+    must not be running on the cluster already: what this starts, `stop_endpoint` shuts down whole."""
+    running = serve.status()
+    if running.proxies or running.applications:
+        raise UserError(
+            f"Ray Serve already runs on this cluster (applications: {', '.join(running.applications) or 'none'}); "
+            "albert-ray serve starts and stops a Serve of its own: stop that one (`serve shutdown`) or use another "
+            "cluster"
+        )
+    gpus = replica_gpus(options)
+    check_port(options)
+    serve.start(proxy_location="HeadOnly", http_options={"host": options.host, "port": options.port})
+    try:
+        deployment = PredictEndpoint.options(
+            num_replicas=options.replicas,
+            # a batch can fill while the one before it runs
+            max_ongoing_requests=2 * options.max_batch_size,
+            ray_actor_options={"num_cpus": options.cpus_per_replica, "num_gpus": gpus},
+        )
+        # the weights go through the object store: bound directly, they would sit in Serve's controller state
+        serve.run(deployment.bind(model, options, ray.put(files)), name=APP, route_prefix=options.route)
+    except BaseException:
+        serve.shutdown()
+        raise
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    return f"http://{host}:{options.port}{options.route}"
+
+
+def stop_endpoint() -> None:
+    """Delete the app (its replicas finish the requests they hold) and shut Serve down."""
+    serve.delete(APP)
+    serve.shutdown()
+
+
+__all__ = [
+    "APP",
+    "MAX_BODY_BYTES",
+    "MAX_INPUTS",
+    "PredictEndpoint",
+    "ServeOptions",
+    "parse_request",
+    "read_model",
+    "start_endpoint",
+    "stop_endpoint",
+]

@@ -1,0 +1,206 @@
+"""`albert-ray serve` (pipelines/cli/serve.py over pipelines/stages/serve.py): a classification
+export behind Ray Serve on a free local port, called over real HTTP while the command waits for
+Ctrl-C. Answers equal the Predictor's on the same texts, texts from concurrent callers share
+batches, malformed requests are 400s naming the field and leave the replica serving, GET describes
+the model, and Ctrl-C shuts Serve down and frees the port. The command's errors known before
+anything starts are one line and exit status 2."""
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from albert_model import AlbertConfig
+from albert_model.hf import save_hf_pretrained
+from albert_model.model import AlbertForSequenceClassification
+from pipelines.errors import BadInput
+from pipelines.inference.predictor import Predictor
+from tests.conftest import VOCAB_SIZE, free_port
+
+LABELS = ["business", "politics", "sport"]
+TEXTS = [
+    "Shares rose after the bank reported strong profits.",
+    "The minister said the vote would take place next week.",
+    "The team won the final in the last minute.",
+    "Oil prices fell.",
+    "The striker signed a new contract with the club after a long season of talks.",
+    "Parliament debated the budget.",
+]
+
+
+@pytest.fixture
+def classifier(tiny_pretrained, tmp_path) -> str:
+    torch.manual_seed(0)
+    config = AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE).replace(num_labels=len(LABELS))
+    model = AlbertForSequenceClassification(config).eval()
+    spiece = Path(tiny_pretrained) / "spiece.model"
+    return str(
+        save_hf_pretrained(model, tmp_path / "classifier", spiece_model=spiece, id2label=dict(enumerate(LABELS)))
+    )
+
+
+def call(url: str, body: bytes | dict | None = None) -> tuple[int, object]:
+    """(status, JSON answer) of a POST (with a body) or a GET."""
+    data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def assert_same(answer: dict, expected: dict) -> None:
+    assert answer["prediction"] == expected["prediction"] and answer["labels"] == LABELS
+    assert answer["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-6)
+
+
+def refuses_connections(port: int, wait_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def check_endpoint(url: str, model: str) -> None:
+    """Answers as the Predictor's, batched across callers; malformed requests refused; GET describes."""
+    predictor = Predictor.load(model, 64, device="cpu")
+    status, answer = call(url, {"text": TEXTS[0]})
+    assert status == 200
+    assert_same(answer, predictor.predict([TEXTS[0]])[0])
+    status, answer = call(url, {"text": TEXTS[1], "text_pair": TEXTS[2]})
+    assert status == 200
+    assert_same(answer, predictor.predict([TEXTS[1]], [TEXTS[2]])[0])
+    inputs = [{"text": TEXTS[3]}, {"text": TEXTS[4], "text_pair": TEXTS[5]}, {"text": TEXTS[5], "text_pair": None}]
+    status, answers = call(url, {"inputs": inputs})
+    assert status == 200 and len(answers) == 3
+    for answer, expected in zip(answers, predictor.predict(TEXTS[3:6], [None, TEXTS[5], None])):
+        assert_same(answer, expected)
+
+    _, before = call(url)
+    with ThreadPoolExecutor(len(TEXTS)) as pool:
+        concurrent = list(pool.map(lambda text: call(url, {"text": text}), TEXTS))
+    for (status, answer), expected in zip(concurrent, predictor.predict(TEXTS)):
+        assert status == 200
+        assert_same(answer, expected)
+    _, after = call(url)
+    served = {k: after["served"][k] - before["served"][k] for k in ("batches", "texts")}
+    assert served["texts"] == len(TEXTS) and served["batches"] < len(TEXTS)  # callers shared a batch
+
+    malformed = [
+        (b"{not json", "body: not JSON"),
+        (b"[1, 2]", "body: an object"),
+        ({}, "text: missing"),
+        ({"text": ""}, "text: empty"),
+        ({"text": "   "}, "text: empty"),
+        ({"text": 3}, "text: a string is expected, got a number"),
+        ({"text": "ok", "text_pair": ["no"]}, "text_pair: a string is expected, got an array"),
+        ({"txt": "typo"}, "txt: unknown field"),
+        ({"inputs": []}, "inputs: a non-empty array"),
+        ({"inputs": [{"text": "ok"}, {"text": None}]}, "inputs[1].text: a string is expected, got null"),
+        ({"inputs": [{"text": "ok"}] * 257}, "inputs: 257 items, over the limit of 256"),
+    ]
+    for body, message in malformed:
+        status, answer = call(url, body)
+        assert status == 400 and set(answer) == {"error"} and answer["error"].startswith(message), (body, answer)
+    status, answer = call(url, {"text": TEXTS[0]})  # the replica still serves
+    assert status == 200
+    assert_same(answer, predictor.predict([TEXTS[0]])[0])
+
+    status, info = call(url)
+    assert status == 200
+    assert {k: info[k] for k in ("model", "kind", "labels", "max_seq_length", "max_batch_size")} == {
+        "model": model,
+        "kind": "classification",
+        "labels": LABELS,
+        "max_seq_length": 64,
+        "max_batch_size": 8,
+    }
+
+
+def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(ray_session, classifier, monkeypatch, capsys):
+    from ray import serve
+
+    from pipelines.cli import serve as command
+    from pipelines.cli.command import main
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/predict"
+
+    def serving(seconds: float) -> None:  # the command's wait: the checks while it serves, then Ctrl-C
+        check_endpoint(url, classifier)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
+    # a long batch wait, so that callers arriving together surely share a batch
+    argv = ["--port", str(port), "--max-batch-size", "8", "--batch-wait-ms", "300", "--max-seq-length", "64"]
+    try:
+        assert main(["serve", classifier, *argv]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"serving {classifier} (classification: business, politics, sport) at {url}\n")
+        assert f"curl -s {url} -H 'Content-Type: application/json'" in out and out.endswith("stopped\n")
+        assert serve.status().applications == {}
+        assert refuses_connections(port)
+    finally:
+        serve.shutdown()  # a no-op when the command shut down; the session's Ray serves the other tests
+
+
+def test_request_checks_name_the_field():
+    from pipelines.stages.serve import MAX_BODY_BYTES, parse_request
+
+    assert parse_request(b'{"text": "a", "text_pair": "b"}') == ([("a", "b")], False)
+    assert parse_request(b'{"inputs": [{"text": "a"}, {"text": "b", "text_pair": null}]}') == (
+        [("a", None), ("b", None)],
+        True,
+    )
+    for body, message in [
+        (b"\xff", "body: not JSON"),
+        (b" " * (MAX_BODY_BYTES + 1), "body: 1048577 bytes, over the limit"),
+        (b'{"inputs": [{"text": "a"}], "text": "b"}', "text: unknown field beside inputs"),
+        (b'{"inputs": ["a"]}', "inputs[0]: an object"),
+        (b'{"text": true}', "text: a string is expected, got a boolean"),
+    ]:
+        with pytest.raises(BadInput) as raised:
+            parse_request(body)
+        assert str(raised.value).startswith(message)
+
+
+def test_the_command_refuses_a_missing_folder_and_an_unserved_export_in_one_line(tiny_pretrained, tmp_path, capsys):
+    from pipelines.cli.command import main
+
+    assert main(["serve", str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err == (
+        f"albert-ray serve: error: MODEL_DIR: {tmp_path / 'nothing'} has no config.json "
+        "(not a transformers ALBERT directory)\n"
+    )
+    assert main(["serve", tiny_pretrained]) == 2  # a pretraining export: not a sequence classifier
+    err = capsys.readouterr().err
+    assert err.startswith(f"albert-ray serve: error: {tiny_pretrained}: a AlbertForPreTraining export; predict serves")
+    assert err.count("\n") == 1
+
+
+def test_the_command_refuses_a_port_in_use_before_serve_starts(ray_session, classifier, capsys):
+    from ray import serve
+
+    from pipelines.cli.command import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", classifier, "--port", str(port)]) == 2
+    assert capsys.readouterr().err == (
+        f"albert-ray serve: error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use)\n"
+    )
+    assert serve.status().proxies == {}
