@@ -9,6 +9,7 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,9 +96,9 @@ def table_format(path: str) -> str:
     return file_format(path, FORMATS, "table")
 
 
-def _read_jsonl(f, path: str) -> dict[str, list[Any]]:
-    # Python's json, not Arrow's: a column may mix types (1 and "1"), and a bad line is named.
-    rows = []
+def jsonl_rows(f, path: str) -> Iterator[dict[str, Any]]:
+    """A JSON-lines file's objects, one by one (blank lines skipped). Python's json, not Arrow's: a
+    column may mix types (1 and "1"), and a bad line is an error naming it."""
     for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8", errors="replace")):
         if not line.strip():
             continue
@@ -107,7 +108,11 @@ def _read_jsonl(f, path: str) -> dict[str, list[Any]]:
             raise BadInput(f"{path}: line {number + 1} is not valid JSON: {e}") from None
         if not isinstance(row, dict):
             raise BadInput(f"{path}: line {number + 1} is not a JSON object")
-        rows.append(row)
+        yield row
+
+
+def _read_jsonl(f, path: str) -> dict[str, list[Any]]:
+    rows = list(jsonl_rows(f, path))
     names = list(dict.fromkeys(k for row in rows for k in row))
     return {name: [row.get(name) for row in rows] for name in names}
 
@@ -375,5 +380,6 @@ __all__ = [
     "split_indices",
     "table_examples",
     "file_format",
+    "jsonl_rows",
     "table_format",
 ]

@@ -9,7 +9,6 @@ column is an error naming both."""
 from __future__ import annotations
 
 import csv
-import io
 import json
 from collections.abc import Iterator
 from typing import Any, BinaryIO
@@ -19,31 +18,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..errors import BadInput
-from ..finetuning.tables import FORMATS, file_format
+from ..finetuning.tables import FORMATS, file_format, jsonl_rows
+from ..prep.corpus import Prepend
 
 SCHEMA = pa.schema(
     [("row", pa.int64()), ("text", pa.string()), ("pair", pa.string()), ("id", pa.string()), ("label", pa.string())]
 )
 BATCH_ROWS = 4096
-
-
-class _Chained(io.RawIOBase):
-    """The bytes already read from a stream (its header line), then the rest of it."""
-
-    def __init__(self, head: bytes, rest: BinaryIO):
-        self.head, self.rest = head, rest
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if self.head:
-            n = min(len(buffer), len(self.head))
-            buffer[:n], self.head = self.head[:n], self.head[n:]
-            return n
-        data = self.rest.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 def _header(f: BinaryIO, delimiter: str, quoting: bool) -> tuple[list[str], bytes]:
@@ -65,7 +46,7 @@ def _delimited(f: BinaryIO, path: str, fmt: str) -> tuple[list[str], Iterator[di
     if not names or names == [""]:
         raise BadInput(f"{path}: the file is empty")
     reader = pacsv.open_csv(
-        _Chained(head, f),
+        Prepend(head, f),
         read_options=pacsv.ReadOptions(block_size=1 << 20),
         parse_options=pacsv.ParseOptions(
             delimiter=delimiter, quote_char='"' if fmt == "csv" else False, newlines_in_values=fmt == "csv"
@@ -82,15 +63,7 @@ def _delimited(f: BinaryIO, path: str, fmt: str) -> tuple[list[str], Iterator[di
 
 def _jsonl(f: BinaryIO, path: str) -> Iterator[dict[str, list[Any]]]:
     rows: list[dict[str, Any]] = []
-    for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8", errors="replace")):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise BadInput(f"{path}: line {number + 1} is not valid JSON: {e}") from None
-        if not isinstance(row, dict):
-            raise BadInput(f"{path}: line {number + 1} is not a JSON object")
+    for row in jsonl_rows(f, path):
         rows.append(row)
         if len(rows) == BATCH_ROWS:
             yield _columns(rows)

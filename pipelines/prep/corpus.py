@@ -282,7 +282,7 @@ def _read_blank_line_docs(file: InputFile, _field: str) -> Iterator[Document | R
         if _looks_binary(head):
             yield Rejected(f"{file.source}:0", BINARY, f"{file.url}: NUL bytes, not text")
             return
-        stream = io.BufferedReader(_Prepend(head, f))
+        stream = io.BufferedReader(Prepend(head, f))
         index, lines, replaced = 0, [], False
         for raw in stream:
             line, bad = _decode(raw)
@@ -344,7 +344,7 @@ def _read_parquet(file: InputFile, field: str) -> Iterator[Document | Rejected]:
                 row += 1
 
 
-class _Prepend(io.RawIOBase):
+class Prepend(io.RawIOBase):
     """A stream with already-read bytes put back in front."""
 
     def __init__(self, head: bytes, rest):
@@ -383,4 +383,4 @@ def pack_units(files: list[InputFile], num_workers: int, max_unit_bytes: int = 6
     return units
 
 
-__all__ = ["InputFile", "Document", "Rejected", "FORMATS", "list_inputs", "read_documents", "pack_units"]
+__all__ = ["InputFile", "Prepend", "Document", "Rejected", "FORMATS", "list_inputs", "read_documents", "pack_units"]
