@@ -85,7 +85,8 @@ def usage() -> str:
         "commands:",
         *(f"  {name:<{width}}  {summary}" for name, (summary, _) in table.items()),
         "",
-        f"Every command takes --config FILE and section.key=value overrides; `{PROG} <command> --help` lists them.",
+        f"run and the stage commands take --config FILE and section.key=value overrides; `{PROG} <command> --help`"
+        " lists each command's arguments.",
     ]
     return "\n".join(lines)
 
