@@ -38,7 +38,11 @@ def test_concurrent_trials(ray_session, search, limit, tmp_path):
         ray.tune.with_resources(_trial, {"cpu": 1}),
         param_space={"x": ray.tune.uniform(0.0, 1.0)},
         tune_config=ray.tune.TuneConfig(
-            metric="x", mode="max", num_samples=samples, search_alg=search_algorithm(tc, concurrent_trials(tc))
+            metric="x",
+            mode="max",
+            num_samples=samples,
+            search_alg=search_algorithm(tc, concurrent_trials(tc)),
+            reuse_actors=True,  # as the finetune stage's searches run: a trial after another in its process
         ),
         run_config=ray.tune.RunConfig(name="search", storage_path=str(tmp_path), verbose=0),
     )
