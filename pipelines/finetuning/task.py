@@ -43,6 +43,18 @@ def _cap(examples: Examples, cap: int | None, cfg: FinetuneSection, stratify: bo
     return examples.select(sample_indices(examples, cap, cfg.seed, stratify)), len(examples) - cap
 
 
+def read_table_of(cfg: FinetuneSection, path: str, regression: bool) -> Examples:
+    """A table's examples with the task's columns (finetune.text_column, ... , column_names)."""
+    return table_examples(
+        path,
+        cfg.text_column,
+        cfg.label_column,
+        cfg.text_pair_column,
+        regression=regression,
+        column_names=cfg.column_names,
+    )
+
+
 def load_task(cfg: FinetuneSection) -> Task:
     """Read, split, subsample and encode the configured task. Splits and subsamples are stratified
     by class for classification; a multi-label row has several classes, so there they are not."""
@@ -56,14 +68,7 @@ def load_task(cfg: FinetuneSection) -> Task:
             )
         source = bbc_news_examples()
     else:
-        source = table_examples(
-            cfg.train_path,
-            cfg.text_column,
-            cfg.label_column,
-            cfg.text_pair_column,
-            regression=regression,
-            column_names=cfg.column_names,
-        )
+        source = read_table_of(cfg, cfg.train_path, regression)
     _require_rows(source, cfg)
     sources = [source]
     if cfg.eval_path is None:
@@ -79,14 +84,7 @@ def load_task(cfg: FinetuneSection) -> Task:
             )
     else:
         train = source
-        evaluation = table_examples(
-            cfg.eval_path,
-            cfg.text_column,
-            cfg.label_column,
-            cfg.text_pair_column,
-            regression=regression,
-            column_names=cfg.column_names,
-        )
+        evaluation = read_table_of(cfg, cfg.eval_path, regression)
         _require_rows(evaluation, cfg)
         sources.append(evaluation)
         eval_from = cfg.eval_path
