@@ -20,17 +20,24 @@ setup: $(STAMP)
 # uv installs the same lock as pip would, in seconds rather than minutes. It does not read pip's
 # configuration: .ci/pip_sources.py passes it pip's find-links and indexes (where a local folder holds
 # torch's CPU wheel), and every index may serve any pinned version (the lock pins all of them).
-$(STAMP): requirements.txt requirements-dev.txt requirements-data.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt requirements-dev-nodeps.txt requirements-data.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(UV) pip install --quiet --python $(PY) --index-strategy unsafe-best-match $(UV_SOURCES) \
 		-r requirements-dev.txt -c constraints.txt
 	$(UV) pip install --quiet --python $(PY) --no-deps $(UV_SOURCES) -r requirements-data.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps $(UV_SOURCES) -r requirements-dev-nodeps.txt
 	$(UV) pip install --quiet --python $(PY) --no-deps --no-build-isolation -e .
 	touch $@
 
+# Two pytest-xdist processes: one runs the Ray tests (and whatever starts Ray) in order, sharing one
+# Ray session; the other the tests that start none, a module at a time (tests/conftest.py's groups).
+# PYTEST_PARALLEL= runs everything in one process.
+PYTEST_PARALLEL ?= -n 2 --dist loadgroup
+
 test: setup lint
-	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --timeout=$(PYTEST_TIMEOUT) --timeout-method=thread $(PYTEST_ARGS)
+	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest $(PYTEST_PARALLEL) --timeout=$(PYTEST_TIMEOUT) \
+		--timeout-method=thread $(PYTEST_ARGS)
 
 # The local autoscaling cluster (tests/cluster/autoscaling.py, shaped like cluster/aws.yaml): the DAG
 # from zero worker nodes, a node lost in the data stage and in elastic pretraining, the idle

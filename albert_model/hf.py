@@ -165,10 +165,12 @@ def save_hf_pretrained(
     spiece_model: str | os.PathLike | None = None,
     id2label: dict[int, str] | None = None,
     problem_type: str | None = None,
+    extra_config: dict[str, Any] | None = None,
 ) -> Path:
     """Write config.json, model.safetensors (and spiece.model) that transformers loads.
     `problem_type` (transformers' key: "single_label_classification", "multi_label_classification"
-    or "regression") tells a sequence classifier's loss there."""
+    or "regression") tells a sequence classifier's loss there. `extra_config`: keys of our own for
+    config.json (transformers keeps them as attributes, our loader ignores them)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config: AlbertConfig = model.config
@@ -178,6 +180,7 @@ def save_hf_pretrained(
         hf_config["num_labels"] = 2  # transformers sizes its SOP and start/end heads by num_labels
     if problem_type is not None:
         hf_config["problem_type"] = problem_type
+    hf_config.update(extra_config or {})
     if id2label is not None:
         hf_config["id2label"] = {str(i): name for i, name in id2label.items()}
         hf_config["label2id"] = {name: i for i, name in id2label.items()}

@@ -1,10 +1,14 @@
-"""Suite-wide fixtures: one Ray session, one local S3 API server, a tiny pretrained ALBERT; markers
-that follow the fixtures (a test that uses Ray is marked `ray`); GPU tests skip without CUDA."""
+"""Suite-wide fixtures: one Ray session, one local S3 API server, one MLflow tracking server, a tiny
+pretrained ALBERT; markers that follow the fixtures (a test that uses Ray is marked `ray`); GPU tests
+skip without CUDA."""
 
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -34,6 +38,46 @@ def pytest_addoption(parser):
     parser.addoption(
         "--learning", action="store_true", help="also collect the recipes' learning tests (make test-learning)"
     )
+    parser.addoption(
+        "--learning-train-seed",
+        type=int,
+        default=None,
+        help="the learning tests' pretraining data order (train.seed; default: the recipe's), to show their "
+        "claims hold across orders: make test-learning PYTEST_ARGS=--learning-train-seed=7",
+    )
+
+
+# `make test` runs two pytest-xdist workers (--dist loadgroup): one runs every test of the "serial"
+# group in order (the Ray tests, sharing the session's Ray, and whatever starts Ray, a cluster or the
+# command line in a subprocess), the other the modules below, which start no Ray (pure model,
+# training-loop, fine-tuning and export tests), a module at a time so its fixtures are built once.
+# A module not listed here runs in the serial group.
+PARALLEL_SAFE = (
+    "tests/albert_model/",
+    "tests/bench/",
+    "tests/cluster/",
+    "tests/pipelines/export/",
+    "tests/pipelines/finetuning/",
+    "tests/pipelines/inference/",
+    "tests/pipelines/prep/",
+    "tests/pipelines/report/",
+    "tests/pipelines/train/",
+    "tests/pipelines/test_config",
+    "tests/pipelines/test_stages.py",
+    "tests/pipelines/test_storage.py",
+    "tests/pipelines/test_suite_config.py",
+    "tests/test_structure.py",
+)
+
+
+def parallel_group(item) -> str:
+    """The xdist group of a test: its module where it may run beside the Ray tests, else "serial"
+    (and so are the tests of the MLflow server, which the serial worker alone starts)."""
+    path = item.nodeid.split("::")[0]
+    uses_mlflow = "mlflow_server" in getattr(item, "fixturenames", ())
+    if item.get_closest_marker("ray") or uses_mlflow or not path.startswith(PARALLEL_SAFE):
+        return "serial"
+    return path
 
 
 def pytest_collection_modifyitems(config, items):
@@ -48,8 +92,87 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if RAY_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.ray)
+        item.add_marker(pytest.mark.xdist_group(parallel_group(item)))
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip)
+    MLFLOW.needed = any("mlflow_server" in getattr(item, "fixturenames", ()) for item in items)
+    if MLFLOW.needed and not os.environ.get("PYTEST_XDIST_WORKER"):
+        MLFLOW.start()  # its start (~10 s on 2 cores) overlaps the tests before the first that needs it
+
+
+def pytest_runtest_setup(item):
+    """Under xdist each worker collects every test: the server starts with the first serial test."""
+    if MLFLOW.needed and MLFLOW.process is None and parallel_group(item) == "serial":
+        MLFLOW.start()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    MLFLOW.stop()
+
+
+class MlflowServer:
+    """A real `mlflow server` (sqlite backend, artifacts served from a local folder) on 127.0.0.1,
+    started once when a selected test needs it, stopped at the end of the session."""
+
+    def __init__(self):
+        self.process, self.url, self.root = None, None, None
+        self.needed = False
+
+    def start(self) -> None:
+        self.root = root = Path(tempfile.mkdtemp(prefix="mlflow-server-"))
+        port = free_port()
+        # the job runner (huey, not installed: requirements-dev-nodeps.txt) stays off; one worker process
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        self.process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "mlflow"),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{root}/mlflow.db",
+                "--artifacts-destination",
+                str(root / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # its uvicorn worker stops with it (the group is signalled)
+        )
+        self.url = f"http://127.0.0.1:{port}"
+
+    def wait(self) -> str:
+        deadline = time.monotonic() + 300  # its start takes ~10 s on 2 idle cores, minutes on overloaded ones
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited with {self.process.returncode}")
+            try:
+                urllib.request.urlopen(f"{self.url}/health", timeout=1)
+                return self.url
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("mlflow server did not start in 300 s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=30)
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+        self.process = self.root = None
+
+
+MLFLOW = MlflowServer()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server():
+    """The URL of the session's MLflow tracking server."""
+    return MLFLOW.wait()
 
 
 def free_port() -> int:

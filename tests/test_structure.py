@@ -83,7 +83,14 @@ def test_no_pickle_in_the_project():
 # The layers of pipelines/, bottom up; a module may import its own layer and those below it.
 LAYERS = (
     ("pipelines.errors", "pipelines.console", "pipelines.storage", "pipelines.config"),
-    ("pipelines.prep", "pipelines.train", "pipelines.finetuning", "pipelines.report", "pipelines.inference"),
+    (
+        "pipelines.prep",
+        "pipelines.train",
+        "pipelines.finetuning",
+        "pipelines.report",
+        "pipelines.inference",
+        "pipelines.tracking",
+    ),
     ("pipelines.export",),
     ("pipelines.rundir",),
     ("pipelines.stages",),
@@ -96,6 +103,7 @@ PURE = (
     "pipelines.finetuning",
     "pipelines.report",
     "pipelines.inference",
+    "pipelines.tracking",
     "pipelines.export",
 )
 
@@ -172,14 +180,18 @@ def test_the_layer_check_finds_a_violation(tmp_path, monkeypatch):
 def test_the_command_line_and_the_data_workers_start_without_torch():
     """torch's import (~2 s on a 2-core machine) is paid only where a model runs: not by the command
     line nor by the vocab and data stages' Ray Data workers, which import the config (and so
-    albert_model's config); the model classes still import from albert_model on first use."""
+    albert_model's config); the model classes still import from albert_model on first use. A Tune
+    trial's import chain (the families and their metrics) leaves out scikit-learn and scipy (1-2 s
+    of each trial process's start; the metrics are numpy's, checked equal to theirs in test_metrics)."""
     import subprocess
 
     code = (
         "import sys; import pipelines.cli.command, pipelines.stages.vocab, pipelines.stages.data; "
         "assert 'torch' not in sys.modules, 'torch imported'; "
         "from albert_model import AlbertForPreTraining; assert 'torch' in sys.modules; "
-        "import albert_model; assert AlbertForPreTraining is albert_model.model.AlbertForPreTraining"
+        "import albert_model; assert AlbertForPreTraining is albert_model.model.AlbertForPreTraining; "
+        "import pipelines.finetuning.trial; "
+        "found = {m.split('.')[0] for m in sys.modules} & {'sklearn', 'scipy'}; assert not found, found"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

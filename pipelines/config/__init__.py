@@ -5,6 +5,7 @@ from .base import Section, build_section, config_to_dict, field_docs
 from .loading import build_arg_parser, dump_yaml, load_config, parse_cli
 from .predicting import PredictSection
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
+from .tracking import TrackingSection
 from .tree import SECTIONS, SETTINGS, TASK_KEYS, Config, searched_overrides, task_configs, tune_metric, unused_keys
 from .tuning import TUNABLE_KEYS, TUNE_METRICS, FinetuneSection, TuneSection
 
@@ -21,6 +22,7 @@ __all__ = [
     "ModelSection",
     "PredictSection",
     "Section",
+    "TrackingSection",
     "TrainSection",
     "TuneSection",
     "VocabSection",

@@ -13,11 +13,12 @@ from pydantic.dataclasses import dataclass
 from albert_model.config import PRESETS, AlbertConfig
 
 from ..errors import ConfigError
-from .base import STRICT, Section, attribute_docs, config_to_dict, setting
+from .base import STRICT, Section, attribute_docs, config_to_dict, neutral_at, setting
 from .health import HealthSection
 
 CORPUS_FORMATS = ("auto", "text", "text_blank_line_docs", "jsonl", "parquet")
 MASKING_MODES = ("static", "dynamic")
+SENTENCE_OBJECTIVES = ("sop", "nsp", "none")
 OPTIMIZERS = ("lamb", "adamw")
 PRECISIONS = ("auto", "bf16", "fp32")
 
@@ -77,7 +78,7 @@ class VocabSection(Section):
 
 @dataclass(config=STRICT)
 class DataSection(Section):
-    """How documents become masked sentence-order-prediction examples."""
+    """How documents become masked-LM examples with a sentence objective (SOP, NSP or none)."""
 
     SECTION: ClassVar[str] = "data"
 
@@ -107,6 +108,13 @@ class DataSection(Section):
     """Rows per parquet row group, the unit pretraining decodes and shuffles: smaller groups make a
     resume cheaper (one group per lane) and the lanes' overlaps too (at most one group per lane per
     epoch beyond a worker's share); larger ones compress and decode more efficiently."""
+    sentence_objective: str = field(default="sop", metadata=neutral_at("sop"))
+    """The sentence-level task beside masked LM: sop (ALBERT's: the two segments of a document in order or
+    swapped), nsp (BERT's: half the time segment B comes from another document) or none (one segment per
+    example, masked LM only)."""
+    nsp_pool_documents: int = field(default=10000, metadata=neutral_at(10000))
+    """nsp: documents per split that negative segments are drawn from (those with the smallest seeded
+    hashes); every data worker holds them, up to 2 x data.max_seq_length tokens each."""
 
     def __post_init__(self) -> None:
         self.require("max_seq_length", self.max_seq_length >= 8, "must be >= 8")
@@ -124,6 +132,12 @@ class DataSection(Section):
         self.require("num_workers", self.num_workers is None or self.num_workers >= 1, "must be >= 1 or null")
         self.require("masking", self.masking in MASKING_MODES, f"must be one of {', '.join(MASKING_MODES)}")
         self.require("row_group_rows", self.row_group_rows >= 1, "must be >= 1")
+        self.require(
+            "sentence_objective",
+            self.sentence_objective in SENTENCE_OBJECTIVES,
+            f"must be one of {', '.join(SENTENCE_OBJECTIVES)}",
+        )
+        self.require("nsp_pool_documents", self.nsp_pool_documents >= 2, "must be >= 2")
 
 
 def _albert_overrides(cls: type) -> type:
@@ -316,6 +330,7 @@ class TrainSection(Section):
 __all__ = [
     "CORPUS_FORMATS",
     "MASKING_MODES",
+    "SENTENCE_OBJECTIVES",
     "OPTIMIZERS",
     "PRECISIONS",
     "CorpusSection",

@@ -16,6 +16,7 @@ from .base import NEUTRAL, STRICT, TASKS, Section, build_section, config_to_dict
 from .glue import glue_preset
 from .predicting import PredictSection
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
+from .tracking import TrackingSection
 from .tuning import TUNE_METRICS, FinetuneSection, TuneSection
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ class Config(Section):
     """The hyperparameter search over fine-tuning."""
     predict: PredictSection = field(default_factory=PredictSection)
     """Batch prediction with the fine-tuned model."""
+    tracking: TrackingSection = field(default_factory=TrackingSection)
+    """Experiment tracking: TensorBoard, MLflow, W&B (all off by default)."""
 
     def __post_init__(self) -> None:
         self.require("run_dir", bool(self.run_dir), "must not be empty")
@@ -60,6 +63,7 @@ SECTIONS: dict[str, type] = {
     "finetune": FinetuneSection,
     "tune": TuneSection,
     "predict": PredictSection,
+    "tracking": TrackingSection,
 }
 """Section name -> its class, in the order of the tree."""
 

@@ -1,4 +1,4 @@
-"""Documents to examples: segment, normalise, tokenize, pair, mask; count everything; build shards.
+"""Documents to examples: segment, normalise, tokenize, pair (or not), mask; count everything; build shards.
 
 Pure (no Ray): the data stage's Ray Data UDF holds one DocumentProcessor and delegates here.
 """
@@ -17,22 +17,25 @@ from ..errors import BadInput
 from .corpus import TOO_SHORT, Document, InputFile, Rejected, read_documents
 from .examples import PairingSpec, document_examples, document_rng, is_validation_document, split_long_segments
 from .masking import MaskingSpec, word_start_table
+from .negatives import NegativePools, pool_window, window_tokens
 from .text import normalize_text, split_sentences
 
 SPLITS = ("train", "validation")
 MAX_REJECTION_DETAILS = 50  # examples of rejections kept in the manifest, per reason
 
 
-def example_schema(dynamic: bool) -> pa.Schema:
-    """The parquet schema of the examples (documented in docs/data.md)."""
+def example_schema(dynamic: bool, labelled: bool = True) -> pa.Schema:
+    """The parquet schema of the examples (documented in docs/data.md); `labelled`: a sentence
+    objective's label column (sop and nsp; none has no label)."""
     fields = [
         pa.field("example_id", pa.string()),
         pa.field("input_ids", pa.list_(pa.int32())),
         pa.field("token_type_ids", pa.list_(pa.int8())),
         pa.field("masked_lm_positions", pa.list_(pa.int32())),
         pa.field("masked_lm_ids", pa.list_(pa.int32())),
-        pa.field("sentence_order_label", pa.int8()),
     ]
+    if labelled:
+        fields.append(pa.field("sentence_order_label", pa.int8()))
     if dynamic:
         fields.append(pa.field("word_starts", pa.list_(pa.bool_())))
     return pa.schema(fields)
@@ -110,8 +113,8 @@ class PrepStats:
 class ShardBuffer:
     """Examples of one split, collected column-wise until written as one parquet table."""
 
-    def __init__(self, dynamic: bool):
-        self.dynamic = dynamic
+    def __init__(self, dynamic: bool, labelled: bool = True):
+        self.dynamic, self.labelled = dynamic, labelled
         self.clear()
 
     def clear(self) -> None:
@@ -129,11 +132,12 @@ class ShardBuffer:
         return len(self.ids)
 
     def to_table(self) -> pa.Table:
-        schema = example_schema(self.dynamic)
+        schema = example_schema(self.dynamic, self.labelled)
         arrays = [pa.array(self.ids, pa.string())]
         for name in ("input_ids", "token_type_ids", "masked_lm_positions", "masked_lm_ids"):
             arrays.append(_list_array(self.columns[name], schema.field(name).type))
-        arrays.append(pa.array(self.labels, pa.int8()))
+        if self.labelled:
+            arrays.append(pa.array(self.labels, pa.int8()))
         if self.dynamic:
             arrays.append(_list_array(self.columns["word_starts"], schema.field("word_starts").type))
         return pa.Table.from_arrays(arrays, schema=schema)
@@ -149,16 +153,24 @@ def _list_array(parts: list[np.ndarray], list_type: pa.ListType) -> pa.Array:
 
 
 class DocumentProcessor:
-    """Holds the tokenizer and the specs; turns documents into rows of the two shard buffers."""
+    """Holds the tokenizer and the specs; turns documents into rows of the two shard buffers.
+    `pools`: the negatives of data.sentence_objective=nsp (None otherwise)."""
 
-    def __init__(self, spiece_model: bytes, cfg: DataSection, lowercase: bool):
-        self.cfg, self.lowercase = cfg, lowercase
+    def __init__(self, spiece_model: bytes, cfg: DataSection, lowercase: bool, pools: NegativePools | None = None):
+        self.cfg, self.lowercase, self.pools = cfg, lowercase, pools
         self.sp = spm.SentencePieceProcessor(model_proto=spiece_model)
         pieces = [self.sp.id_to_piece(i) for i in range(self.sp.get_piece_size())]
         self.word_starts = word_start_table(pieces)
-        self.pairing = PairingSpec(cfg.max_seq_length, cfg.short_seq_prob)
+        self.pairing = PairingSpec(cfg.max_seq_length, cfg.short_seq_prob, cfg.sentence_objective)
         self.masking = MaskingSpec(cfg.masked_lm_prob, cfg.max_predictions_per_seq, cfg.ngram, len(pieces))
         self.static = cfg.masking == "static"
+
+    def split_of(self, doc: Document) -> str:
+        return "validation" if is_validation_document(self.cfg.seed, doc.key, self.cfg.validation_fraction) else "train"
+
+    def pool_window(self, doc: Document) -> list[np.ndarray]:
+        """What an NSP pool keeps of a document: a seeded window of its segments (empty: none)."""
+        return pool_window(self.segments(doc), self.cfg.seed, doc.key, window_tokens(self.cfg.max_seq_length))
 
     def segments(self, doc: Document) -> list[np.ndarray]:
         """Token ids of the document's sentences (empty ones dropped), long ones cut to fit a pair."""
@@ -170,31 +182,33 @@ class DocumentProcessor:
     def process(self, doc: Document, buffers: dict[str, ShardBuffer], stats: PrepStats) -> None:
         text_len = len(doc.text.encode()) if doc.text is not None else sum(len(s.encode()) + 1 for s in doc.lines)
         segments = self.segments(doc)
-        if len(segments) < 2:
+        pairs = self.cfg.sentence_objective != "none"
+        if len(segments) < (2 if pairs else 1):
             tokens = sum(len(s) for s in segments)
-            stats.reject(
-                Rejected(doc.key, TOO_SHORT, f"{doc.key}: {tokens} tokens in one sentence; a sentence pair needs two")
-            )
+            why = f"{tokens} tokens in one sentence; a sentence pair needs two" if pairs else "no tokens"
+            stats.reject(Rejected(doc.key, TOO_SHORT, f"{doc.key}: {why}"))
             return
         stats.documents_used += 1
         stats.documents_with_replaced_bytes += doc.replaced_bytes
         stats.text_bytes += text_len
-        split = (
-            "validation" if is_validation_document(self.cfg.seed, doc.key, self.cfg.validation_fraction) else "train"
-        )
+        split = self.split_of(doc)
         buffer = buffers[split]
+        pool = self.pools.for_document(split, doc.key) if self.pools is not None else None
         for dupe in range(self.cfg.dupe_factor):
             rng = document_rng(self.cfg.seed, doc.key, dupe)
-            examples = document_examples(segments, self.pairing, self.masking, self.word_starts, rng, self.static)
+            examples = document_examples(
+                segments, self.pairing, self.masking, self.word_starts, rng, self.static, pool, doc.key
+            )
             for i, ex in enumerate(examples):
                 buffer.ids.append(f"{doc.key}/{dupe}/{i}")
                 buffer.columns["input_ids"].append(ex.input_ids)
                 buffer.columns["token_type_ids"].append(ex.token_type_ids)
-                buffer.labels.append(ex.sentence_order_label)
                 stats.examples[split] += 1
                 stats.tokens[split] += len(ex.input_ids)
                 stats.short_examples += ex.is_short
-                stats.sentence_order_labels[str(ex.sentence_order_label)] += 1
+                if ex.sentence_order_label is not None:
+                    buffer.labels.append(ex.sentence_order_label)
+                    stats.sentence_order_labels[str(ex.sentence_order_label)] += 1
                 if ex.masked is not None:
                     buffer.columns["masked_lm_positions"].append(ex.masked.positions)
                     buffer.columns["masked_lm_ids"].append(ex.masked.labels)

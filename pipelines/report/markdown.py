@@ -50,6 +50,35 @@ def not_run(stage: str) -> str:
     return f"_The {stage} stage has no output in this run yet._"
 
 
+OBJECTIVES = {
+    "sop": "SOP (sentence-order prediction, ALBERT's)",
+    "nsp": "NSP (next-sentence prediction, BERT's)",
+    "none": "none (masked LM only)",
+}
+"""data.sentence_objective -> how the report names it."""
+LABEL_1_ROWS = {
+    "sop": ("swapped (SOP label 1) share", "swapped_share"),
+    "nsp": ("B from another document (NSP label 1) share", "random_next_share"),
+}
+
+
+def sentence_objective(data: dict | None, configured: str) -> str:
+    """The objective the data was made with (its manifest; one written before the key was sop), else
+    the configured one."""
+    return data.get("sentence_objective", "sop") if data is not None else configured
+
+
+def sentence_columns(record: dict, objective: str) -> dict:
+    """A metrics record for a table: the sentence objective's figures named after it (nsp_loss,
+    nsp_accuracy), left out without one."""
+    out = {}
+    for key, value in record.items():
+        if key.startswith("sop_") and objective == "none":
+            continue
+        out[key.replace("sop_", "nsp_", 1) if key.startswith("sop_") and objective == "nsp" else key] = value
+    return out
+
+
 def data_section(vocab: dict | None, data: dict | None) -> str:
     parts = ["## Data"]
     if vocab is not None:
@@ -79,10 +108,24 @@ def data_section(vocab: dict | None, data: dict | None) -> str:
         )
     )
     config = data.get("config", {}).get("data", {})
+    objective = sentence_objective(data, "sop")
+    label_rows = []
+    if objective in LABEL_1_ROWS:
+        name, key = LABEL_1_ROWS[objective]
+        label_rows.append([name, stats.get(key)])
+    if "nsp_pool" in data:
+        pool = data["nsp_pool"]
+        label_rows.append(
+            [
+                "NSP negatives' pool: train / validation documents",
+                f"{fmt(pool['train']['documents'])} / {fmt(pool['validation']['documents'])}",
+            ]
+        )
     parts.append(
         table(
             ["statistic", "value"],
             [
+                ["sentence objective", OBJECTIVES.get(objective, objective)],
                 ["max_seq_length", config.get("max_seq_length")],
                 ["masking", data["masking"]["mode"]],
                 ["masked share of tokens", stats.get("masked_share")],
@@ -94,7 +137,7 @@ def data_section(vocab: dict | None, data: dict | None) -> str:
                     "n-gram length shares",
                     ", ".join(f"{k}: {fmt(v)}" for k, v in stats.get("ngram_length_shares", {}).items()),
                 ],
-                ["swapped (SOP label 1) share", stats.get("swapped_share")],
+                *label_rows,
                 ["short-sequence share", stats.get("short_share")],
                 ["data stage workers / seconds", f"{data.get('num_workers')} / {fmt(data.get('seconds'))}"],
             ],
@@ -103,10 +146,21 @@ def data_section(vocab: dict | None, data: dict | None) -> str:
     return "\n\n".join(parts)
 
 
-def pretrain_section(manifest: dict | None, train: list[dict], final_eval: dict | None, curves: str | None) -> str:
+def pretrain_section(
+    manifest: dict | None, train: list[dict], final_eval: dict | None, curves: str | None, objective: str = "sop"
+) -> str:
     parts = ["## Pretraining"]
     if manifest is None:
         return "\n\n".join(parts + [not_run("pretrain")])
+    if objective == "none":
+        parts.append(
+            "Sentence objective: none (data.sentence_objective=none). The loss is the masked-LM loss alone; "
+            "the sentence head and the pooler were not trained (their initialisation, as `hf/README.md` says)."
+        )
+    else:
+        parts.append(
+            f"Sentence objective: {OBJECTIVES.get(objective, objective)}; loss = masked LM + {objective.upper()}."
+        )
     if curves:
         parts.append(f"![Pretraining curves]({curves})")
     if train:
@@ -123,9 +177,10 @@ def pretrain_section(manifest: dict | None, train: list[dict], final_eval: dict 
             "mfu",
             "peak_memory_gb",
         ]
-        parts.append("Last training log line:\n\n" + table(keys, [[last.get(k) for k in keys]]))
+        row = sentence_columns({k: last.get(k) for k in keys}, objective)
+        parts.append("Last training log line:\n\n" + table(list(row), [list(row.values())]))
     if final_eval:
-        flat = flatten(final_eval)
+        flat = sentence_columns(flatten(final_eval), objective)
         parts.append("Final validation metrics:\n\n" + table(list(flat), [list(flat.values())]))
     return "\n\n".join(parts)
 

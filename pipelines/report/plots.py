@@ -45,11 +45,22 @@ def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
 EVENT_COLOURS = {"rollback": "tab:red", "skipped": "tab:orange", "spike": "tab:orange", "collapse": "tab:red"}
 
 
-def pretraining_curves(train: list[dict], validation: list[dict], events: list[dict] = ()) -> bytes:
+def pretraining_curves(
+    train: list[dict], validation: list[dict], events: list[dict] = (), objective: str = "sop"
+) -> bytes:
     """Every training metric against the step, validation passes as markers on the same axes, and
-    training health's events as vertical lines on the losses and accuracies (grey: plateau, notes)."""
+    training health's events as vertical lines on the losses and accuracies (grey: plateau, notes).
+    The sentence objective's panels are named after it (`objective`: sop, nsp; none says it has none)."""
     fig, axes = plt.subplots(2, 4, figsize=(16, 7))
     for ax, (title, key, val_key) in zip(axes.flat, CURVES):
+        if key.startswith("sop_") and objective == "none":
+            ax.text(
+                0.5, 0.5, "no sentence objective\n(masked LM only)", ha="center", va="center", transform=ax.transAxes
+            )
+            ax.set_title(title.replace("SOP", "sentence"), fontsize=10)
+            ax.set_axis_off()
+            continue
+        title = title.replace("SOP", objective.upper())
         if val_key is not None:
             for event in events:
                 ax.axvline(event["step"], color=EVENT_COLOURS.get(event["event"], "grey"), alpha=0.5, linewidth=0.8)

@@ -86,7 +86,7 @@ STAGES: dict[str, Stage] = {
         Stage(
             "data",
             "pipelines.stages.data:build_data",
-            "MLM + SOP examples as parquet shards",
+            "MLM examples with a sentence objective (SOP, NSP or none) as parquet shards",
             config_keys=("corpus", "vocab", "data"),
             inputs=("vocab",),
             outputs=("train/*.parquet", "validation/*.parquet"),

@@ -1,10 +1,13 @@
-"""`albert-ray data`: MLM + SOP examples from the corpus, as parquet shards, through Ray Data.
+"""`albert-ray data`: masked-LM examples with a sentence objective (SOP, NSP or none) from the corpus,
+as parquet shards, through Ray Data.
 
 Each Ray Data actor holds the tokenizer and turns one work unit (a group of files) at a time into
 examples, writing its own shards into the folder being built (pipelines/rundir/lifecycle.py: it replaces
 the current output only when complete); nothing but counters comes back to the driver, so memory
 does not grow with the corpus. A shard's rows are written in a seeded order, in row groups of
 data.row_group_rows rows: the unit in which pretraining shuffles and reads (pipelines/train/input.py).
+With data.sentence_objective=nsp, two passes before it gather the pools that negatives are drawn
+from (pipelines/stages/data_pool.py), handed to every actor of this one.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import pyarrow.parquet as pq
 from ..config import DataSection, config_to_dict
 from ..errors import UserError, error_record, raise_error_record
 from ..prep.corpus import Rejected, list_inputs, read_documents
+from ..prep.negatives import NegativePools
 from ..prep.process import SPLITS, DocumentProcessor, PrepStats, ShardBuffer
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import stage_dir
 from ..storage import filesystem, join, read_bytes
+from .data_pool import sample_pools
 from .ray_runtime import init_ray, map_units, resolve_num_workers, unit_files
 
 log = logging.getLogger(__name__)
@@ -33,11 +38,19 @@ SHARD_EXAMPLES = 16384  # rows per parquet file at most: bounds a worker's buffe
 class CreateExamplesFn:
     """Ray Data UDF: one work unit -> parquet shards in the output folder + its counters."""
 
-    def __init__(self, spiece_model: bytes, data: DataSection, lowercase: bool, text_field: str, out_dir: str):
-        self.processor = DocumentProcessor(spiece_model, data, lowercase)
+    def __init__(
+        self,
+        spiece_model: bytes,
+        data: DataSection,
+        lowercase: bool,
+        text_field: str,
+        out_dir: str,
+        pools: NegativePools | None = None,
+    ):
+        self.processor = DocumentProcessor(spiece_model, data, lowercase, pools)
         self.text_field, self.out_dir = text_field, out_dir
         self.seed, self.row_group_rows = data.seed, data.row_group_rows
-        self.dynamic = data.masking == "dynamic"
+        self.dynamic, self.labelled = data.masking == "dynamic", data.sentence_objective != "none"
 
     def __call__(self, batch):
         try:
@@ -48,7 +61,7 @@ class CreateExamplesFn:
     def create_examples(self, batch):
         unit, files = unit_files(batch)
         stats = PrepStats()
-        buffers = {split: ShardBuffer(self.dynamic) for split in SPLITS}
+        buffers = {split: ShardBuffer(self.dynamic, self.labelled) for split in SPLITS}
         parts = dict.fromkeys(SPLITS, 0)
 
         def flush(split: str) -> None:
@@ -77,16 +90,25 @@ class CreateExamplesFn:
         return {"record": np.array([json.dumps(stats.to_dict())], dtype=object)}
 
 
-def summarize(stats: PrepStats) -> dict:
+LABEL_1_SHARE = {"sop": "swapped_share", "nsp": "random_next_share"}
+"""The statistic of the sentence label 1's share, by objective (none has no label)."""
+
+
+def summarize(stats: PrepStats, objective: str = "sop") -> dict:
     """Shares a reader checks against the specification."""
     masked = max(1, stats.masked_tokens)
     examples = max(1, sum(stats.examples.values()))
     ngrams = max(1, sum(stats.ngram_lengths.values()))
+    labels = (
+        {LABEL_1_SHARE[objective]: stats.sentence_order_labels.get("1", 0) / examples}
+        if objective in LABEL_1_SHARE
+        else {}
+    )
     return {
         "masked_share": stats.masked_tokens / max(1, stats.maskable_tokens),
         "replacement_shares": {k: v / masked for k, v in stats.replacements.items()},
         "ngram_length_shares": {k: v / ngrams for k, v in sorted(stats.ngram_lengths.items())},
-        "swapped_share": stats.sentence_order_labels.get("1", 0) / examples,
+        **labels,
         "short_share": stats.short_examples / examples,
     }
 
@@ -102,14 +124,15 @@ def build_data(run: StageRun) -> dict:
     spiece_model = read_bytes(join(stage_dir(config, "vocab"), "spiece.model"))
     init_ray()
     workers = resolve_num_workers(config.data.num_workers)
+    objective = config.data.sentence_objective
     fn_kwargs = dict(
         spiece_model=spiece_model,
         data=config.data,
         lowercase=config.vocab.lowercase,
         text_field=config.corpus.text_field,
-        out_dir=run.out,
     )
-    for record in map_units(usable, workers, CreateExamplesFn, fn_kwargs):
+    pools = sample_pools(usable, workers, fn_kwargs) if objective == "nsp" else None
+    for record in map_units(usable, workers, CreateExamplesFn, {**fn_kwargs, "out_dir": run.out, "pools": pools}):
         raise_error_record(record)
         stats.merge(PrepStats.from_dict(record))
     stats.require_used()
@@ -136,12 +159,22 @@ def build_data(run: StageRun) -> dict:
             "replacements": dict(stats.replacements),
             "ngram_lengths": dict(stats.ngram_lengths),
         },
+        "sentence_objective": objective,
         "sentence_order_labels": dict(stats.sentence_order_labels),
+        **({"nsp_pool": pool_sizes(pools)} if pools is not None else {}),
         "short_examples": stats.short_examples,
-        "statistics": summarize(stats),
+        "statistics": summarize(stats, objective),
         "vocab_sha256": hashlib.sha256(spiece_model).hexdigest(),
         "config": config_to_dict(config),
         "num_workers": workers,
+    }
+
+
+def pool_sizes(pools: NegativePools) -> dict:
+    """The manifest's account of the NSP pools: documents and tokens per split."""
+    return {
+        split: {"documents": len(pool.keys), "tokens": len(pool.tokens)}
+        for split, pool in (("train", pools.train), ("validation", pools.validation))
     }
 
 

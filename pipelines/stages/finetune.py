@@ -30,18 +30,22 @@ from ..finetuning.trial import TrialData, check_pretrained, encode_task, read_pr
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import UNIT_MANIFEST, input_fingerprints, pretrained_dir, stage_fingerprint, unit_configs
 from ..storage import copy_tree, delete_tree, exists, join, read_json, write_text
+from ..tracking import flat_params, scalars
 from .ray_runtime import init_ray
+from .stage_tracking import start_tracking
 from .tune_search import export_checkpoint, repeat_best, run_search
 
 log = logging.getLogger(__name__)
 
 
-def search_task(config: Config, out: str, final: str, scratch: str, resume: bool) -> dict[str, Any]:
+def search_task(
+    config: Config, out: str, final: str, scratch: str, resume: bool, name: str = "finetune"
+) -> dict[str, Any]:
     """One task's search into `out`: trials.csv, best.json and best/ (its eval predictions beside
     it); with finetune.compare_random the same search from a random initialisation under random/.
     `final`: where `out` will be once the stage's output is committed (what messages name).
     `scratch` holds the searches' working folders; `resume` restores interrupted ones found there.
-    Returns the manifest's fields."""
+    `name`: the search's tracked run. Returns the manifest's fields."""
     metric = tune_metric(config)
     for key in searched_overrides(config):
         log.warning(
@@ -84,16 +88,22 @@ def search_task(config: Config, out: str, final: str, scratch: str, resume: bool
     for arm, (arm_config, sub) in arms.items():
         arm_out = join(out, sub) if sub else out
         arm_storage = join(storage, arm) if arm != "pretrained" else storage
-        rows = run_search(arm_config, data_ref, arm_storage, metric, resume=resume)
-        best = results.pick_best(rows, metric)
-        export_checkpoint(best["_checkpoint"], join(arm_out, "best"), arm_out)
-        best_json = results.best_json(best, metric, task.label_names, task.eval_examples)
-        if arm == "pretrained" and extra:
-            best_json["extra_evals"] = evaluate_extra(arm_config, best["_checkpoint"], extra, arm_out)
-        if config.tune.repeats:
-            best_json["repeats"] = repeat_best(arm_config, data_ref, arm_storage, metric, best, resume)
-        write_text(join(arm_out, "best.json"), json.dumps(best_json, indent=2) + "\n")
-        write_text(join(arm_out, "trials.csv"), results.trials_csv(rows))
+        label = f"{name} ({arm} init)" if sub else name
+        params = flat_params({"finetune": config_to_dict(arm_config.finetune), "tune": config_to_dict(arm_config.tune)})
+        with start_tracking(arm_config, "finetune", label, params, arm_out, arm_out if resume else None) as tracked:
+            search = tracked.search(label)
+            rows = run_search(arm_config, data_ref, arm_storage, metric, resume=resume, tracking=search)
+            best = results.pick_best(rows, metric)
+            export_checkpoint(best["_checkpoint"], join(arm_out, "best"), arm_out)
+            best_json = results.best_json(best, metric, task.label_names, task.eval_examples)
+            if arm == "pretrained" and extra:
+                best_json["extra_evals"] = evaluate_extra(arm_config, best["_checkpoint"], extra, arm_out)
+            if config.tune.repeats:
+                best_json["repeats"] = repeat_best(arm_config, data_ref, arm_storage, metric, best, resume, search)
+            write_text(join(arm_out, "best.json"), json.dumps(best_json, indent=2) + "\n")
+            write_text(join(arm_out, "trials.csv"), results.trials_csv(rows))
+            tracked.driver.log_metrics(scalars(best_json["metrics"], "best/"), best_json["epoch"])
+            tracked.log_folder(join(arm_out, "best"), "best")
         print(results.summary_text(rows, best, metric, join(final, sub) if sub else final), flush=True)
         fields[arm] = {
             "best": {k: best_json[k] for k in ("trial_id", "epoch", "value")},
@@ -168,7 +178,7 @@ def build_finetune(run: StageRun) -> dict:
                 delete_tree(out)
             fields = {
                 "fingerprint": fingerprint,
-                **search_task(config, out, current, join(run.scratch, "tasks", name), run.resumed),
+                **search_task(config, out, current, join(run.scratch, "tasks", name), run.resumed, f"finetune {name}"),
             }
             write_text(join(out, UNIT_MANIFEST), json.dumps(fields, indent=2) + "\n")
         summary[name] = fields

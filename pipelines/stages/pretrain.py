@@ -27,14 +27,17 @@ import torch
 from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from ..config import config_to_dict
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..storage import arrow_filesystem, exists, join, path_inside
+from ..tracking import flat_params
 from ..train.input import ordered_batches
 from ..train.loader import TrainSplit
 from ..train.loop import StartPoint, pretrain_loop
 from ..train.plan import PretrainPlan, manifest_fields
 from .pretrain_plan import check_resolved, continuation, plan_pretraining
 from .ray_runtime import gpu_capacity, init_ray
+from .stage_tracking import start_tracking
 
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
 # Ray 2.60 fills the dashboard's Train view (runs, attempts, resizes, workers, their logs) only with this set.
@@ -107,6 +110,11 @@ def build_pretrain(run: StageRun) -> dict:
     plan = plan_pretraining(config, out_dir, gpu_capacity())
     plan = dataclasses.replace(plan, initial_checkpoint=continuation(run))
     check_resolved(run, plan)
+    # the runs to go on with: the unfinished build's, or those of the complete output this run continues
+    previous = out_dir if run.resumed else run.current if plan.initial_checkpoint else None
+    params = flat_params({k: config_to_dict(getattr(config, k)) for k in ("corpus", "vocab", "data", "model", "train")})
+    tracking = start_tracking(config, "pretrain", "pretrain", params, out_dir, previous)
+    plan = dataclasses.replace(plan, tracking=tracking.plan)
     if run.resumed:
         print(f"pretrain: resuming the unfinished run in {out_dir}", flush=True)
     os.environ.setdefault(STATE_TRACKING_ENV, "1")
@@ -147,6 +155,7 @@ def build_pretrain(run: StageRun) -> dict:
     try:
         result = trainer.fit()
     except ray.train.TrainingFailedError as e:
+        tracking.close(failed=True)
         raise RuntimeError(
             f"pretraining failed (after train.max_failures={train.max_failures} restarts; a re-run "
             f"resumes from the latest checkpoint in {join(out_dir, CHECKPOINTS)}): {e}"
@@ -157,11 +166,15 @@ def build_pretrain(run: StageRun) -> dict:
     fields = manifest_fields(
         plan, config, path_inside(out_dir, scheme + result.checkpoint.path) if result.checkpoint else None
     )
+    sop = fields["eval"]["sop_accuracy"]  # None without a sentence objective
     print(
-        f"pretrain: validation mlm_accuracy {fields['eval']['mlm_accuracy']:.3f}, sop_accuracy "
-        f"{fields['eval']['sop_accuracy']:.3f}; model in {join(run.current, 'hf')}",
+        f"pretrain: validation mlm_accuracy {fields['eval']['mlm_accuracy']:.3f}, "
+        + (f"sop_accuracy {sop:.3f}" if sop is not None else "no sentence objective")
+        + f"; model in {join(run.current, 'hf')}",
         flush=True,
     )
+    tracking.log_folder(join(out_dir, "hf"), "hf")
+    tracking.close()
     return fields
 
 

@@ -63,16 +63,17 @@ def plan_pretraining(config: Config, out_dir: str, gpus: tuple[int, int | None])
             f"{stage_dir(config, 'vocab')}/spiece.model ({vocab['sha256']}): rerun the data stage"
         )
     dynamic = data["masking"]["mode"] == "dynamic"
-    check_schema(join(data_dir, "train"), dynamic)
+    written = data["config"]["data"]  # what the examples were made with: they decide the objective
+    objective = written.get("sentence_objective", "sop")
+    check_schema(join(data_dir, "train"), dynamic, objective != "none")
     if n_validation:
-        check_schema(join(data_dir, "validation"), dynamic)
+        check_schema(join(data_dir, "validation"), dynamic, objective != "none")
     albert = albert_config_of(config, vocab["vocab_size"])
     if albert.vocab_size != vocab["vocab_size"]:
         raise BadInput(
             f"train.init_from={config.train.init_from}: vocab_size {albert.vocab_size} differs from "
             f"the vocabulary's {vocab['vocab_size']} pieces"
         )
-    written = data["config"]["data"]  # what the examples were made with
     if written["max_seq_length"] > albert.max_position_embeddings:
         raise BadInput(
             f"data.max_seq_length={written['max_seq_length']} of {data_dir} exceeds "
@@ -111,6 +112,7 @@ def plan_pretraining(config: Config, out_dir: str, gpus: tuple[int, int | None])
         data_dir=data_dir,
         out_dir=out_dir,
         spiece_model=join(stage_dir(config, "vocab"), "spiece.model"),
+        sentence_objective=objective,
     )
 
 

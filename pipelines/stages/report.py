@@ -33,6 +33,7 @@ from ..storage import (
     write_text,
 )
 from ..train.health import HEALTH_EVENTS
+from .stage_tracking import start_tracking
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +116,10 @@ def build_report(run: StageRun) -> dict:
     manifests = {name: read_manifest(config, name) for name in STAGES if name != "report"}
     pretrain_dir = stage_dir(config, "pretrain")
     train, validation, events = read_metrics(join(pretrain_dir, "metrics.jsonl"))
+    objective = markdown.sentence_objective(manifests["data"], config.data.sentence_objective)
     figures = []
     if train:
-        write_bytes(run.path(CURVES_PNG), pretraining_curves(train, validation, events))
+        write_bytes(run.path(CURVES_PNG), pretraining_curves(train, validation, events, objective))
         figures.append(CURVES_PNG)
     transitions, examples = compute_figure1(config) if manifests["pretrain"] else ([], 0)
     if transitions:
@@ -138,6 +140,7 @@ def build_report(run: StageRun) -> dict:
             train,
             read_json(join(pretrain_dir, "eval.json")),
             CURVES_PNG if CURVES_PNG in figures else None,
+            objective,
         ),
         markdown.health_section(manifests["pretrain"], events),
         markdown.figure1_section(transitions, FIGURE1_PNG if transitions else None, examples),
@@ -153,6 +156,8 @@ def build_report(run: StageRun) -> dict:
     ]
     write_text(run.path(REPORT), "\n\n".join(sections) + "\n")
     log.info("report in %s", join(run.current, REPORT))
+    with start_tracking(config, "report", "report", {}, run.out) as tracked:  # MLflow only: report.md, figures
+        tracked.log_files([run.path(REPORT), *(run.path(f) for f in figures)], "report")
     return {
         "report": join(run.current, REPORT),
         "figures": figures,

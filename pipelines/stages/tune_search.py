@@ -25,6 +25,7 @@ import ray.train.torch
 import ray.tune
 import torch
 from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
+from ray.tune.result import AUTO_RESULT_KEYS
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -32,6 +33,8 @@ from ..config import Config, FinetuneSection, TuneSection
 from ..finetuning import results
 from ..finetuning.trial import EXPORT_SKIPS, PREDICTIONS, TrialData, fit_trial, materialize, trial_finetune
 from ..storage import arrow_filesystem, join, write_bytes
+from ..tracking import Trackers, new_switches, scalars
+from ..tracking.search import SearchTracking, open_trial
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +232,36 @@ def upload_files(local: str, target: str) -> None:
                 write_bytes(join(target, name), f.read())
 
 
+class TrialTracking(ray.tune.Callback):
+    """Each trial's epochs to its trackers (pipelines/tracking/search.py), in the search's driver: a
+    trial's runs open at its first result and end with it."""
+
+    def __init__(self, search: SearchTracking, restored: bool = False):
+        self.search, self.restored = search, restored
+        self.trials: dict[str, Trackers] = {}
+        self.switches = new_switches()  # shared by the trials: a failing backend warns once per search
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"search": self.search}  # Tune pickles its RunConfig with the search; open runs stay here
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Tune unpickles a search's callbacks only to restore it: its trials may have runs already
+        self.__init__(state["search"], restored=True)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        if trial.trial_id not in self.trials:
+            params = {k: v.item() if hasattr(v, "item") else v for k, v in trial.config.items()}
+            self.trials[trial.trial_id] = open_trial(self.search, trial.trial_id, params, self.switches, self.restored)
+        metrics = scalars(result, skip=(*AUTO_RESULT_KEYS, "epoch"))
+        self.trials[trial.trial_id].log_metrics(metrics, int(result.get("epoch", result["training_iteration"])))
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        self.trials.pop(trial.trial_id, Trackers()).close()
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        self.trials.pop(trial.trial_id, Trackers()).close(failed=True)
+
+
 def run_search(
     config: Config,
     data_ref: ray.ObjectRef,
@@ -238,11 +271,13 @@ def run_search(
     space: dict[str, Any] | None = None,
     num_samples: int | None = None,
     resume: bool = False,
+    tracking: SearchTracking | None = None,
 ) -> list[dict[str, Any]]:
     """A Ray Tune search in `storage`/`name`: tune.space drawn tune.num_samples times (or the given
     space and count, without early stopping: the repeats); one row per trial (results.py). With
     `resume`, an interrupted search found there is restored: its finished trials are kept, not
-    rerun, and its unfinished ones continue from their last checkpoint."""
+    rerun, and its unfinished ones continue from their last checkpoint. `tracking`: each trial's
+    epochs to its trackers (a restored search keeps the tracking it began with)."""
     tc = config.tune
     trainable = build_trainable(config, data_ref, storage, metric)
     experiment = join(storage, name)
@@ -284,6 +319,7 @@ def run_search(
                 checkpoint_config=ray.tune.CheckpointConfig(
                     num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"
                 ),
+                callbacks=[TrialTracking(tracking)] if tracking is not None else None,
             ),
         )
     return results.summarize_trials(
@@ -304,7 +340,13 @@ def export_checkpoint(checkpoint: ray.train.Checkpoint, model_dir: str, predicti
 
 
 def repeat_best(
-    config: Config, data_ref: ray.ObjectRef, storage: str, metric: str, best: dict[str, Any], resume: bool
+    config: Config,
+    data_ref: ray.ObjectRef,
+    storage: str,
+    metric: str,
+    best: dict[str, Any],
+    resume: bool,
+    tracking: SearchTracking | None = None,
 ) -> dict[str, Any]:
     """The best configuration trained again with tune.repeats other seeds: each run's best epoch, and
     the metric's mean and standard deviation over the best trial and the repeats."""
@@ -314,7 +356,9 @@ def repeat_best(
         **{key: getattr(base, key.partition(".")[2]) for key in config.tune.space},
         "finetune.seed": ray.tune.grid_search(seeds),
     }
-    rows = run_search(config, data_ref, storage, metric, name="repeats", space=space, num_samples=1, resume=resume)
+    rows = run_search(
+        config, data_ref, storage, metric, name="repeats", space=space, num_samples=1, resume=resume, tracking=tracking
+    )
     runs = [{"seed": base.seed, "value": best[metric], "trial_id": best["trial_id"]}]
     for row in sorted(rows, key=lambda r: r["_finetune"].seed):
         if metric not in row:

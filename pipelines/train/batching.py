@@ -2,7 +2,8 @@
 
 Batch keys are transformers' (`input_ids`, `token_type_ids`, `attention_mask`) plus the MLM
 targets at fixed width `max_predictions_per_seq` (`masked_positions`, `masked_lm_ids`,
-`masked_lm_weights`, weight 0 on padding) and `sentence_order_label`.
+`masked_lm_weights`, weight 0 on padding) and `sentence_order_label` (SOP or NSP; absent where the
+data has no sentence objective).
 """
 
 from __future__ import annotations
@@ -66,12 +67,14 @@ def collate(
         token_type_ids[i, :length] = rows["token_type_ids"][i]
         attention_mask[i, :length] = 1
         positions[i, :p], labels[i, :p], weights[i, :p] = positions_list[i], labels_list[i], 1.0
-    return {
+    batch = {
         "input_ids": torch.from_numpy(input_ids),
         "token_type_ids": torch.from_numpy(token_type_ids),
         "attention_mask": torch.from_numpy(attention_mask),
         "masked_positions": torch.from_numpy(positions),
         "masked_lm_ids": torch.from_numpy(labels),
         "masked_lm_weights": torch.from_numpy(weights),
-        "sentence_order_label": torch.as_tensor(np.asarray(rows["sentence_order_label"], dtype=np.int64)),
     }
+    if "sentence_order_label" in rows:
+        batch["sentence_order_label"] = torch.as_tensor(np.asarray(rows["sentence_order_label"], dtype=np.int64))
+    return batch

@@ -10,13 +10,23 @@ from albert_model.hf import load_hf_pretrained
 from .groups import parameter_groups
 
 
-def build_model(config: AlbertConfig, init_from: str | None, seed: int) -> AlbertForPreTraining:
+def build_model(
+    config: AlbertConfig, init_from: str | None, seed: int, sentence_objective: bool = True
+) -> AlbertForPreTraining:
     """Random weights from `seed` (the same on every rank), or a transformers ALBERT directory's
-    architecture and weights for continued pretraining (heads it lacks start fresh)."""
+    architecture and weights for continued pretraining (heads it lacks start fresh). Without a
+    `sentence_objective` (data.sentence_objective=none) the sentence head and the pooler, which only
+    that head reads, are frozen: they stay as they start, out of the optimizer and its checkpoints."""
     torch.manual_seed(seed)
-    if init_from is None:
-        return AlbertForPreTraining(config)
-    return load_hf_pretrained(init_from, AlbertForPreTraining, strict=False)
+    model = (
+        AlbertForPreTraining(config)
+        if init_from is None
+        else load_hf_pretrained(init_from, AlbertForPreTraining, strict=False)
+    )
+    if not sentence_objective:
+        for module in (model.sop_classifier, model.albert.pooler):
+            module.requires_grad_(False)
+    return model
 
 
 def build_optimizer(model: torch.nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:

@@ -215,7 +215,7 @@ class HealthMonitor:
                         ),
                     }
                 )
-            elif abs(result["sop_loss"] - math.log(2)) < 0.01:
+            elif result.get("sop_loss") is not None and abs(result["sop_loss"] - math.log(2)) < 0.01:
                 events.append(
                     {
                         "event": "note",

@@ -21,6 +21,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import init_device_mesh
 
 from ..storage import join, write_text
+from ..tracking import Trackers, open_trackers, pretrain_scalars
 from .build import build_model, build_optimizer
 from .checkpoint import (
     Snapshot,
@@ -34,7 +35,7 @@ from .export import export
 from .health import APPLY, Action, HealthMonitor, StepCheck, Verdict, describe
 from .input import SliceReader
 from .loader import BatchSource, TrainSplit, loader_batches, mean_width, to_device
-from .metrics import MetricsWindow, peak_flops, progress_line
+from .metrics import MetricsWindow, peak_flops, progress_line, validation_line
 from .parallel import apply_ac, apply_compile, apply_fsdp
 from .plan import METRICS, PretrainPlan, read_metrics
 from .schedule import build_scheduler
@@ -81,7 +82,7 @@ def build_training(plan: PretrainPlan, world: int, device: torch.device):
     how this project computes in bf16. Checkpoints are the same DCP layout either way, so a run
     resumes on any number of ranks."""
     train = plan.train
-    model = build_model(plan.albert, train.init_from, train.seed).to(device)
+    model = build_model(plan.albert, train.init_from, train.seed, plan.sentence_objective != "none").to(device)
     if train.activation_checkpointing:
         apply_ac(model)
     if train.compile:
@@ -123,6 +124,8 @@ class Parts:
     """Loader processes: 0 (a thread) or 1."""
     reader: SliceReader | None
     """A thread's reader, reused across rollbacks (the footers read once); a process makes its own."""
+    trackers: Trackers
+    """Rank 0's experiment trackers (none elsewhere, or with tracking off)."""
 
     @property
     def deferred(self) -> bool:
@@ -147,6 +150,8 @@ class LoopState:
     """The latest checkpoint's state in memory: where a rollback goes (training health only)."""
     started: float
     queued: list[QueuedStep] = field(default_factory=list)
+    tracked: int = 0
+    """How many of `records` the trackers have had."""
 
 
 def resume(io: LoopIO, model, optimizer, scheduler, rank: int, world: int, max_steps: int) -> tuple[int, dict, dict]:
@@ -240,12 +245,7 @@ def validate(parts: Parts, state: LoopState, final: bool = False) -> tuple[dict,
     result, step = parts.validation.run(parts.model, parts.device), state.step
     state.records.append({"step": step, "split": "validation", **result, **({"final": True} if final else {})})
     if parts.rank == 0:
-        print(
-            f"pretrain: step {step} validation: mlm_acc {result['mlm_accuracy']:.3f} "
-            f"sop_acc {result['sop_accuracy']:.3f} mlm_loss {result['mlm_loss']:.3f} "
-            f"sop_loss {result['sop_loss']:.3f}",
-            flush=True,
-        )
+        print(f"pretrain: {validation_line(step, result)}", flush=True)
     if parts.health is None:
         return result, APPLY
     action, events = parts.health.check_validation(step, result, parts.validation.baseline)
@@ -297,9 +297,12 @@ def save(parts: Parts, state: LoopState, report: dict) -> Snapshot | None:
 
 
 def write_metrics(parts: Parts, state: LoopState) -> None:
-    """Rank 0: metrics.jsonl, rewritten whole."""
+    """Rank 0: metrics.jsonl, rewritten whole, and its new lines to the trackers."""
     if parts.rank == 0:
         write_text(join(parts.plan.out_dir, METRICS), "".join(json.dumps(r) + "\n" for r in state.records))
+        for record in state.records[state.tracked :]:
+            parts.trackers.log_metrics(pretrain_scalars(record), record["step"])
+        state.tracked = len(state.records)
 
 
 def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.device, io: LoopIO) -> None:
@@ -323,11 +326,15 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
     )  # fmt: skip
     processes = train.loader_processes if train.loader_processes is not None else int(device.type == "cuda")
     reader = source.reader() if processes == 0 and step < train.max_steps else None
+    # a resumed run's trackers go on from its checkpoint's step (TensorBoard hides the redone steps' old events)
+    tracking = plan.tracking if rank == 0 else None
+    trackers = open_trackers(tracking, purge_step=step + 1 if step else None) if tracking else Trackers()
     parts = Parts(
-        plan, rank, world, device, io, model, optimizer, scheduler, health, validation, source, processes, reader
-    )
+        plan, rank, world, device, io, model, optimizer, scheduler, health, validation, source, processes, reader,
+        trackers,
+    )  # fmt: skip
     batches = batches_from(parts, step) if step < train.max_steps else None
-    state = LoopState(step, records, window, batches, snapshot, started)
+    state = LoopState(step, records, window, batches, snapshot, started, tracked=len(records))
 
     while state.step < train.max_steps:
         verdict, report = train_and_check(parts, state), {}
@@ -354,6 +361,7 @@ def pretrain_loop(plan: PretrainPlan, rank: int, world: int, device: torch.devic
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
         export(plan, full, {"step": state.step, **final})
+    trackers.close()  # on an error the driver ends the MLflow run; W&B ends its own at exit
 
 
 __all__ = [

@@ -71,7 +71,8 @@ class MetricsWindow:
         tokens_per_s = tokens / seconds
 
         def mean(key: str) -> float | None:
-            return sum(getattr(m, key) for m in steps) / n if n else None
+            values = [getattr(m, key) for m in steps]
+            return sum(values) / n if n and None not in values else None
 
         return {
             "step": step,
@@ -96,11 +97,13 @@ def evaluate(model: torch.nn.Module, micro_batches: Iterable[dict[str, torch.Ten
     model.eval()
     sums = torch.zeros(6, dtype=torch.float64, device=device)  # mlm_ce, sop_ce, mlm_correct, mlm_weight,
     # sop_correct, sequences: summed on the device (NCCL reduces no host tensors), read once at the end
+    sentence = True  # every batch has sentence labels, or none does (data.sentence_objective=none)
     for mb in micro_batches:
         mb = {k: v.to(device) for k, v in mb.items()}
+        sentence = "sentence_order_label" in mb
         out = model(mb["input_ids"], mb["token_type_ids"], mb["attention_mask"], mb["masked_positions"])
         s = pretraining_sums(
-            out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb["sentence_order_label"]
+            out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb.get("sentence_order_label")
         )
         sequences = s.sop_ce.new_full((), float(len(mb["input_ids"])))
         sums += torch.stack([s.mlm_ce, s.sop_ce, s.mlm_correct, s.mlm_weight, s.sop_correct, sequences]).double()
@@ -114,10 +117,19 @@ def evaluate(model: torch.nn.Module, micro_batches: Iterable[dict[str, torch.Ten
     return {
         "mlm_loss": mlm_ce / (mlm_weight + 1e-5),
         "mlm_accuracy": mlm_correct / max(mlm_weight, 1.0),
-        "sop_loss": sop_ce / sequences,
-        "sop_accuracy": sop_correct / sequences,
+        "sop_loss": sop_ce / sequences if sentence else None,
+        "sop_accuracy": sop_correct / sequences if sentence else None,
         "sequences": int(sequences),
     }
+
+
+def validation_line(step: int, result: dict) -> str:
+    """A validation pass's log line."""
+    sop = f" sop_acc {result['sop_accuracy']:.3f}" if result.get("sop_accuracy") is not None else ""
+    sop_loss = f" sop_loss {result['sop_loss']:.3f}" if result.get("sop_loss") is not None else ""
+    return (
+        f"step {step} validation: mlm_acc {result['mlm_accuracy']:.3f}{sop} mlm_loss {result['mlm_loss']:.3f}{sop_loss}"
+    )
 
 
 def progress_line(record: dict, max_steps: int, elapsed: float) -> str:
@@ -128,9 +140,11 @@ def progress_line(record: dict, max_steps: int, elapsed: float) -> str:
     if record["mlm_loss"] is None:
         losses = f"every step skipped ({skipped})"
     else:
+        sop = f" sop_acc {record['sop_accuracy']:.3f}" if record.get("sop_accuracy") is not None else ""
         losses = (
-            f"loss {record['mlm_loss'] + record['sop_loss']:.3f} mlm_acc {record['mlm_accuracy']:.3f} "
-            f"sop_acc {record['sop_accuracy']:.3f}" + (f" skipped {skipped}" if skipped else "")
+            f"loss {record['mlm_loss'] + (record.get('sop_loss') or 0.0):.3f} mlm_acc {record['mlm_accuracy']:.3f}"
+            + sop
+            + (f" skipped {skipped}" if skipped else "")
         )
     return (
         f"step {step}/{max_steps} ({step / max_steps:.0%}) {losses} lr {record['lr']:.2e} "

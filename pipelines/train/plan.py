@@ -17,6 +17,7 @@ from ..prep.masking import MaskingSpec
 from ..prep.process import example_schema
 from ..storage import join, read_json, read_jsonl
 from ..storage.models import read_model_config
+from ..tracking import TrackingPlan
 from .input import split_files
 
 METRICS = "metrics.jsonl"
@@ -46,6 +47,10 @@ class PretrainPlan:
     """The vocabulary, copied into the export (None: an export without a tokenizer)."""
     initial_checkpoint: str | None = None
     """The complete output's checkpoint that a raised train.max_steps continues from."""
+    tracking: TrackingPlan | None = None
+    """The run's trackers, which rank 0 opens and logs metrics.jsonl's lines to; None: tracking off."""
+    sentence_objective: str = "sop"
+    """The data's data.sentence_objective: sop or nsp train the sentence head, none leaves it untrained."""
 
 
 def albert_config_of(config: Config, vocab_size: int) -> AlbertConfig:
@@ -55,12 +60,13 @@ def albert_config_of(config: Config, vocab_size: int) -> AlbertConfig:
     return AlbertConfig.from_hf_dict(read_model_config(config.train.init_from, "train.init_from"))
 
 
-def check_schema(split_dir: str, dynamic: bool) -> None:
-    """The first parquet file of a split has the data stage's columns and types."""
+def check_schema(split_dir: str, dynamic: bool, labelled: bool = True) -> None:
+    """The first parquet file of a split has the data stage's columns and types (`labelled`: with
+    the sentence objective's label)."""
     fs, files = split_files(split_dir)
     with fs.open_input_file(files[0]) as f:
         schema = pq.read_schema(f)
-    for expected in example_schema(dynamic):
+    for expected in example_schema(dynamic, labelled):
         if expected.name not in schema.names:
             raise BadInput(
                 f"{files[0]}: column {expected.name!r} missing (found {schema.names}); "
@@ -104,6 +110,7 @@ def manifest_fields(plan: PretrainPlan, config: Config, checkpoint: str | None) 
         "num_workers": train.num_workers,
         "use_gpu": plan.use_gpu,
         "precision": plan.precision,
+        "sentence_objective": plan.sentence_objective,
         "model": dataclasses.asdict(plan.albert),
         "eval": read_json(join(plan.out_dir, "eval.json")),
         "checkpoint": checkpoint,

@@ -28,9 +28,9 @@ from .lamb import Lamb
 class StepMetrics:
     loss: float
     mlm_loss: float
-    sop_loss: float
+    sop_loss: float | None  # None without a sentence objective (data.sentence_objective=none)
     mlm_accuracy: float
-    sop_accuracy: float
+    sop_accuracy: float | None
     grad_norm: float
     lr: float
     sequences: int
@@ -44,8 +44,9 @@ class PendingMetrics:
     alone: a plain read (`.tolist()`) would queue behind every kernel already queued, the next
     step's too, and so wait for the device to run out of work."""
 
-    def __init__(self, values: torch.Tensor, lr: float):
-        self.values, self.lr = values, lr
+    def __init__(self, values: torch.Tensor, lr: float, sentence: bool = True):
+        """`sentence`: the batches had sentence labels (else the SOP figures are None)."""
+        self.values, self.lr, self.sentence = values, lr, sentence
         self.read: StepMetrics | None = None
         self._host, self._copied = values, None
         if values.is_cuda:
@@ -69,9 +70,9 @@ class PendingMetrics:
         return StepMetrics(
             loss=mlm_loss + sop_loss,
             mlm_loss=mlm_loss,
-            sop_loss=sop_loss,
+            sop_loss=sop_loss if self.sentence else None,
             mlm_accuracy=mlm_correct / max(mlm_weight, 1.0),
-            sop_accuracy=sop_correct / sequences,
+            sop_accuracy=sop_correct / sequences if self.sentence else None,
             grad_norm=norm,
             lr=self.lr,
             sequences=int(sequences),
@@ -158,7 +159,7 @@ def train_step(
         _set_gradient_sync(model, i == len(micro_batches) - 1)
         out = model(mb["input_ids"], mb["token_type_ids"], mb["attention_mask"], mb["masked_positions"])
         s = pretraining_sums(
-            out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb["sentence_order_label"]
+            out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb.get("sentence_order_label")
         )
         mlm_ce, sop_ce = s.mlm_ce, s.sop_ce
         loss = mlm_ce / mlm_weight + sop_ce / sequences
@@ -168,7 +169,8 @@ def train_step(
     grad_norm = clip_gradients(model.parameters(), max_grad_norm)
     lr = optimizer.param_groups[0]["lr"]
     summed = all_reduce_sum(torch.stack(sums).sum(0))
-    pending = PendingMetrics(torch.cat([summed, totals, grad_norm.detach().double().reshape(1)]), lr)
+    sentence = "sentence_order_label" in micro_batches[0]
+    pending = PendingMetrics(torch.cat([summed, totals, grad_norm.detach().double().reshape(1)]), lr, sentence)
     if check is not None:
         if check(pending.get()):
             optimizer.step()

@@ -60,6 +60,12 @@ EXPECTED_SETTINGS = {
     "tune.resources_per_trial": "resources",
     "predict.batch_size": "batching",
     "predict.workers": "parallelism",
+    "tracking.tensorboard": "experiment tracking",
+    "tracking.mlflow_uri": "experiment tracking",
+    "tracking.mlflow_experiment": "experiment tracking",
+    "tracking.wandb": "experiment tracking",
+    "tracking.wandb_project": "experiment tracking",
+    "tracking.wandb_mode": "experiment tracking",
 }
 
 

@@ -179,16 +179,17 @@ def business_run(ray_session, business_vocab, tmp_path_factory):
 
 
 def test_same_seed_same_examples_whatever_the_workers(business_run, business_vocab, tmp_path):
+    """One data worker against the module's run on as many as the session has CPUs (4), and another
+    seed on 2."""
     common = [f"corpus.paths=[{BUSINESS}]", f"vocab.model={business_vocab}"]
     one = str(tmp_path / "one")
-    two = str(tmp_path / "two")
     other = str(tmp_path / "other")
     run_data(configure(one, *common, "data.num_workers=1"))
-    run_data(configure(two, *common, "data.num_workers=2"))
     run_data(configure(other, *common, "data.num_workers=2", "data.seed=7"))
-    a, b, c = read_split(one, "train"), read_split(two, "train"), read_split(other, "train")
-    assert a.num_rows > 1000 and a.equals(b) and a.equals(read_split(business_run, "train"))
-    assert read_split(one, "validation").equals(read_split(two, "validation"))
+    assert manifest(business_run)["num_workers"] == 4
+    a, b, c = read_split(one, "train"), read_split(business_run, "train"), read_split(other, "train")
+    assert a.num_rows > 1000 and a.equals(b)
+    assert read_split(one, "validation").equals(read_split(business_run, "validation"))
     assert a["masked_lm_positions"] != c["masked_lm_positions"]
     assert pc.count_distinct(a["example_id"]).as_py() == a.num_rows
 
@@ -320,11 +321,40 @@ def test_killed_run_restarts_to_complete_duplicate_free_output(ray_session, busi
     assert not staging.exists()
 
 
-def test_dynamic_masking_stores_unmasked_ids_and_word_starts(ray_session, business_vocab, tmp_path):
+def test_dynamic_masking_stores_unmasked_ids_and_nsp_draws_negatives_from_other_documents(
+    ray_session, business_vocab, tmp_path
+):
     run = str(tmp_path / "run")
-    run_data(configure(run, f"corpus.paths=[{BUSINESS}]", f"vocab.model={business_vocab}", "data.masking=dynamic"))
+    overrides = ["data.masking=dynamic", "data.sentence_objective=nsp", "data.nsp_pool_documents=100"]
+    run_data(configure(run, f"corpus.paths=[{BUSINESS}]", f"vocab.model={business_vocab}", *overrides))
     table = read_split(run, "train")
     assert "word_starts" in table.column_names
     row = table.slice(0, 1).to_pylist()[0]
     assert row["masked_lm_positions"] == [] and MASK_ID not in row["input_ids"]
     assert len(row["word_starts"]) == len(row["input_ids"]) and any(row["word_starts"])
+
+    data = manifest(run)
+    assert data["sentence_objective"] == "nsp" and data["nsp_pool"]["train"]["documents"] == 100
+    assert 0 < data["nsp_pool"]["validation"]["documents"] <= 100
+    assert abs(data["statistics"]["random_next_share"] - 0.5) < 0.03 and "swapped_share" not in data["statistics"]
+    # Token level, the ids unmasked: A is a run of its own document's tokens; B follows it there
+    # (label 0), or is a run of another document's tokens and not of its own (label 1).
+    sp = spm.SentencePieceProcessor(model_file=business_vocab)
+    documents = {
+        f.source: np.concatenate([sp.encode(normalize_text(s)) for s in split_sentences(doc.text)])
+        for f in list_inputs([BUSINESS], "auto")
+        for doc in read_documents(f)
+        if isinstance(doc, Document)
+    }
+    for row in random.Random(2).sample(table.to_pylist(), 200):
+        own = documents[row["example_id"].rpartition(":")[0]]
+        ids = np.array(row["input_ids"])
+        sep = np.flatnonzero(ids == 3)
+        a, b = ids[1 : sep[0]], ids[sep[0] + 1 : sep[1]]
+        at_a, at_b = find_tokens(own, a), find_tokens(own, b)
+        assert len(at_a), row["example_id"]
+        if row["sentence_order_label"] == 0:
+            assert smallest_gap(at_a, len(a), at_b) < smallest_gap(at_b, len(b), at_a), row["example_id"]
+        else:
+            assert len(b) < 8 or not len(at_b), row["example_id"]
+            assert any(len(find_tokens(other, b)) for other in documents.values() if other is not own)

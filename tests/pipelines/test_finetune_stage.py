@@ -1,5 +1,6 @@
 """The fine-tuning stage: a Ray Tune search with ASHA on the embedded BBC task, the exported best
-model in transformers, a multi-worker (Ray Train DDP) trial, and the stage's fingerprint."""
+model in transformers, its trials tracked in TensorBoard and MLflow, a multi-worker (Ray Train DDP)
+trial, and the stage's fingerprint."""
 
 import csv
 import json
@@ -14,6 +15,8 @@ import torch
 from pipelines.config import load_config
 from pipelines.finetuning.task import load_task
 from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
+
+from .tracking.reading import mlflow_artifact, mlflow_artifact_names, mlflow_history, mlflow_runs, tensorboard_scalars
 
 
 def test_a_given_pretrained_directory_is_fingerprinted_without_a_pretrain_manifest(tiny_pretrained, tmp_path):
@@ -70,7 +73,7 @@ def transformers_metric(best_dir, config, max_length):
 
 @pytest.mark.slow
 def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
-    ray_session, tiny_pretrained, tmp_path, capsys
+    ray_session, tiny_pretrained, tmp_path, capsys, mlflow_server
 ):
     from pipelines.stages.finetune import run_finetune
 
@@ -85,6 +88,9 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
         "tune.reduction_factor=2",
         "tune.grace_period=1",
         "tune.space={finetune.lr: [0.00001, 0.001], finetune.batch_size: [8], finetune.epochs: 3}",
+        "tracking.tensorboard=true",
+        f"tracking.mlflow_uri={mlflow_server}",
+        "tracking.mlflow_experiment=asha",
     ]
     config = load_config(overrides=overrides)
     out = run_finetune(config)
@@ -95,6 +101,8 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
         "config.yaml",
         "manifest.json",
         "predictions.jsonl",
+        "tensorboard",
+        "tracking.json",
         "trials.csv",
     ]
     trials = list(csv.DictReader(Path(out, "trials.csv").read_text().splitlines()))
@@ -138,8 +146,35 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
     ]
     assert abs(transformers_metric(f"{out}/best", config, 32) - best["value"]) <= 0.005
 
+    check_tracked_search(mlflow_server, out, trials, best)
+
     assert run_finetune(config) == out  # up to date: nothing to do
     assert "up to date" in capsys.readouterr().out
+
+
+def check_tracked_search(mlflow_server, out, trials, best):
+    """Issue #31: a run for the search (the finetune and tune sections as params, the best model as
+    artifacts) with a child run per trial (its hyperparameters as params, its metrics by epoch, equal
+    to trials.csv at its best epoch), and each trial's event files, read back with TensorBoard's reader."""
+    runs = mlflow_runs(mlflow_server, "asha")
+    search = runs.pop("finetune")
+    assert search.info.status == "FINISHED" and search.data.params["tune.num_samples"] == "4"
+    assert search.data.metrics["best/accuracy"] == best["value"]
+    assert mlflow_artifact_names(mlflow_server, search.info.run_id, "best") == sorted(os.listdir(f"{out}/best"))
+    weights = mlflow_artifact(mlflow_server, search.info.run_id, "best/model.safetensors")
+    assert weights == Path(out, "best", "model.safetensors").read_bytes()
+    assert sorted(runs) == sorted(f"trial {t['trial_id']}" for t in trials)
+    assert sorted(os.listdir(f"{out}/tensorboard")) == sorted(t["trial_id"] for t in trials)
+    for t in trials:
+        run = runs[f"trial {t['trial_id']}"]
+        assert run.info.status == "FINISHED" and run.data.tags["mlflow.parentRunId"] == search.info.run_id
+        assert run.data.params == {"finetune.lr": t["finetune.lr"], "finetune.batch_size": "8", "finetune.epochs": "3"}
+        accuracy = mlflow_history(mlflow_server, run.info.run_id, "accuracy")
+        assert sorted(accuracy) == list(range(1, int(t["epochs_run"]) + 1))
+        assert accuracy[int(t["best_epoch"])] == float(t["accuracy"])
+        events = tensorboard_scalars(Path(out, "tensorboard", t["trial_id"]), "accuracy")
+        assert events == [(epoch, pytest.approx(value)) for epoch, value in sorted(accuracy.items())]
+        assert set(mlflow_history(mlflow_server, run.info.run_id, "train_loss")) == set(accuracy)
 
 
 @pytest.mark.slow

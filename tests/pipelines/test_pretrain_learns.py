@@ -42,10 +42,13 @@ FINETUNE_BUDGET = [
 
 
 @pytest.fixture(scope="module")
-def pretrained_run(embedded_run, tmp_path_factory):
-    """The recipe's pretraining, on a copy of the session's vocabulary and examples of the recipe."""
+def pretrained_run(embedded_run, tmp_path_factory, request):
+    """The recipe's pretraining, on a copy of the session's vocabulary and examples of the recipe;
+    `--learning-train-seed` draws another data order (and initialisation, and masks)."""
     run_dir = copy_inputs(embedded_run, tmp_path_factory.mktemp("learning") / "run")
-    run_pretrain(load_config(LEARNING_RECIPE, [f"run_dir={run_dir}", "train.max_failures=0"]))
+    seed = request.config.getoption("--learning-train-seed")
+    order = [] if seed is None else [f"train.seed={seed}"]
+    run_pretrain(load_config(LEARNING_RECIPE, [f"run_dir={run_dir}", "train.max_failures=0", *order]))
     return run_dir
 
 
@@ -55,7 +58,8 @@ def test_tiny_preset_learns_masked_lm(pretrained_run):
     first, last = curve[0], curve[-1]
     assert (first["step"], last["step"], last["sequences"]) == (500, 3000, 512)
     # chance is 1/8000 and the unigram plateau 0.069; measured (pyarrow input, 5cfa0f4): 0.092 at
-    # step 500, 0.132 at 3000 (MLM loss 6.08); with Ray Data's reader before: 0.093, 0.134
+    # step 500, 0.132 at 3000 (MLM loss 6.08); with Ray Data's reader before: 0.093, 0.134; on the
+    # data orders train.seed=42, 7, 1234: 0.133, 0.130, 0.133 at 3000 (bench/pretraining_robust.py)
     assert last["mlm_accuracy"] >= 0.11, curve
     assert last["mlm_accuracy"] >= first["mlm_accuracy"] + 0.02, curve
     assert last["mlm_loss"] <= first["mlm_loss"] - 0.25, curve
@@ -81,8 +85,10 @@ def test_pretraining_beats_random_initialisation_on_bbc(pretrained_run, tmp_path
         best = json.loads(Path(run_finetune(config), "best.json").read_text())
         assert best["eval_examples"] == 446
         accuracy[init] = best["value"]
-    # measured: pretrained 0.424-0.534 over five encoders (other data orders, fp32 and bf16; 0.534
-    # with this reader), random 0.229 (the majority class)
+    # What holds across data orders and seeds (bench/pretraining_robust.py, docs/BENCHMARKS.md): over
+    # 3 orders x 3 fine-tuning seeds the pretrained arm scored 0.390-0.572 and the random one 0.229
+    # (the majority class) every time, a difference of +0.161 at least (mean +0.263, 95% interval
+    # +0.214..+0.311). The test passes with --learning-train-seed 7 and 1234 too.
     assert accuracy["pretrained"] >= accuracy["random"] + 0.1, accuracy
 
 

@@ -1,4 +1,6 @@
-"""Metrics from logits, checked against values worked out by hand."""
+"""Metrics from logits, checked against values worked out by hand, and equal to scikit-learn's and
+scipy's (which the product does not import: see the module's docstring) on random and degenerate
+inputs."""
 
 import math
 
@@ -74,3 +76,56 @@ def test_multi_label_loss_is_stable_for_large_logits_and_a_label_never_present_s
     wrong = compute_metrics("multi_label", np.array([[-800.0, 800.0]]), np.array([[1, 0]]), 2)
     assert wrong["eval_loss"] == pytest.approx(800.0)
     assert wrong["micro_f1"] == 0.0 and wrong["subset_accuracy"] == 0.0
+
+
+def _sklearn_and_scipy(task, logits, targets, num_labels):
+    from scipy import stats
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    if task == "regression":
+        if len(targets) < 2:  # scipy refuses; ours scores an undefined correlation 0
+            return {"pearson": 0.0, "spearman": 0.0}
+        with np.errstate(all="ignore"):
+            values = [stats.pearsonr(logits[:, 0], targets).statistic, stats.spearmanr(logits[:, 0], targets).statistic]
+        return dict(zip(("pearson", "spearman"), (v if math.isfinite(v) else 0.0 for v in values)))
+    if task == "multi_label":
+        predictions = (logits > 0).astype(int)
+        return {
+            "micro_f1": f1_score(targets, predictions, average="micro", zero_division=0),
+            "macro_f1": f1_score(targets, predictions, average="macro", zero_division=0),
+            "subset_accuracy": accuracy_score(targets, predictions),
+        }
+    predictions, labels = logits.argmax(axis=1), list(range(num_labels))
+    expected = {
+        "accuracy": accuracy_score(targets, predictions),
+        "macro_f1": f1_score(targets, predictions, labels=labels, average="macro", zero_division=0),
+        "mcc": matthews_corrcoef(targets, predictions),
+    }
+    if num_labels == 2:
+        expected["f1"] = f1_score(targets, predictions, labels=labels, pos_label=1, zero_division=0)
+    return expected
+
+
+def _cases():
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 7, 50, 400):
+        for k in (2, 3, 5):
+            yield "classification", rng.normal(size=(n, k)), rng.integers(0, k, n), k
+            yield "classification", one_hot_logits(np.zeros(n, dtype=int), k), rng.integers(0, k, n), k  # one class
+            yield "classification", one_hot_logits(rng.integers(0, 2, n), k), rng.integers(0, 2, n), k  # classes unseen
+            yield "multi_label", rng.normal(size=(n, k)), rng.integers(0, 2, (n, k)), k
+            yield "multi_label", -np.ones((n, k)), np.zeros((n, k), dtype=int), k  # nothing true or predicted
+        targets = rng.normal(size=n)
+        yield "regression", rng.normal(size=(n, 1)), targets, 1
+        yield "regression", np.round(rng.normal(size=(n, 1)), 0), np.round(targets), 1  # ties
+        yield "regression", np.ones((n, 1)), targets, 1  # constant: undefined, scored 0
+
+
+def test_every_metric_equals_scikit_learns_and_scipys():
+    checked = 0
+    for task, logits, targets, num_labels in _cases():
+        ours = compute_metrics(task, logits, targets, num_labels)
+        for name, value in _sklearn_and_scipy(task, logits, targets, num_labels).items():
+            assert ours[name] == pytest.approx(float(value), abs=1e-12), (task, name, logits.shape)
+            checked += 1
+    assert checked > 150

@@ -1,6 +1,7 @@
 """The report stage without Ray: Figure 1 against transformers' hidden states, the markdown, and
 report.md + figures from a synthetic run, locally and on s3:// (moto)."""
 
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -12,7 +13,7 @@ import torch
 
 from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.hf import save_hf_pretrained
-from pipelines.config import load_config
+from pipelines.config import TrackingSection, load_config
 from pipelines.report import markdown
 from pipelines.report.layers import layer_transitions, pad_examples, unmask
 from pipelines.rundir.costs import ReservationMeter, cost_record, write_cost
@@ -20,6 +21,8 @@ from pipelines.rundir.ownership import write_marker
 from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
 from pipelines.stages.report import run_report
 from pipelines.storage import exists, filesystem, join, read_bytes, write_bytes, write_text
+
+from ..tracking.reading import mlflow_artifact, mlflow_artifact_names, mlflow_runs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -98,6 +101,39 @@ def test_markdown_cells_and_tables():
         ]
     )
     assert "| all stages | 90 | 0.75 | 0 |" in costs
+
+
+def test_the_report_names_the_sentence_objective():
+    """nsp's figures are named NSP; without a sentence objective there are none, and it says so."""
+    from pipelines.report.plots import pretraining_curves
+
+    def data_manifest(objective, **extra):
+        return {
+            "inputs": [],
+            "documents": {"read": 2, "used": 2, "rejected": {}},
+            "examples": {"train": 4},
+            "tokens": {"train": 40},
+            "masking": {"mode": "static"},
+            "sentence_objective": objective,
+            **extra,
+        }
+
+    pool = {"train": {"documents": 9, "tokens": 99}, "validation": {"documents": 2, "tokens": 20}}
+    nsp = markdown.data_section(None, data_manifest("nsp", nsp_pool=pool, statistics={"random_next_share": 0.49}))
+    assert "| sentence objective | NSP (next-sentence prediction, BERT's) |" in nsp
+    assert "| B from another document (NSP label 1) share | 0.49 |" in nsp and "| 9 / 2 |" in nsp
+    none = markdown.data_section(None, data_manifest("none", statistics={}))
+    assert "| sentence objective | none (masked LM only) |" in none and "label 1" not in none
+
+    line = {"step": 4, "mlm_loss": 3.0, "mlm_accuracy": 0.2, "sop_loss": None, "sop_accuracy": None, "lr": 0.1}
+    final = {"mlm_loss": 3.1, "mlm_accuracy": 0.2, "sop_loss": None, "sop_accuracy": None, "sequences": 8}
+    text = markdown.pretrain_section({"steps": 4}, [line], final, None, "none")
+    assert "Sentence objective: none" in text and "sentence head and the pooler were not trained" in text
+    assert "sop" not in text and "nsp" not in text
+    numbers = {"sop_loss": 0.6, "sop_accuracy": 0.7}
+    text = markdown.pretrain_section({"steps": 4}, [{**line, **numbers}], {**final, **numbers}, None, "nsp")
+    assert "loss = masked LM + NSP" in text and "| nsp_accuracy |" in text and "sop" not in text
+    assert pretraining_curves([line], [], [], "none").startswith(PNG_MAGIC)
 
 
 def test_reservation_meter_integrates_over_time():
@@ -231,6 +267,9 @@ def check_report(config):
     assert "![Pretraining curves](pretraining_curves.png)" in text
     assert "![L2 distance and cosine similarity per layer](layer_transitions.png)" in text
     assert "| train | 30 | 180 | 6 |" in text
+    # a data manifest from before data.sentence_objective: its examples were SOP's
+    assert "| sentence objective | SOP (sentence-order prediction, ALBERT's) |" in text
+    assert "| swapped (SOP label 1) share | 0.5 |" in text and "Sentence objective: SOP" in text
     assert "Events (1 skipped, 1 rollback; vertical lines on the curves)" in text
     assert (
         "| 2 | rollback | step 2 rollback 1 (non-finite loss) to the checkpoint of step 1; lr now x0.5 of train.lr |"
@@ -278,9 +317,18 @@ def test_report_without_finetune_is_partial_and_never_up_to_date(tmp_path):
     assert not is_up_to_date(config, "report")
 
 
-def test_report_on_s3(s3_endpoint):
+def test_report_on_s3(s3_endpoint, mlflow_server):
+    """With MLflow on (issue #31), report.md and its figures are a run's artifacts."""
     fs, _ = filesystem("s3://report-test/x")
     fs.mkdir("report-test")
     config = synthetic_run("s3://report-test/run")
-    check_report(config)
+    tracking = TrackingSection(mlflow_uri=mlflow_server, mlflow_experiment="report-on-s3")
+    check_report(dataclasses.replace(config, tracking=tracking))
     assert exists("s3://report-test/run/report/manifest.json")
+    run = mlflow_runs(mlflow_server, "report-on-s3")["report"]
+    assert run.info.status == "FINISHED"
+    names = ["layer_transitions.png", "pretraining_curves.png", "report.md"]
+    assert mlflow_artifact_names(mlflow_server, run.info.run_id, "report") == names
+    for name in names:
+        report = read_bytes(f"s3://report-test/run/report/{name}")
+        assert mlflow_artifact(mlflow_server, run.info.run_id, f"report/{name}") == report

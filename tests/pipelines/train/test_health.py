@@ -82,6 +82,9 @@ def test_off_the_plateau_with_sop_at_chance_is_a_note_not_a_warning():
     baseline = 0.069
     _, events = m.check_validation(10, {"mlm_accuracy": 0.13, "sop_loss": 0.6932, "sop_accuracy": 0.51}, baseline)
     assert [e["event"] for e in events] == ["note"] and "expected early" in events[0]["message"]
+    # without a sentence objective (data.sentence_objective=none) there is no SOP to be at chance
+    none = {"mlm_accuracy": 0.13, "sop_loss": None, "sop_accuracy": None}
+    assert monitor(plateau_after_steps=0).check_validation(10, none, baseline) == ("apply", [])
 
 
 def test_plateau_causes_follow_the_config():

@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 from albert_model import AlbertConfig
 from pipelines.config import TrainSection
 from pipelines.prep.process import example_schema
+from pipelines.train.build import build_model
 from pipelines.train.loader import TrainSplit
 from pipelines.train.loop import StartPoint, pretrain_loop
 from pipelines.train.plan import PretrainPlan
@@ -60,6 +61,11 @@ def examples(n: int, seed: int) -> pa.Table:
 TRAIN, VALIDATION = examples(32, 0), examples(8, 1)
 
 
+def without_labels(table: pa.Table) -> pa.Table:
+    """The rows as data.sentence_objective=none leaves them: no sentence label column."""
+    return table.drop_columns(["sentence_order_label"])
+
+
 class Stop(Exception):
     """Ends a run after a checkpoint, on every rank at once (as a planned stop would)."""
 
@@ -80,7 +86,8 @@ class PlainIO:
 
     def validation_batches(self):
         size = self.plan.train.micro_batch(self.world) * self.world
-        return [VALIDATION.slice(i, size) for i in range(0, len(VALIDATION) - size + 1, size)]
+        table = without_labels(VALIDATION) if self.plan.sentence_objective == "none" else VALIDATION
+        return [table.slice(i, size) for i in range(0, len(table) - size + 1, size)]
 
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         if "event" in metrics:  # training health's events, as each rank reported them
@@ -115,7 +122,7 @@ def _process(
     exit_now()
 
 
-def make_plan(out_dir: Path, data_dir: Path, world: int, **train) -> PretrainPlan:
+def make_plan(out_dir: Path, data_dir: Path, world: int, objective: str = "sop", **train) -> PretrainPlan:
     albert = AlbertConfig(
         vocab_size=VOCAB,
         embedding_size=16,
@@ -152,6 +159,7 @@ def make_plan(out_dir: Path, data_dir: Path, world: int, **train) -> PretrainPla
         data_dir=str(data_dir),
         out_dir=str(out_dir),
         spiece_model=None,
+        sentence_objective=objective,
     )
 
 
@@ -163,16 +171,18 @@ def run(
     out: str | None = None,
     faults: Faults | None = None,
     target=None,
+    objective: str = "sop",
     **train,
 ) -> dict[str, torch.Tensor]:
-    """The loop on `world` processes (`target`: a wrapper of _process) with `faults` injected; the
-    exported weights (None when stopped early)."""
-    out_dir, data_dir = tmp_path / (out or name), tmp_path / "data"
+    """The loop on `world` processes (`target`: a wrapper of _process) with `faults` injected, on data of
+    the sentence `objective`; the exported weights (None when stopped early)."""
+    out_dir, data_dir = tmp_path / (out or name), tmp_path / ("data" if objective != "none" else "data-none")
     if not data_dir.exists():  # the training split as the data stage writes it: row groups of 4 rows
         (data_dir / "train").mkdir(parents=True)
-        pq.write_table(TRAIN.slice(0, 20), data_dir / "train" / "part-00000-000.parquet", row_group_size=4)
-        pq.write_table(TRAIN.slice(20), data_dir / "train" / "part-00001-000.parquet", row_group_size=4)
-    plan = make_plan(out_dir, data_dir, world, **train)
+        table = without_labels(TRAIN) if objective == "none" else TRAIN
+        pq.write_table(table.slice(0, 20), data_dir / "train" / "part-00000-000.parquet", row_group_size=4)
+        pq.write_table(table.slice(20), data_dir / "train" / "part-00001-000.parquet", row_group_size=4)
+    plan = make_plan(out_dir, data_dir, world, objective, **train)
     store = tmp_path / f"{name}.store"
     args = (world, plan, str(out_dir / "checkpoints"), stop_after, str(store), faults or Faults())
     mp.spawn(target or _process, args=args, nprocs=world)
@@ -213,6 +223,27 @@ def test_a_run_stopped_on_one_process_resumes_on_two(one_process, tmp_path):
     model on two processes, which end where the uninterrupted run does."""
     assert run(tmp_path, "first", 1, stop_after=2, out="run") is None
     assert_close(run(tmp_path, "second", 2, out="run"), one_process)
+
+
+def test_without_a_sentence_objective_only_masked_lm_trains_and_a_stopped_run_resumes(tmp_path):
+    """data.sentence_objective=none, stopped at its step-2 checkpoint on two FSDP2 processes and resumed
+    on one: no sentence figures, the sentence head and the pooler exported as they started (frozen, out
+    of the optimizer and its checkpoints), the masked-LM head trained, the export saying so."""
+    assert run(tmp_path, "first", 2, stop_after=2, out="run", objective="none") is None
+    weights = run(tmp_path, "second", 1, out="run", objective="none")
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["event"] for r in lines if "event" in r] == ["started", "resized"]
+    figures = [r for r in lines if "event" not in r]
+    assert len(figures) == 7 and all(r["sop_loss"] is None and r["sop_accuracy"] is None for r in figures)
+    assert all(r["mlm_loss"] > 0 for r in figures)
+    plan = make_plan(tmp_path, tmp_path, 1, "none")
+    start = build_model(plan.albert, None, plan.train.seed)  # what the loop starts from
+    initial = {k: v for k, v in start.state_dict().items() if k.startswith(("sop_classifier.", "albert.pooler."))}
+    assert len(initial) == 4 and all(torch.equal(weights[k], v) for k, v in initial.items())
+    assert not torch.equal(weights["predictions.dense.weight"], start.predictions.dense.weight)
+    hf = tmp_path / "run" / "hf"
+    assert json.loads((hf / "config.json").read_text())["sentence_objective"] == "none"
+    assert "not trained" in (hf / "README.md").read_text()
 
 
 def test_the_ray_worker_and_the_tune_trainable_stay_wiring():
