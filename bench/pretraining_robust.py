@@ -2,10 +2,11 @@
 (configs/learning-tiny.yaml) pretrained on several data orders (`train.seed`: the initialisation,
 the epochs' order of the examples and the dynamic masks), each encoder fine-tuned on BBC News with
 several seeds against a random initialisation of the same architecture under the same budget (the
-learning test's: one epoch at lr 3e-4, batch 32, sequence 128), through the fine-tuning stage's own
-`finetune.compare_random` and `tune.repeats`.
+learning test's: one epoch at lr 3e-4, batch 32, sequence 128; `--task qa`: the question-answering
+demo's, by F1), through the fine-tuning stage's own `finetune.compare_random` and `tune.repeats`.
 
     .venv/bin/python bench/pretraining_robust.py --run-dir /tmp/albert-robust --orders 42,7,1234 --repeats 2
+    .venv/bin/python bench/pretraining_robust.py --run-dir /tmp/albert-robust --task qa   # the same encoders
 
 Prints, per data order, the masked-LM accuracy and each seed's accuracy of both arms, then the mean
 difference (pretrained - random, paired by fine-tuning seed) over all orders and seeds with its 95%
@@ -30,13 +31,25 @@ from pipelines.stages.finetune import run_finetune
 from pipelines.stages.pretrain import run_pretrain
 
 RECIPE = str(Path(__file__).resolve().parents[1] / "configs" / "learning-tiny.yaml")
-# The learning test's fine-tuning budget (tests/pipelines/test_pretrain_learns.py).
-BUDGET = [
-    "finetune.max_seq_length=128",
-    "tune.num_samples=1",
-    "tune.scheduler=none",
-    "tune.space={finetune.lr: 0.0003, finetune.batch_size: 32, finetune.epochs: 1}",
-]
+# The learning test's fine-tuning budgets (tests/pipelines/test_pretrain_learns.py): BBC News
+# (accuracy) and the embedded question-answering demo (F1 on 300 of its cloze questions).
+BUDGETS = {
+    "bbc": [
+        "finetune.max_seq_length=128",
+        "tune.num_samples=1",
+        "tune.scheduler=none",
+        "tune.space={finetune.lr: 0.0003, finetune.batch_size: 32, finetune.epochs: 1}",
+    ],
+    "qa": [
+        "finetune.task=question_answering",
+        "finetune.max_seq_length=256",
+        "finetune.max_train_examples=1000",
+        "finetune.max_eval_examples=300",
+        "tune.num_samples=1",
+        "tune.scheduler=none",
+        "tune.space={finetune.lr: 0.001, finetune.batch_size: 32, finetune.epochs: 2}",
+    ],
+}
 UNIGRAM_PLATEAU = 0.069  # the validation masked-LM accuracy of predicting each token's corpus frequency
 
 
@@ -53,16 +66,16 @@ def pretrain(run_dir: Path, order: int, overrides: list[str]) -> dict:
     return json.loads((encoder / "pretrain" / "eval.json").read_text())
 
 
-def finetune(run_dir: Path, order: int, repeats: int, with_random: bool) -> dict[str, list[dict]]:
+def finetune(run_dir: Path, order: int, repeats: int, with_random: bool, task: str) -> dict[str, list[dict]]:
     """Both arms (or the pretrained one) on `repeats` + 1 fine-tuning seeds: {arm: [{seed, value}]}."""
     config = load_config(
         None,
         [
-            f"run_dir={run_dir}/finetune-{order}",
+            f"run_dir={run_dir}/finetune-{order}" + ("" if task == "bbc" else f"-{task}"),
             f"finetune.pretrained={run_dir}/order-{order}/pretrain/hf",
             f"finetune.compare_random={str(with_random).lower()}",
             f"tune.repeats={repeats}",
-            *BUDGET,
+            *BUDGETS[task],
         ],
     )
     out = Path(run_finetune(config))
@@ -84,6 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--run-dir", default="/tmp/albert-robust")
     parser.add_argument("--orders", default="42,7,1234", help="train.seed of each pretraining run")
     parser.add_argument("--repeats", type=int, default=2, help="fine-tuning seeds beyond the first (tune.repeats)")
+    parser.add_argument("--task", choices=sorted(BUDGETS), default="bbc", help="BBC News or the QA demo")
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("overrides", nargs="*", help="key=value for the pretraining recipe (e.g. train.max_steps)")
     args = parser.parse_args(argv)
@@ -95,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
     for order in orders:
         evaluation = pretrain(run_dir, order, args.overrides)
         # the random arm does not depend on the encoder's weights (only its config): trained once
-        arms = finetune(run_dir, order, args.repeats, with_random=random_arm is None)
+        arms = finetune(run_dir, order, args.repeats, random_arm is None, args.task)
         random_arm = random_arm or {r["seed"]: r["value"] for r in arms["random"]}
         for run in arms["pretrained"]:
             rows.append(
@@ -110,7 +124,8 @@ def main(argv: list[str] | None = None) -> dict:
     differences = [r["pretrained"] - r["random"] for r in rows]
     mean, low, high = interval(differences)
     by_order = {o: statistics.fmean(r["pretrained"] - r["random"] for r in rows if r["order"] == o) for o in orders}
-    print("\n| data order (train.seed) | val MLM acc | fine-tuning seed | pretrained | random | difference |")
+    print(f"\n{args.task}:")
+    print("| data order (train.seed) | val MLM acc | fine-tuning seed | pretrained | random | difference |")
     print("|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
