@@ -11,10 +11,14 @@ from typing import Any
 
 from ..storage import is_remote, join, write_bytes
 
+UPLOAD_EVERY_S = 60.0
+"""On s3://, the longest the uploaded event files lag the local ones (and at close)."""
+
 
 class TensorBoardTracker:
     """Scalars by step, params as a text table. On s3:// the events are written to a local folder and
-    uploaded after every write, since an event file is appended to."""
+    the whole folder uploaded (an event file is appended to, and objects cannot be): at most once a
+    minute, so a long run does not upload its growing file at every metrics line, and at close."""
 
     def __init__(self, folder: str, purge_step: int | None = None):
         from tensorboardX import SummaryWriter
@@ -25,6 +29,7 @@ class TensorBoardTracker:
         # file is named by the second and host: the suffix keeps two writers of one second apart, in order.
         suffix = f".{time.time_ns()}"
         self.writer = SummaryWriter(self.local, purge_step=purge_step, flush_secs=30, filename_suffix=suffix)
+        self.uploaded = float("-inf")
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         rows = "".join(f"| {key} | {str(value).replace('|', '/')} |\n" for key, value in sorted(params.items()))
@@ -47,10 +52,11 @@ class TensorBoardTracker:
 
     def _flush(self) -> None:
         self.writer.flush()
-        if self.local != self.folder:
+        if self.local != self.folder and time.monotonic() - self.uploaded >= UPLOAD_EVERY_S:
             self._upload()
 
     def _upload(self) -> None:
+        self.uploaded = time.monotonic()
         for root, _, names in os.walk(self.local):
             for name in names:
                 rel = os.path.relpath(os.path.join(root, name), self.local)

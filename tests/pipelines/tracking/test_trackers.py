@@ -5,6 +5,7 @@ too), W&B in offline mode without a network, and the tracking keys as settings o
 import glob
 import json
 import logging
+import os
 import struct
 from pathlib import Path
 
@@ -117,13 +118,15 @@ def test_tensorboard_files_read_back_and_a_resume_hides_the_redone_steps(tmp_pat
     assert "| train.lr | 0.01 |" in events.Tensors("params/text_summary")[0].tensor_proto.string_val[0].decode()
 
 
-def test_tensorboard_on_s3_is_uploaded_as_it_is_written(s3_endpoint, tmp_path):
+def test_tensorboard_on_s3_is_uploaded_as_it_is_written_at_most_once_a_minute(s3_endpoint, tmp_path):
     fs, _ = filesystem("s3://tracking-tb/x")
     fs.mkdir("tracking-tb")
     tracker = TensorBoardTracker("s3://tracking-tb/run/pretrain/tensorboard")
     tracker.log_metrics({"validation/mlm_accuracy": 0.25}, 2)
-    assert len(fs.find("tracking-tb/run/pretrain/tensorboard")) == 1  # before the end: live
-    tracker.log_metrics({"validation/mlm_accuracy": 0.5}, 4)
+    (live,) = fs.find("tracking-tb/run/pretrain/tensorboard")  # before the end: live
+    uploaded = fs.info(live)["size"]
+    tracker.log_metrics({"validation/mlm_accuracy": 0.5}, 4)  # within the minute: not uploaded again
+    assert fs.info(live)["size"] == uploaded < os.path.getsize(Path(tracker.local, Path(live).name))
     tracker.close()
     fs.get("tracking-tb/run/pretrain/tensorboard/", str(tmp_path) + "/", recursive=True)
     assert tensorboard_scalars(tmp_path, "validation/mlm_accuracy") == [(2, 0.25), (4, 0.5)]
