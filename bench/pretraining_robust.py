@@ -31,7 +31,7 @@ from pipelines.stages.finetune import run_finetune
 from pipelines.stages.pretrain import run_pretrain
 
 RECIPE = str(Path(__file__).resolve().parents[1] / "configs" / "learning-tiny.yaml")
-# The learning test's fine-tuning budgets (tests/pipelines/test_pretrain_learns.py): BBC News
+# The fine-tuning budgets of the learning test (tests/pipelines/test_pretrain_learns.py reads them here): BBC News
 # (accuracy) and the embedded question-answering demo (F1 on 300 of its cloze questions).
 BUDGETS = {
     "bbc": [

@@ -16,6 +16,7 @@ import pytest
 import torch
 import transformers
 
+from bench.pretraining_robust import BUDGETS
 from pipelines.config import load_config
 from pipelines.finetuning.qa_demo import bbc_qa_examples
 from pipelines.finetuning.qa_features import qa_windows
@@ -33,12 +34,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.learning]
 # a random initialisation has not yet left the majority class and the pretrained encoder has. With
 # two epochs at lr 1e-3 the margin swung from -0.11 to +0.17 with the pretraining data's order and
 # the precision (same masked-LM accuracy); here it was +0.19 to +0.31 (docs/BENCHMARKS.md).
-FINETUNE_BUDGET = [
-    "finetune.max_seq_length=128",
-    "tune.num_samples=1",
-    "tune.scheduler=none",
-    "tune.space={finetune.lr: 0.0003, finetune.batch_size: 32, finetune.epochs: 1}",
-]
+# bench/pretraining_robust.py measures the same budgets over data orders and seeds.
+FINETUNE_BUDGET = BUDGETS["bbc"]
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +90,7 @@ def test_pretraining_beats_random_initialisation_on_bbc(pretrained_run, tmp_path
 
 
 # Question answering's budget: one trial on 1,000 of the demo's cloze questions, two epochs.
-QA_BUDGET = [
-    "finetune.task=question_answering",
-    "finetune.max_seq_length=256",
-    "finetune.max_train_examples=1000",
-    "finetune.max_eval_examples=300",
-    "tune.num_samples=1",
-    "tune.scheduler=none",
-    "tune.space={finetune.lr: 0.001, finetune.batch_size: 32, finetune.epochs: 2}",
-]
+QA_BUDGET = BUDGETS["qa"]
 QA_MIN_F1 = 6.0
 
 
