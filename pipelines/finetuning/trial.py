@@ -272,7 +272,8 @@ def fit_trial(
     )
     if state is not None:
         restore_trainer_state(state, optimizer, schedule, rank, world, device)
-    targets = torch.as_tensor(task.train_targets, dtype=family.target_dtype)
+    # a copy: the task arrives read-only from the object store (as_tensor would share it and warn)
+    targets = torch.tensor(task.train_targets, dtype=family.target_dtype)
     for epoch in range(done, cfg.epochs):
         started = time.time()
         batches = epoch_batches(len(task.train), cfg.batch_size, cfg.seed, epoch, world)
