@@ -101,7 +101,9 @@ def test_the_pretrained_model_learns_the_question_answering_demo(pretrained_run,
     predictions = json.loads((out / "predictions.json").read_text())
     assert best["eval_examples"] == len(predictions) == 300
     # no-answer baseline: F1 0 (every demo question has an answer); an untrained head 1.4-3.2;
-    # measured with make run's encoder: 11.4 (random initialisation 10.3), docs/BENCHMARKS.md
+    # measured with make run's encoder: 11.4 (random initialisation 10.3), docs/BENCHMARKS.md. Over 3
+    # data orders x 3 seeds the pretrained arm scored 9.8-13.1 and a random start 10.3-11.4: this
+    # asserts that the task is learned and exported, not that pretraining helps (it does not, here)
     assert best["metrics"]["f1"] >= QA_MIN_F1, best["metrics"]
 
     assert_transformers_answers_as_the_run(out, config.finetune, predictions)
