@@ -39,13 +39,18 @@ class PredictSection(Section):
     max_seq_length: int | None = None
     """Tokens per row, [CLS] and [SEP]s included; null: the run's fine-tuning finetune.max_seq_length
     for the run's own model, else 512 capped by the model's position embeddings."""
+    output: str | None = field(default=None, metadata=setting("where a copy goes"))
+    """A folder (local or s3://, outside the run_dir) that the committed predictions are also
+    published to: predictions/*.parquet, config.yaml and manifest.json, with a marker listing them.
+    It must be absent, empty, or published to before from this run_dir: nothing else there is
+    overwritten. null: only {run_dir}/predict/."""
     batch_size: int = field(default=64, metadata=setting("batching"))
     """Rows per forward pass (rows are sorted by length within a block to limit padding)."""
     workers: int | None = field(default=None, metadata=setting("parallelism"))
     """Model replicas (Ray Data actors); null: one per GPU where the cluster has GPUs, else one per CPU."""
 
     def __post_init__(self) -> None:
-        for name in ("input", "model", "text_pair_column", "id_column", "label_column"):
+        for name in ("input", "model", "output", "text_pair_column", "id_column", "label_column"):
             self.require(name, getattr(self, name) != "", "must not be empty (use null)")
         self.require("text_column", bool(self.text_column), "must not be empty")
         self.require("label_delimiter", bool(self.label_delimiter.strip()), "must not be empty or blank")

@@ -209,7 +209,18 @@ def _build(
 def run_stage(config: Config, name: str, force: bool | str = False, owner: str | None = None) -> StageOutcome:
     """Run one stage through the lifecycle. `force`: rebuild even when up to date (a string is the
     submission's token: a retry of the same submission resumes what it began); `owner`: the lease
-    holder, when a DAG driver holds the lease for this stage task."""
+    holder, when a DAG driver holds the lease for this stage task. A stage with a publish target
+    (predict.output) has it checked before anything runs and the committed output copied there,
+    also when the output was up to date."""
+    from .publish import check_target, publish
+
+    check_target(config, name)
+    outcome = _run_stage(config, name, force, owner)
+    publish(config, name, outcome.path, owner)
+    return outcome
+
+
+def _run_stage(config: Config, name: str, force: bool | str, owner: str | None) -> StageOutcome:
     force_token = (uuid.uuid4().hex if force is True else force) or None
     stage = STAGES[name]
     if not enabled(config, name):

@@ -62,6 +62,9 @@ class Stage:
     """An unfinished build of the same lineage is resumed (from its checkpoints), not restarted."""
     extends: tuple[str, ...] = ()
     """Keys whose change continues a complete output instead of redoing it (the lineage leaves them out)."""
+    publish: str | None = None
+    """A key naming a folder outside the run_dir that the committed output is also copied to
+    (predict.output: pipelines/rundir/publish.py)."""
     enabled_by: str | None = None
     """A key that must be set for the stage to run (predict.input): unset, the DAG leaves the stage
     out and its command says what to set."""
@@ -138,6 +141,7 @@ STAGES: dict[str, Stage] = {
             input_paths=("predict.model", "predict.input"),
             content_keys=("predict.model", "predict.input"),
             input_override=("finetune", "predict.model"),
+            publish="predict.output",
             enabled_by="predict.input",
         ),
         Stage(

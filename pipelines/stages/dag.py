@@ -168,6 +168,8 @@ def plan_dag(
         )
         units = [f"{unit}/" for unit in unit_configs(config, name)]
         outputs = [join(stage_dir(config, name), o) for o in (*(units or stage.outputs), "manifest.json")]
+        if stage.publish and (published := config_value(config, stage.publish)):
+            outputs.append(f"{published} (a copy: {stage.publish})")
         if name not in selected:
             predicted[name] = current
             have = "no output" if manifest is None else "has output"
