@@ -2,16 +2,37 @@
 and batch (bf16 on CUDA; goal >= 2x).
 
 Ours is `finetune_step` (pipelines/finetuning/loop.py), the body of train_epoch for every batch:
-the host batch to the device (pinned, not blocking), the forward under bf16 autocast with the last
-layer run only at [CLS], the loss in fp32, backward, torch's clip_grad_norm_ to 1.0, AdamW from
-pipelines/train/build.py (fused on CUDA; lr 2e-5, weight decay 0.01, none on LayerNorm and biases,
-eps 1e-6), the linear schedule. On CUDA it is timed eager, with finetune.compile (the layer
-groups compiled by apply_compile) and with finetune.cuda_graphs (GraphedModel: the whole model
-compiled with mode="reduce-overhead", its forward and backward replayed as CUDA graphs).
+the host batch to the device (pinned, not blocking), the forward under bf16 autocast (the last layer
+run only at [CLS] for the heads that read nothing else), the family's loss in fp32, backward,
+torch's clip_grad_norm_ to 1.0, AdamW from pipelines/train/build.py (fused on CUDA; lr 2e-5, weight
+decay 0.01, none on LayerNorm and biases, eps 1e-6), the linear schedule. On CUDA it is timed eager,
+with finetune.compile (the layer groups compiled by apply_compile) and with finetune.cuda_graphs
+(GraphedModel: the whole model compiled with mode="reduce-overhead", its forward and backward
+replayed as CUDA graphs).
 
-Tasks (--finetune-tasks): classification (AlbertForSequenceClassification, 5 labels: the last
-layer runs only at [CLS] in ours) and question_answering (AlbertForQuestionAnswering, a start and an
-end position per sequence inside its second segment: the last layer runs everywhere in both).
+Tasks (--finetune-tasks, the names of pipelines/finetuning/families.py's FAMILIES), each side its
+model of the task from the same initial weights:
+- classification: AlbertForSequenceClassification, 5 labels, cross-entropy (the last layer runs
+  only at [CLS] in ours);
+- regression: AlbertForSequenceClassification with one output, MSE against a float (transformers
+  infers problem_type "regression" from num_labels=1);
+- multi_label: AlbertForSequenceClassification, 5 labels each 0 or 1, BCE with logits (ours: the
+  sequence family's, summed over examples of each one's mean over labels; transformers:
+  problem_type="multi_label_classification" and float labels);
+- token_classification: AlbertForTokenClassification, a tag of 5 at each word's first piece and
+  -100 (ignored) at [CLS], [SEP], the words' other pieces and the padding, the same `labels` [B, S]
+  on both sides; cross-entropy over the tagged positions (the last layer runs everywhere in both;
+  ours' step divides the summed loss by the sequences, transformers' by the tagged positions);
+- multiple_choice: AlbertForMultipleChoice, 4 choices per question, inputs [B, 4, S] as the choice
+  family's collate builds them (each choice padded to the batch's widest), `labels` the right
+  choice's index; a softmax over a question's choices (the last layer runs only at [CLS] in ours).
+  A row of the table is B questions (4B sequences): its seq/s are questions per second;
+- question_answering: AlbertForQuestionAnswering, a start and an end position per sequence inside
+  its second segment (transformers: start_positions, end_positions; the last layer runs
+  everywhere in both).
+The loss each side reports is transformers' mean, so the two agree on the same weights and batch
+(tests/bench/test_finetune_speed.py). A task of finetune_contenders.GRAPHS_UNSUPPORTED (none today)
+gets no finetune.cuda_graphs timing: its result holds ours_graphs_error, the reason.
 
 Transformers' is its model of the same task (attn_implementation="sdpa", our initial weights) under
 `transformers.Trainer` with TrainingArguments(bf16=True, optim="adamw_torch_fused", the same lr,
@@ -23,10 +44,11 @@ clip_grad_norm_, optimizer.step(), lr_scheduler.step(), model.zero_grad(). Left 
 loss's NaN check (logging_nan_inf_filter, a host read every step), logging and callbacks; its real
 step is at least this long, so a speedup here is not overstated.
 
-Both start every step from the same host batch, `collate`'s output (pinned on CUDA, as Trainer's
-DataLoader pins): random ids, 5 labels or an answer span, every sequence full length, or (padded) lengths drawn from
-[seq/2, seq] and padded to the longest. Dropout as fine-tuning runs it (ALBERT v2: none in the
-encoder, 0.1 on the pooled output).
+Both start every step from the same host batch, the output of the task's family's collate (pinned on
+CUDA, as Trainer's DataLoader pins; finetune_contenders.make_batch): random ids and targets, every
+sequence full length, or (padded) lengths drawn from [seq/2, seq] and padded to the longest.
+Dropout as fine-tuning runs it (ALBERT v2: none in the encoder, 0.1 before the task's classifier;
+question answering has none there).
 
 Speed: `--warmup` untimed steps each (compilation, optimizer state, allocator), then `--rounds`
 rounds of `--steps` steps alternating between the contenders, the order reversed every other round,
@@ -37,6 +59,7 @@ contender was built: its weights, gradients, optimizer state and the step's acti
     python bench/finetune_speed.py                                   # CUDA: base and large at 128
     python bench/finetune_speed.py --finetune-configs base-512:32,large-512:32 --finetune-padding full
     python bench/finetune_speed.py --finetune-tasks question_answering --finetune-configs base-384:32
+    python bench/finetune_speed.py --finetune-tasks token_classification,multiple_choice,multi_label
     python bench/finetune_speed.py --device cpu                      # a smoke run: tiny, fp32
 
 bench/gpu_suite.py runs it as a phase: `finetune_speed.finetune_phase(args)`.
@@ -116,7 +139,7 @@ def measure(args, text: str, padding: str, device: torch.device, work: str, task
         "seq": seq,
         "batch": batch_size,
         "padding": padding,
-        "width": batch["input_ids"].shape[1],
+        "width": batch["input_ids"].shape[-1],  # multiple_choice: [B, choices, S]
         "real_tokens": real_tokens,
         "precision": precision,
     }
@@ -171,7 +194,8 @@ def summary_of(r: dict) -> dict:
     if "error" in r:
         return r
     seqs = {name: round(v["sequences_per_s"]) for name, v in r.items() if isinstance(v, dict)}
-    return seqs | {k: round(r[k], 2) for k in ("speedup", "speedup_compiled", "speedup_graphs") if k in r}
+    errors = {k: v for k, v in r.items() if k.endswith("_error")}  # a variant skipped or failed
+    return seqs | {k: round(r[k], 2) for k in ("speedup", "speedup_compiled", "speedup_graphs") if k in r} | errors
 
 
 def finetune_phase(args) -> dict:
@@ -232,7 +256,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--finetune-configs", default=None, help="preset-seq:batch, comma-separated (CUDA: base-128:32,large-128:32)"
     )
     p.add_argument("--finetune-padding", default=",".join(PADDINGS), help="full (every sequence seq long), padded")
-    p.add_argument("--finetune-tasks", default="classification", help=f"comma-separated, of {TASKS}")
+    p.add_argument("--finetune-tasks", default="classification", help=f"comma-separated, of {', '.join(TASKS)}")
     p.add_argument(
         "--no-finetune-compile",
         dest="finetune_compile",

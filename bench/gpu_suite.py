@@ -4,8 +4,10 @@ on the one GPU, every collective's tensors audited: bench/collective_audit.py), 
 LAMB step against the multi-tensor one), loop (the real pretraining loop on real data against the
 step alone, and with one part changed at a time: bench/gpu_loop.py), pretrain (a short run stopped
 at its checkpoint and resumed), speed (ours vs transformers' AlbertForPreTraining per model size),
-finetune (our fine-tuning step vs transformers' Trainer step: bench/finetune_speed.py), loader
-(the loader alone), profile (where a step's time goes).
+finetune (our fine-tuning step vs transformers' Trainer step: bench/finetune_speed.py), predict
+(the predict stage's replica code against transformers' pipeline on the GPU, no Ray:
+bench/predict_throughput.py's replica_vs_pipeline), loader (the loader alone), profile (where a
+step's time goes).
 
     python bench/gpu_suite.py --out /tmp/gpu                  # every phase (make gpu-suite)
     python bench/gpu_suite.py --phases speed --configs large-512:32 --variants large-512:32
@@ -63,7 +65,9 @@ from pipelines.train.plan import PretrainPlan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIGS = "base-128:256,base-512:64,large-512:32,xxlarge-512:16"
-PHASES = ("env", "tests", "collectives", "lamb", "loop", "pretrain", "speed", "finetune", "loader", "profile")
+PHASES = (
+    "env", "tests", "collectives", "lamb", "loop", "pretrain", "speed", "finetune", "predict", "loader", "profile",
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------- env: the device and its two ceilings
@@ -282,6 +286,14 @@ def print_table(results: dict) -> None:
                 )
     if results.get("finetune"):
         print(finetune_speed.table(results["finetune"]))
+    for spec, r in results.get("predict", {}).items():
+        if "error" in r or "speedup" not in r:
+            print(f"predict {spec}: {str(r)[:200]}")
+            continue
+        print(
+            f"predict {spec}: ours {r['ours_rows_per_s']:.0f} rows/s (encode {r['ours_encode_s']:.2f} s), "
+            f"pipeline {r['transformers_rows_per_s']:.0f} rows/s, {r['speedup']:.2f}x, same class {r['agreement']:.4f}"
+        )
     for text, r in results.get("profile", {}).items():
         print(
             f"profile {text}: step {r['step_ms']:.1f} ms, kernels {r['kernel_ms_per_step']:.1f} ms "
@@ -311,6 +323,13 @@ def main() -> None:
     p.add_argument("--loader", default=".gpudata/s128:256,.gpudata/s512:64", help="folder:batch, ...")
     p.add_argument("--loader-batches", type=int, default=200)
     p.add_argument("--profile", default="base-128:256,large-512:32", help="configs to profile")
+    p.add_argument("--predict", default="base-128:64:fp32,base-128:64:bf16", help="preset-seq:batch:dtype, ...")
+    p.add_argument("--predict-rows", type=int, default=20_000)
+    p.add_argument(
+        "--predict-spiece",
+        default=".gpudata/predict-spiece.model",
+        help="the exports' SentencePiece model (bench/predict_throughput.py's default_spiece makes one)",
+    )
     p.add_argument("--tests-timeout", type=int, default=600)
     p.add_argument("--collectives-timeout", type=int, default=300)
     loops.add_arguments(p)
@@ -345,6 +364,10 @@ def main() -> None:
                 results["pretrain"] = pretrain_phase(args)
             elif phase == "finetune":
                 results["finetune"] = finetune_speed.finetune_phase(args)
+            elif phase == "predict":
+                import predict_throughput
+
+                results["predict"] = predict_throughput.suite_phase(args, speed.DEVICE.type)
             elif phase == "speed":
                 results["speed"] = speed.speed_phase(args, results.get("env", {}).get("bf16_matmul_tflops"))
             elif phase == "loader":

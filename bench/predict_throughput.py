@@ -94,6 +94,18 @@ def make_model(folder: Path, preset: str, spiece: str) -> str:
     return str(save_hf_pretrained(model, folder, spiece_model=spiece, id2label=dict(enumerate(LABELS))))
 
 
+def default_spiece(root: Path) -> str:
+    """A 1,000-piece SentencePiece model trained on a tenth of the embedded BBC News texts."""
+    from pipelines.finetuning.tables import bbc_news_examples
+    from pipelines.prep.text import normalize_text
+    from pipelines.stages.vocab import train_sentencepiece
+
+    lines = [s for t in bbc_news_examples().texts[::10] for s in t.splitlines() if s.strip()]
+    spiece = str(root / "spiece.model")
+    Path(spiece).write_bytes(train_sentencepiece([normalize_text(s) for s in lines], 1000, []))
+    return spiece
+
+
 class PeakRss:
     """The peak summed USS (memory no other process shares: the object store's shared pages, which
     every process that maps them would count again in its RSS, left out) of this process and its
@@ -165,6 +177,78 @@ def run_transformers(model: str, rows: Path, seq: int, batch: int) -> tuple[floa
     return seconds, {r["id"]: o["label"] for r, o in zip(records, outputs)}
 
 
+def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, device: str, dtype: str) -> dict:
+    """Without Ray: the predict stage's replica code (`Predictor`, what each actor of the stage runs
+    on its block of rows: encode, sort by length, pad per batch, the model) against
+    `pipeline("text-classification")` on the same device, rows and dtype, both in this process.
+    For a machine without Ray (the GPU image); the whole stage adds Ray Data's read and write."""
+    import transformers
+
+    from pipelines.inference.predictor import Predictor
+
+    torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    predictor = Predictor.load(model, seq, batch, device)
+    predictor.model.to(torch_dtype)
+    predictor.predict(texts[: batch * 2])  # warm-up: kernels, allocator
+    sync()
+    started = time.perf_counter()
+    encoded = predictor.encode(texts)
+    encode_s = time.perf_counter() - started
+    ours = predictor.outputs(predictor.logits(encoded))
+    sync()
+    ours_s = time.perf_counter() - started
+    pipe = transformers.pipeline(
+        "text-classification", model=model, tokenizer=model, device=torch.device(device), dtype=torch_dtype
+    )
+    pipe(texts[: batch * 2], batch_size=batch, truncation=True, max_length=seq)
+    sync()
+    started = time.perf_counter()
+    outputs = pipe(texts, batch_size=batch, truncation=True, max_length=seq)
+    sync()
+    theirs_s = time.perf_counter() - started
+    agreement = float(np.mean([o["prediction"] == t["label"] for o, t in zip(ours, outputs)]))
+    return {
+        "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
+        "dtype": dtype,
+        "rows": len(texts),
+        "seq": seq,
+        "batch_size": batch,
+        "ours_rows_per_s": len(texts) / ours_s,
+        "ours_encode_s": encode_s,
+        "ours_total_s": ours_s,
+        "transformers_rows_per_s": len(texts) / theirs_s,
+        "transformers_total_s": theirs_s,
+        "speedup": theirs_s / ours_s,
+        "agreement": agreement,
+    }
+
+
+def suite_phase(args, device: str) -> dict:
+    """bench/gpu_suite.py's predict phase. Per `preset-seq:batch:dtype` of args.predict: a
+    random-weight classification export of the preset (5 classes, the args.predict_spiece
+    vocabulary), args.predict_rows synthetic rows, replica_vs_pipeline on `device`."""
+    out = {}
+    rows = args.out / "predict-rows.csv"
+    write_rows(rows, args.predict_rows)
+    texts = [line.split(",", 1)[1] for line in rows.read_text().splitlines()[1:]]
+    for spec in args.predict.split(","):
+        config, batch, dtype = spec.split(":")
+        preset, seq = config.rsplit("-", 1)
+        try:
+            with tempfile.TemporaryDirectory() as work:
+                model = make_model(Path(work) / "model", preset, args.predict_spiece)
+                out[spec] = replica_vs_pipeline(model, texts, int(seq), int(batch), device, dtype)
+        except Exception as error:  # one config's failure must not hide the others
+            out[spec] = {"error": f"{type(error).__name__}: {error}"}
+        print(f"predict {spec}: {out[spec]}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny")
@@ -177,7 +261,26 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cpus", type=int, default=2, help="Ray's logical CPUs")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument(
+        "--no-ray",
+        action="store_true",
+        help="the stage's replica code (Predictor) in this process instead of the stage (see replica_vs_pipeline)",
+    )
+    parser.add_argument("--device", default="cpu", help="with --no-ray: cpu or cuda")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="with --no-ray, for both sides")
     args = parser.parse_args(argv)
+    if args.no_ray:
+        with tempfile.TemporaryDirectory() as work:
+            root = Path(work)
+            spiece = args.spiece or default_spiece(root)
+            model = args.model or make_model(root / "model", args.preset, spiece)
+            write_rows(root / "rows.csv", args.rows)
+            texts = [line.split(",", 1)[1] for line in (root / "rows.csv").read_text().splitlines()[1:]]
+            result = replica_vs_pipeline(model, texts, args.seq, args.batch_size, args.device, args.dtype)
+        print(json.dumps(result, indent=2))
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        return result
 
     import ray
 
@@ -185,13 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
         root = Path(work)
         spiece = args.spiece
         if spiece is None and args.model is None:
-            from pipelines.finetuning.tables import bbc_news_examples
-            from pipelines.prep.text import normalize_text
-            from pipelines.stages.vocab import train_sentencepiece
-
-            lines = [s for t in bbc_news_examples().texts[::10] for s in t.splitlines() if s.strip()]
-            spiece = str(root / "spiece.model")
-            Path(spiece).write_bytes(train_sentencepiece([normalize_text(s) for s in lines], 1000, []))
+            spiece = default_spiece(root)
         model = args.model or make_model(root / "model", args.preset, spiece)
         write_rows(root / "rows.csv", args.rows)
         if not ray.is_initialized():

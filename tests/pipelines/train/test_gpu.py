@@ -209,3 +209,37 @@ def test_a_non_finite_step_is_skipped_on_the_device_without_a_host_read(one_gpu,
         assert torch.equal(moments[key], value), key
     train_step(model, opt, scheduler, batches[2], 1.0, guard=True)
     assert any(not torch.equal(before[k], v) for k, v in full_state(model).items())
+
+
+def test_mlm_only_pretraining_trains_on_the_gpu_and_leaves_the_sentence_head_as_it_started(one_gpu):
+    """data.sentence_objective=none on the worker's GPU path (bf16 FSDP2, the fused LAMB, the
+    guarded step): batches without sentence labels train the encoder with no synchronising call,
+    and the frozen sentence head and pooler stay bit for bit as they started."""
+    from pipelines.train.build import build_model, build_optimizer
+
+    model = build_model(CONFIG, None, 0, sentence_objective=False).to(one_gpu)
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    assert frozen and all(n.startswith(("sop_classifier.", "albert.pooler.")) for n in frozen)
+    apply_fsdp(model, init_device_mesh("cuda", (1,)), torch.bfloat16)
+    opt = build_optimizer(model, "lamb", 1e-2, 0.01)
+    scheduler = build_scheduler(opt, warmup_steps=1, total_steps=10)
+    batches = []
+    for s in range(3):
+        rows = static_rows(s, BATCH, CONFIG.vocab_size, PREDICTIONS, (40, 128))
+        del rows["sentence_order_label"]
+        batches.append([to_device(collate(rows, PREDICTIONS), one_gpu)])
+    before = {k: v.clone() for k, v in full_state(model).items()}
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = [train_step(model, opt, scheduler, b, 1.0, guard=True) for b in batches]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    results = [p.get() for p in pending]
+    assert all(r.sop_loss is None and math.isfinite(r.loss) for r in results)
+    after = full_state(model)
+    assert frozen <= after.keys()
+    for name in after:
+        if name in frozen:
+            assert torch.equal(before[name], after[name]), name
+    assert all(not torch.equal(before[n], after[n]) for n in after if n not in frozen and "key.bias" not in n)
