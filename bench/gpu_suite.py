@@ -64,6 +64,11 @@ from pipelines.train.loop import pretrain_loop  # noqa: E402
 from pipelines.train.plan import PretrainPlan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+TEST_FILES = (
+    "tests/albert_model/test_model.py",
+    "tests/pipelines/train/test_gpu.py",
+    "tests/pipelines/finetuning/test_gpu.py",
+)
 DEFAULT_CONFIGS = "base-128:256,base-512:64,large-512:32,xxlarge-512:16"
 PHASES = (
     "env", "tests", "collectives", "lamb", "loop", "pretrain", "speed", "finetune", "predict", "loader", "profile",
@@ -106,11 +111,7 @@ def env_phase(args) -> dict:
 
 
 def tests_phase(args) -> dict:
-    files = [
-        "tests/albert_model/test_model.py",
-        "tests/pipelines/train/test_gpu.py",
-        "tests/pipelines/finetuning/test_gpu.py",
-    ]
+    files = args.tests_files.split(",")
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-rA", "-q", *files]
     started = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.tests_timeout)
@@ -331,6 +332,7 @@ def main() -> None:
         help="the exports' SentencePiece model (bench/predict_throughput.py's default_spiece makes one)",
     )
     p.add_argument("--tests-timeout", type=int, default=600)
+    p.add_argument("--tests-files", default=",".join(TEST_FILES), help="the test files whose gpu tests run")
     p.add_argument("--collectives-timeout", type=int, default=300)
     loops.add_arguments(p)
     finetune_speed.add_arguments(p)

@@ -225,6 +225,15 @@ def train_epoch(
     return float(total) / max(1, seen)  # the epoch's one read of the device
 
 
+def example_width(example: Any) -> int:
+    """An example's tokens: its sequence's, or (multiple choice: a list of (ids, types) per choice,
+    every choice of a batch padded to one width) its longest choice's."""
+    first = example[0]
+    if len(first) and not isinstance(first[0], (int, np.integer)):
+        return max(len(ids) for ids, _ in example)
+    return len(first)
+
+
 @torch.no_grad()
 def predict(
     model: nn.Module,
@@ -245,7 +254,7 @@ def predict(
     collate_fn = collate_fn or collate
     model.eval()
     mine = np.arange(len(encoded))[rank::world]
-    mine = mine[np.argsort([len(encoded[i][0]) for i in mine], kind="stable")]  # less padding
+    mine = mine[np.argsort([example_width(encoded[i]) for i in mine], kind="stable")]  # less padding
     pin = device.type == "cuda"
     with autocast(precision, device):
         outputs = [
