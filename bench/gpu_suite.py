@@ -338,6 +338,8 @@ def main() -> None:
     finetune_speed.add_arguments(p)
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: a smoke run of this script
     args = p.parse_args()
+    # the device machines reach nothing outside: no library may wait on the Hugging Face Hub
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     DEVICE = speed.DEVICE = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
     if DEVICE.type == "cuda" and not torch.cuda.is_available():
         sys.exit("bench/gpu_suite.py needs CUDA")

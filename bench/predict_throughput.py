@@ -192,6 +192,10 @@ def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, devi
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
+    def say(what: str) -> None:  # progress with times: a hang shows where it is
+        print(f"predict {dtype} on {device}: {what} at {time.perf_counter() - begun:.1f} s", flush=True)
+
+    begun = time.perf_counter()
     predictor = Predictor.load(model, seq, batch, device)
     predictor.model.to(torch_dtype)
     predictor.predict(texts[: batch * 2])  # warm-up: kernels, allocator
@@ -202,15 +206,19 @@ def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, devi
     ours = predictor.outputs(predictor.logits(encoded))
     sync()
     ours_s = time.perf_counter() - started
+    say(f"ours done ({len(texts) / ours_s:.0f} rows/s)")
     pipe = transformers.pipeline(
         "text-classification", model=model, tokenizer=model, device=torch.device(device), dtype=torch_dtype
     )
+    say("pipeline loaded")
     pipe(texts[: batch * 2], batch_size=batch, truncation=True, max_length=seq)
     sync()
+    say("pipeline warmed up")
     started = time.perf_counter()
     outputs = pipe(texts, batch_size=batch, truncation=True, max_length=seq)
     sync()
     theirs_s = time.perf_counter() - started
+    say(f"pipeline done ({len(texts) / theirs_s:.0f} rows/s)")
     agreement = float(np.mean([o["prediction"] == t["label"] for o, t in zip(ours, outputs)]))
     return {
         "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
