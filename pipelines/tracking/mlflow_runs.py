@@ -11,9 +11,20 @@ PARENT_TAG = "mlflow.parentRunId"
 MAX_PARAMS, MAX_METRICS, MAX_VALUE = 100, 1000, 6000  # MLflow's limits per log_batch call and per param value
 
 
+# MLflow's own defaults retry a failing request 7 times with a backoff factor of 2 (about 4 minutes
+# of waiting before a run learns that its server is gone) and wait 120 s for an answer. A tracking
+# failure must not hold training that long: 3 retries (~14 s of backoff) and 30 s per request,
+# unless the environment says otherwise (docs/tracking.md).
+REQUEST_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
 def mlflow_client(uri: str):
+    import os
+
     from mlflow.tracking import MlflowClient
 
+    for name, value in REQUEST_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     return MlflowClient(tracking_uri=uri)
 
 

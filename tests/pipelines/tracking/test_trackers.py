@@ -198,3 +198,20 @@ def test_tracking_keys_are_settings_of_no_stage(tmp_path):
         load_config(overrides=["tracking.wandb_mode=sync"])
     with pytest.raises(ConfigError, match=r"^tracking.mlflow_uri=' ': must not be empty or blank \(use null\)$"):
         load_config(overrides=["tracking.mlflow_uri=' '"])
+
+
+def test_mlflow_gives_up_after_a_few_retries_unless_told_otherwise(monkeypatch):
+    """MLflow's own defaults (7 retries with backoff, 120 s per request) would hold a run ~4 minutes
+    on an unreachable server: the client albert-ray makes sets 3 and 30 s, and keeps a user's values."""
+    import os
+
+    from pipelines.tracking.mlflow_runs import mlflow_client
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "x")  # so that the end of the test restores it
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    mlflow_client("http://127.0.0.1:9")
+    from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT
+
+    assert MLFLOW_HTTP_REQUEST_MAX_RETRIES.get() == 3 and os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "3"
+    assert MLFLOW_HTTP_REQUEST_TIMEOUT.get() == 5  # the environment's own value stays
