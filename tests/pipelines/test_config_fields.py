@@ -58,6 +58,7 @@ EXPECTED_SETTINGS = {
     "finetune.cuda_graphs": "speed",
     "tune.max_concurrent_trials": "concurrency cap",
     "tune.resources_per_trial": "resources",
+    "predict.output": "where a copy goes",
     "predict.batch_size": "batching",
     "predict.workers": "parallelism",
     "tracking.tensorboard": "experiment tracking",

@@ -135,7 +135,7 @@ def test_bad_stage_arguments_exit_2_with_one_line(tmp_path, capsys):
 
 # --- The whole job on a real local cluster: `ray start --head` on free ports, `ray job submit`, the
 # run_dir on s3:// (the session's moto_server). Module-scoped: each submission continues the run_dir
-# of the one before (fail, resume, skip and force), so every test stays within one submission's time.
+# of the one before (run, fail, skip and force), so every test stays within one submission's time.
 STAGE_NAMES = ["vocab", "data", "pretrain", "finetune", "report"]
 OUTPUTS = [
     "vocab/spiece.model",
@@ -208,8 +208,8 @@ def submit_full_run(head, run_dir, *args):
     return rc, output
 
 
-FROM_PRETRAIN_ON = {"vocab": "skipped", "data": "skipped", "pretrain": "done", "finetune": "done", "report": "done"}
-FROM_FINETUNE_ON = {**FROM_PRETRAIN_ON, "pretrain": "skipped"}
+EVERY_STAGE = dict.fromkeys(STAGE_NAMES, "done")
+FROM_FINETUNE_ON = {"vocab": "skipped", "data": "skipped", "pretrain": "skipped", "finetune": "done", "report": "done"}
 
 
 def stage_lines(output):
@@ -227,14 +227,8 @@ def manifests(run_dir):
 
 
 @pytest.fixture(scope="module")
-def failed_submission(head, job_run_dir):
-    """A config error only the pretrain stage detects: more sequences per batch than examples."""
-    return submit_full_run(head, job_run_dir, "train.global_batch_size=100000")
-
-
-@pytest.fixture(scope="module")
-def concurrent_submissions(failed_submission, head, job_run_dir):
-    """The next submission (the first run), and a second one on the same run_dir, with another
+def concurrent_submissions(head, job_run_dir):
+    """The first submission (every stage), and a second one on the same run_dir, with another
     config, submitted while the first holds the run_dir: (first, second, the first's lease)."""
     first: dict = {}
     thread = threading.Thread(target=lambda: first.update(result=submit_full_run(head, job_run_dir)))
@@ -251,35 +245,43 @@ def concurrent_submissions(failed_submission, head, job_run_dir):
 
 
 @pytest.fixture(scope="module")
-def resumed_submission(concurrent_submissions):
+def first_submission(concurrent_submissions):
     return concurrent_submissions[0]
 
 
+@pytest.fixture(scope="module")
+def failed_submission(first_submission, head, job_run_dir):
+    """Then a config error only the pretrain stage detects (more sequences per batch than examples),
+    in a submission whose pretraining config differs from the complete output's: (its result, the
+    manifests before it)."""
+    before = manifests(job_run_dir)
+    return submit_full_run(head, job_run_dir, "train.global_batch_size=100000"), before
+
+
 @pytest.mark.slow
-def test_a_failing_stage_stops_the_dag_and_names_itself_last(failed_submission, job_run_dir):
-    rc, output = failed_submission
+def test_a_failing_stage_stops_the_dag_names_itself_last_and_keeps_the_complete_outputs(failed_submission, job_run_dir):
+    (rc, output), before = failed_submission
     assert rc == 1 and "' failed" in output  # the CLI's "Job 'raysubmit_...' failed"
     dag_lines = [line for line in output.splitlines() if line.startswith("full_run: ")]
     assert dag_lines[-2].startswith("full_run: FAILED at stage pretrain after ")
     assert "BadInput: train.global_batch_size=100000 exceeds the" in dag_lines[-2]
     assert "outputs of the stages before pretrain are complete" in dag_lines[-1]
-    assert stage_lines(output) == {"vocab": "done", "data": "done"}
+    assert stage_lines(output) == {"vocab": "skipped", "data": "skipped"}  # reused: up to date
     assert "Unhandled error" not in output  # the later stages' errors are taken, not printed again
-    assert set(manifests(job_run_dir)) == {"vocab", "data"}
+    assert manifests(job_run_dir) == before  # the failed rerun replaced nothing: every output stays complete
 
 
 @pytest.mark.slow
-def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submission, job_run_dir, tmp_path):
-    """The rest of the DAG on s3://: every output, the cost records and the report; pretraining on two
+def test_the_first_submission_makes_every_output_on_s3(first_submission, job_run_dir, tmp_path):
+    """The whole DAG on s3://: every output, the cost records and the report; pretraining on two
     workers, each writing its shard of the checkpoints there; an export transformers loads."""
     from transformers import AlbertForPreTraining as HFAlbertForPreTraining
 
     from pipelines.storage import exists, filesystem, read_bytes, read_json
 
-    rc, output = resumed_submission
+    rc, output = first_submission
     assert rc == 0 and "succeeded" in output
-    assert stage_lines(output) == FROM_PRETRAIN_ON
-    assert "vocab: up to date in" in output  # the stage itself says so too
+    assert stage_lines(output) == EVERY_STAGE
     for path in OUTPUTS:
         assert exists(f"{job_run_dir}/{path}"), path
     assert set(manifests(job_run_dir)) == set(STAGE_NAMES)
@@ -298,10 +300,10 @@ def test_the_next_submission_reuses_the_stages_before_the_failure(resumed_submis
 
 
 @pytest.mark.slow
-def test_the_job_log_says_each_pretraining_line_once(resumed_submission):
+def test_the_job_log_says_each_pretraining_line_once(first_submission):
     """Issue #17, acceptance 5: each progress and validation line of pretraining once, with the stage's
     name, and none of Ray Train's report dicts (they stay in its own log files)."""
-    rc, output = resumed_submission
+    rc, output = first_submission
     assert rc == 0
     ours = [line for line in output.splitlines() if re.search(r"pretrain: step \d+", line)]
     assert any("validation: mlm_acc" in line for line in ours) and any("/" in line for line in ours), output[-3000:]
@@ -327,7 +329,7 @@ def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_s
 
 @pytest.mark.slow
 def test_the_next_submission_skips_what_is_done_and_reruns_a_forced_stage_and_what_follows(
-    resumed_submission, head, job_run_dir
+    failed_submission, head, job_run_dir
 ):
     """One submission for both: the stages before the forced one are skipped (up to date), the
     forced one and those after it run again. Every stage skipped is the s3 DAG test's second pass;
