@@ -4,7 +4,8 @@ A test describes its faults as `Faults` and they are installed, by monkeypatchin
 that runs the pretraining loop:
 - on the plain gloo processes of the loop tests, by the test's process function (`install`);
 - on Ray Train workers, through Ray Train's own hook for extra callbacks: the environment variable
-  RAY_TRAIN_CALLBACKS names `InjectFaults`, a worker callback that Ray Train builds where the
+  RAY_TRAIN_CALLBACKS names `InjectFaults` (tests/ray_faults.py, apart so that the plain processes
+  do not import Ray Train), a worker callback that Ray Train builds where the
   TorchTrainer is made (it reads the faults from FAULTS_ENV there) and runs on every worker before
   the training function (`Faults.env()` gives both variables, for `monkeypatch.setenv` or a job's
   environment).
@@ -36,7 +37,7 @@ import torch.distributed as dist
 
 FAULTS_ENV = "ALBERT_TESTS_FAULTS"
 CALLBACKS_ENV = "RAY_TRAIN_CALLBACKS"  # Ray Train builds the classes it names (comma-separated)
-CALLBACK = "tests.faults.InjectFaults"
+CALLBACK = "tests.ray_faults.InjectFaults"  # there: importing Ray Train costs every loop process ~2 s
 HOLD_S = 300
 HEALTH_CHECK_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"  # how often Ray Train's controller polls its workers
 
@@ -160,21 +161,4 @@ def hold(out_dir: str, step: int, rank: int) -> None:
         time.sleep(0.5)
 
 
-try:  # the worker-side callback type of Ray Train 2.60 (a developer API): only where Ray is installed
-    from ray.train.v2._internal.execution.callback import WorkerCallback
-except ImportError:  # the GPU machine's tests run without Ray
-    WorkerCallback = object
-
-
-class InjectFaults(WorkerCallback):
-    """Built by Ray Train where the TorchTrainer is made (RAY_TRAIN_CALLBACKS), sent to every worker,
-    and run there after the train context is set up, before the training function starts."""
-
-    def __init__(self):
-        self.faults = Faults.from_env()
-
-    def after_init_train_context(self) -> None:
-        install(self.faults)
-
-
-__all__ = ["CALLBACK", "FAULTS_ENV", "Faults", "InjectFaults", "install", "scaled_loss"]
+__all__ = ["CALLBACK", "FAULTS_ENV", "Faults", "install", "scaled_loss"]

@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from albert_model import AlbertConfig
@@ -27,7 +26,7 @@ from pipelines.train.loader import TrainSplit
 from pipelines.train.loop import StartPoint, pretrain_loop
 from pipelines.train.plan import PretrainPlan
 from tests.faults import Faults, install
-from tests.pipelines.train.spawned import exit_now
+from tests.pipelines.train.spawned import exit_now, start_processes
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +184,7 @@ def run(
     plan = make_plan(out_dir, data_dir, world, objective, **train)
     store = tmp_path / f"{name}.store"
     args = (world, plan, str(out_dir / "checkpoints"), stop_after, str(store), faults or Faults())
-    mp.spawn(target or _process, args=args, nprocs=world)
+    start_processes(target or _process, args, world, __name__)
     weights = out_dir / "hf" / "model.safetensors"
     return load_file(str(weights)) if weights.exists() else None
 

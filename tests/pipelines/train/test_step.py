@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from albert_model import AlbertConfig, AlbertForPreTraining
 from bench.synthetic_rows import static_rows
@@ -14,7 +13,7 @@ from pipelines.train.groups import parameter_groups
 from pipelines.train.lamb import Lamb
 from pipelines.train.schedule import albert_lr_factor, build_scheduler
 from pipelines.train.step import train_step
-from tests.pipelines.train.spawned import exit_now
+from tests.pipelines.train.spawned import exit_now, start_processes
 
 CONFIG = AlbertConfig(
     vocab_size=211,
@@ -95,7 +94,7 @@ def test_gradient_accumulation_equals_one_big_batch():
 def test_two_fsdp2_workers_equal_one_process(tmp_path):
     reference = single_process(micro=BATCH)
     out = tmp_path / "fsdp.pt"
-    mp.spawn(_fsdp_worker, args=(2, str(tmp_path / "store"), str(out)), nprocs=2, join=True)
+    start_processes(_fsdp_worker, (2, str(tmp_path / "store"), str(out)), 2, __name__)
     sharded = torch.load(out, weights_only=True)
     assert set(sharded) == set(reference)
     for name in reference:
