@@ -190,7 +190,7 @@ def measure_speed(args) -> dict:
     return result
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="base")
     p.add_argument("--vocab-size", type=int, default=30000)
@@ -212,7 +212,8 @@ def main() -> None:
     p.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
     p.add_argument("--memory-child", choices=["ours", "transformers"], help=argparse.SUPPRESS)
     p.add_argument("--json", help="also write the result to this file")
-    args = p.parse_args()
+    argv = sys.argv[1:] if argv is None else argv
+    args = p.parse_args(argv)
     args.dtype = args.dtype or ("bf16" if args.device == "cuda" else "fp32")
     if args.predictions is None:
         args.predictions = min(20, max(1, round(0.15 * args.seq)))
@@ -241,7 +242,7 @@ def main() -> None:
         # one after the other (two models at once might not fit)
         children = {}
         for name in ("ours", "transformers"):
-            cmd = [sys.executable, __file__, *sys.argv[1:], "--memory-child", name]
+            cmd = [sys.executable, __file__, *argv, "--memory-child", name]
             children[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if args.device == "cuda":
                 children[name].wait()

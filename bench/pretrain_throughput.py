@@ -173,7 +173,7 @@ def measure_memory(args) -> int:
     return (torch.cuda.max_memory_allocated() if cuda else status_bytes("VmHWM")) - base
 
 
-def memory_in_child(name: str, batch_size: int, impl: str, args) -> int:
+def memory_command(name: str, batch_size: int, impl: str, args) -> list[str]:
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -188,10 +188,25 @@ def memory_in_child(name: str, batch_size: int, impl: str, args) -> int:
         "--memory-child",
         impl,
     ]
-    if args.compile:
-        cmd += ["--compile", args.compile]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["peak_bytes"]
+    return cmd + (["--compile", args.compile] if args.compile else [])
+
+
+def memory_in_children(name: str, batch_size: int, args) -> dict[str, int]:
+    """Each model's peak memory, each in a child process of its own, both at once (each reads only
+    its own peak; after the speed rounds, so they do not share the machine with those)."""
+    children = {
+        impl: subprocess.Popen(
+            memory_command(name, batch_size, impl, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for impl in IMPLS
+    }
+    peaks = {}
+    for impl, child in children.items():
+        out, err = child.communicate()
+        if child.returncode != 0:
+            raise subprocess.CalledProcessError(child.returncode, child.args, out, err)
+        peaks[impl] = json.loads(out.strip().splitlines()[-1])["peak_bytes"]
+    return peaks
 
 
 def config_rows(name: str, batch_size: int, args, peak: float | None) -> list[dict]:
@@ -199,6 +214,7 @@ def config_rows(name: str, batch_size: int, args, peak: float | None) -> list[di
     config = AlbertConfig.from_preset(spec.preset)
     flops = training_flops_per_token(config, spec.seq, mlm_fraction=spec.predictions / spec.seq)
     times = measure_speed(name, batch_size, args)
+    peaks = {} if args.no_memory else memory_in_children(name, batch_size, args)
     rows = []
     for impl in IMPLS:
         step_s = statistics.median(times[impl])
@@ -218,7 +234,7 @@ def config_rows(name: str, batch_size: int, args, peak: float | None) -> list[di
                 "sequences_per_s": batch_size / step_s,
                 "achieved_tflops": tokens_per_s * flops / 1e12,
                 "mfu": mfu(tokens_per_s, flops, peak * 1e12) if peak else None,
-                "peak_memory_bytes": None if args.no_memory else memory_in_child(name, batch_size, impl, args),
+                "peak_memory_bytes": peaks.get(impl),
             }
         )
     return rows

