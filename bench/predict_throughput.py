@@ -78,13 +78,12 @@ WORDS = [
 ]
 
 
-def write_rows(path: Path, n: int, seed: int = 0) -> None:
+def write_rows(path: Path, n: int, seed: int = 0) -> list[str]:
+    """`n` synthetic rows (id, text) as a csv; returns their texts."""
     rng = np.random.default_rng(seed)
-    with open(path, "w") as f:
-        f.write("id,text\n")
-        for i in range(n):
-            words = rng.choice(WORDS, size=int(rng.integers(5, 121)))
-            f.write(f"r{i},{' '.join(words)}\n")
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(5, 121)))) for _ in range(n)]
+    path.write_text("id,text\n" + "".join(f"r{i},{text}\n" for i, text in enumerate(texts)))
+    return texts
 
 
 def make_model(folder: Path, preset: str, spiece: str) -> str:
@@ -242,8 +241,7 @@ def suite_phase(args, device: str) -> dict:
     vocabulary), args.predict_rows synthetic rows, replica_vs_pipeline on `device`."""
     out = {}
     rows = args.out / "predict-rows.csv"
-    write_rows(rows, args.predict_rows)
-    texts = [line.split(",", 1)[1] for line in rows.read_text().splitlines()[1:]]
+    texts = write_rows(rows, args.predict_rows)
     for spec in args.predict.split(","):
         config, batch, dtype = spec.split(":")
         preset, seq = config.rsplit("-", 1)
@@ -282,8 +280,7 @@ def main(argv: list[str] | None = None) -> dict:
             root = Path(work)
             spiece = args.spiece or default_spiece(root)
             model = args.model or make_model(root / "model", args.preset, spiece)
-            write_rows(root / "rows.csv", args.rows)
-            texts = [line.split(",", 1)[1] for line in (root / "rows.csv").read_text().splitlines()[1:]]
+            texts = write_rows(root / "rows.csv", args.rows)
             result = replica_vs_pipeline(model, texts, args.seq, args.batch_size, args.device, args.dtype)
         print(json.dumps(result, indent=2))
         if args.out:

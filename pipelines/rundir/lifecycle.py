@@ -41,6 +41,7 @@ from .ownership import (
     refuse_unowned,
     write_marker,
 )
+from .publish import check_target, publish
 from .registry import (
     MANIFEST,
     STAGES,
@@ -212,8 +213,6 @@ def run_stage(config: Config, name: str, force: bool | str = False, owner: str |
     holder, when a DAG driver holds the lease for this stage task. A stage with a publish target
     (predict.output) has it checked before anything runs and the committed output copied there,
     also when the output was up to date."""
-    from .publish import check_target, publish
-
     check_target(config, name)
     outcome = _run_stage(config, name, force, owner)
     publish(config, name, outcome.path, owner)

@@ -13,19 +13,28 @@ folder when its marker is complete.
 from __future__ import annotations
 
 import posixpath
-import shutil
 from datetime import datetime, timezone
 from typing import Any
 
 from ..config import Config
 from ..errors import RefusedPath
-from ..storage import canonical, exists, filesystem, join, key_relpath, list_names, path_inside, read_json, write_json
+from ..storage import (
+    canonical,
+    copy_file,
+    exists,
+    filesystem,
+    join,
+    key_relpath,
+    list_names,
+    path_inside,
+    read_json,
+    write_json,
+)
 from .lease import Fence, hold
 from .ownership import MARKER, read_marker
 from .registry import MANIFEST, STAGES, config_value
 
 PUBLISHED = ".albert-ray-published.json"
-CHUNK = 16 * 2**20
 
 
 def publish_key(name: str) -> str | None:
@@ -83,16 +92,6 @@ def _files(folder: str) -> list[str]:
     return sorted(found) + [MANIFEST]
 
 
-def _copy(src: str, dst: str) -> None:
-    """One file, across file systems (a local run_dir published to s3:// and back), in chunks."""
-    sfs, s = filesystem(src)
-    dfs, d = filesystem(dst)
-    if "://" not in dst:
-        dfs.makedirs(posixpath.dirname(d), exist_ok=True)
-    with sfs.open(s, "rb") as r, dfs.open(d, "wb") as w:
-        shutil.copyfileobj(r, w, CHUNK)
-
-
 def _delete(folder: str, relative: list[str]) -> None:
     fs, root = filesystem(folder)
     for rel in relative:
@@ -140,10 +139,10 @@ def publish(config: Config, name: str, stage_folder: str, owner: str | None = No
         # what this run_dir published there before, manifest first: never a file it did not write
         _delete(folder, [f for f in [MANIFEST, *earlier] if f == MANIFEST or f not in files])
         for rel in files[:-1]:
-            _copy(join(stage_folder, rel), join(folder, rel))
+            copy_file(join(stage_folder, rel), join(folder, rel))
         with fence.held():
             fence.check()
-            _copy(join(stage_folder, MANIFEST), join(folder, MANIFEST))
+            copy_file(join(stage_folder, MANIFEST), join(folder, MANIFEST))
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
             write_json(join(folder, PUBLISHED), {**fields, "state": "complete", "published": stamp})
     print(f"{name}: published to {key}={folder} ({len(files)} files)", flush=True)

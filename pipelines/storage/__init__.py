@@ -280,6 +280,16 @@ def copy_tree(src: str, dst: str, last: Sequence[str] = ()) -> None:
         fs.invalidate_cache()
 
 
+def copy_file(src: str, dst: str, chunk: int = 16 * 2**20) -> None:
+    """One file between any two places, local or s3:// (copy_tree keeps to one kind), streamed in chunks."""
+    sfs, s = filesystem(src)
+    dfs, d = filesystem(dst)
+    if not is_remote(dst):
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+    with sfs.open(s, "rb") as r, dfs.open(d, "wb") as w:
+        shutil.copyfileobj(r, w, chunk)
+
+
 def delete_tree(path: str, last: Sequence[str] = ()) -> None:
     """Delete a folder, the entries named `last` (relative paths) after everything else, so an
     interrupted delete leaves them in place."""
@@ -316,6 +326,7 @@ __all__ = [
     "PKG_SCHEME",
     "arrow_filesystem",
     "canonical",
+    "copy_file",
     "copy_tree",
     "delete_tree",
     "exists",
