@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 from collections.abc import Iterator
 
@@ -24,7 +23,7 @@ import pyarrow.fs as pafs
 import ray
 import ray.train
 import torch
-from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, ScalingConfig
+from ray.train import Checkpoint, CheckpointConfig, FailureConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from ..config import config_to_dict
@@ -36,13 +35,12 @@ from ..train.loader import TrainSplit
 from ..train.loop import StartPoint, pretrain_loop
 from ..train.plan import PretrainPlan, manifest_fields
 from .pretrain_plan import check_resolved, continuation, plan_pretraining
-from .ray_runtime import gpu_capacity, init_ray
+from .ray_runtime import gpu_capacity, init_ray, keep_ray_info_off_the_console, quiet_train_run
 from .stage_tracking import start_tracking
 
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
 # Ray 2.60 fills the dashboard's Train view (runs, attempts, resizes, workers, their logs) only with this set.
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
-PRINT_PATCH_ENV = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train routes a worker's print through its logger
 
 
 class RayTrainIO:
@@ -72,21 +70,6 @@ class RayTrainIO:
 
     def report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         ray.train.report(metrics, checkpoint=Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None)
-
-
-def keep_ray_info_off_the_console() -> None:
-    """Ray Train 2.60 logs every report ("Reporting training result ... TrainingReport(...)") at INFO
-    through a logger named by its file's path, not `ray.train`, so its LoggingConfig level does not
-    hold it back: below WARNING, records of loggers inside Ray stay off the worker's console handlers
-    (the job's log) and still reach Train's own files (logs/train/ray-train-app-worker-*.log)."""
-    ray_dir = os.path.dirname(ray.__file__)
-
-    def keep(record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or not record.name.startswith(ray_dir)
-
-    for handler in logging.getLogger().handlers:
-        if type(handler) is not logging.FileHandler and type(handler).__name__ != "SessionFileHandler":
-            handler.addFilter(keep)
 
 
 def train_worker(loop_config: dict) -> None:
@@ -136,11 +119,7 @@ def build_pretrain(run: StageRun) -> dict:
             storage_filesystem=storage_fs,
             failure_config=FailureConfig(max_failures=train.max_failures, controller_failure_limit=train.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=train.checkpoints_to_keep),
-            # One line per progress, validation and health line in the job's log: Ray Train's INFO
-            # lines (each report's TrainingReport, state transitions) stay in its own log files, and
-            # the workers' print is not also re-logged through Train's logger (it printed each line twice).
-            logging_config=LoggingConfig(log_level="WARNING"),
-            worker_runtime_env={"env_vars": {PRINT_PATCH_ENV: "0"}},
+            **quiet_train_run(),
         ),
     )
     counts = sorted({train.min_workers, train.max_workers})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,8 @@ from ..errors import find_user_error
 from ..prep.corpus import InputFile, pack_units
 
 log = logging.getLogger(__name__)
+
+PRINT_PATCH_ENV = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train routes a worker's print through its logger
 
 
 def init_ray() -> None:
@@ -78,3 +81,32 @@ def map_units(
 def unit_files(batch: dict[str, Any]) -> tuple[int, list[InputFile]]:
     """Decode the one work unit of a `map_units` batch."""
     return int(batch["unit"][0]), [InputFile(**f) for f in json.loads(batch["files"][0])]
+
+
+def quiet_train_run() -> dict[str, Any]:
+    """The RunConfig fields of every Ray Train run the stages start (pretraining, a multi-worker
+    trial): one line per progress, validation and health line in the job's log. Ray Train's INFO
+    lines (each report's TrainingReport, state transitions) stay in its own log files, and the
+    workers' print is not also re-logged through Train's logger (it printed each line twice). Their
+    workers also call keep_ray_info_off_the_console."""
+    import ray.train  # not at import: Ray Data's workers import this module too
+
+    return {
+        "logging_config": ray.train.LoggingConfig(log_level="WARNING"),
+        "worker_runtime_env": {"env_vars": {PRINT_PATCH_ENV: "0"}},
+    }
+
+
+def keep_ray_info_off_the_console() -> None:
+    """Ray Train 2.60 logs every report ("Reporting training result ... TrainingReport(...)") at INFO
+    through a logger named by its file's path, not `ray.train`, so its LoggingConfig level does not
+    hold it back: below WARNING, records of loggers inside Ray stay off the worker's console handlers
+    (the job's log) and still reach Train's own files (logs/train/ray-train-app-worker-*.log)."""
+    ray_dir = os.path.dirname(ray.__file__)
+
+    def keep(record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not record.name.startswith(ray_dir)
+
+    for handler in logging.getLogger().handlers:
+        if type(handler) is not logging.FileHandler and type(handler).__name__ != "SessionFileHandler":
+            handler.addFilter(keep)

@@ -35,6 +35,7 @@ from ..finetuning.trial import EXPORT_SKIPS, PREDICTIONS, TrialData, fit_trial, 
 from ..storage import arrow_filesystem, join, write_bytes
 from ..tracking import Trackers, new_switches, scalars
 from ..tracking.search import SearchTracking, open_trial
+from .ray_runtime import keep_ray_info_off_the_console, quiet_train_run
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ def single_process_trial(trial_config: dict[str, Any], base: FinetuneSection, da
 def ray_train_trial_worker(loop_config: dict[str, Any]) -> None:
     """A Ray Train worker of a multi-process trial: DDP over gloo (CPU) or nccl (GPU)."""
     context = ray.train.get_context()
+    keep_ray_info_off_the_console()
     torch.set_num_threads(max(1, int(loop_config["cpus"])))
     data: TrialData = ray.get(loop_config["data_ref"])
     cfg = trial_finetune(loop_config["base"], loop_config["trial_config"])
@@ -149,6 +151,7 @@ def multi_worker_trial(
                 num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"
             ),
             callbacks=[TuneReportCallback()],
+            **quiet_train_run(),
         ),
     )
     trainer.fit()

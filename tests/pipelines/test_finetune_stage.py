@@ -1,6 +1,6 @@
 """The fine-tuning stage: a Ray Tune search with ASHA on the embedded BBC task, the exported best
-model in transformers, its trials tracked in TensorBoard and MLflow, a multi-worker (Ray Train DDP)
-trial, and the stage's fingerprint."""
+model in transformers, its trials tracked in TensorBoard and MLflow, and the stage's fingerprint. A
+trial that is a two-worker Ray Train (DDP) job, on s3://: the job test (test_full_run.py)."""
 
 import csv
 import json
@@ -175,45 +175,3 @@ def check_tracked_search(mlflow_server, out, trials, best):
         events = tensorboard_scalars(Path(out, "tensorboard", t["trial_id"]), "accuracy")
         assert events == [(epoch, pytest.approx(value)) for epoch, value in sorted(accuracy.items())]
         assert set(mlflow_history(mlflow_server, run.info.run_id, "train_loss")) == set(accuracy)
-
-
-@pytest.mark.slow
-def test_a_trial_can_be_a_two_worker_ray_train_job(ray_session, s3_endpoint, tiny_pretrained, tmp_path):
-    """The trial's TorchTrainer keeps its checkpoints in the search's storage, here on s3, where the
-    best checkpoint is read back through the storage's filesystem (its path has no scheme). Only s3:
-    a local folder is the storage path as Ray takes it, with nothing of ours in between, and the
-    same trial on local storage cost another ~32 s of the suite."""
-    from pipelines.stages.finetune import run_finetune
-    from pipelines.storage import filesystem, read_bytes, read_json
-
-    words = {"pos": "good great fine lovely", "neg": "bad awful poor dull"}
-    rows = [(f"{words[y].split()[i % 4]} film {i}", y) for i in range(60) for y in ("pos", "neg")]
-    (tmp_path / "train.csv").write_text("review,sentiment\n" + "".join(f"{t},{y}\n" for t, y in rows))
-    (tmp_path / "eval.jsonl").write_text(
-        "".join(json.dumps({"review": t, "sentiment": y}) + "\n" for t, y in rows[:20])
-    )
-    filesystem("s3://two-worker-trial/x")[0].mkdir("two-worker-trial")
-    run_dir = "s3://two-worker-trial/run"
-    config = load_config(
-        overrides=[
-            f"run_dir={run_dir}",
-            f"finetune.pretrained={tiny_pretrained}",
-            f"finetune.train_path={tmp_path}/train.csv",
-            f"finetune.eval_path={tmp_path}/eval.jsonl",
-            "finetune.text_column=review",
-            "finetune.label_column=sentiment",
-            "finetune.max_seq_length=16",
-            "tune.num_samples=1",
-            "tune.workers_per_trial=2",
-            "tune.scheduler=none",
-            "tune.space={finetune.lr: 0.001, finetune.batch_size: 8, finetune.epochs: 2}",
-        ]
-    )
-    out = run_finetune(config)
-    assert out.startswith(run_dir)
-    trials = list(csv.DictReader(read_bytes(f"{out}/trials.csv").decode().splitlines()))
-    assert len(trials) == 1 and trials[0]["status"] == "completed" and trials[0]["epochs_run"] == "2"
-    best = read_json(f"{out}/best.json")
-    assert best["label_names"] == ["neg", "pos"] and best["value"] == float(trials[0]["accuracy"])
-    assert read_json(f"{out}/best/config.json")["id2label"] == {"0": "neg", "1": "pos"}
-    assert len(read_bytes(f"{out}/best/model.safetensors")) > 100_000

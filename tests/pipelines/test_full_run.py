@@ -1,6 +1,7 @@
 """The full-run DAG: which stages run (pure, no Ray), and the whole job on a real local cluster
 (`ray start` + `ray job submit`), resumable stage by stage, with its run_dir on s3://."""
 
+import csv
 import json
 import os
 import re
@@ -186,8 +187,9 @@ S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS
 
 
 def submit_full_run(head, run_dir, *args):
-    """`python pipelines/full_run.py` on tiny.yaml with pretraining on two workers, the job's
-    environment holding the S3 endpoint and its keys (as a cluster's would)."""
+    """`python pipelines/full_run.py` on tiny.yaml with pretraining on two workers and each
+    fine-tuning trial a two-worker Ray Train job, the job's environment holding the S3 endpoint and
+    its keys (as a cluster's would)."""
     from pipelines.cli.local_cluster import submit
 
     rc, output = submit(
@@ -199,6 +201,7 @@ def submit_full_run(head, run_dir, *args):
             "configs/tiny.yaml",
             f"run_dir={run_dir}",
             "train.num_workers=2",
+            "tune.workers_per_trial=2",
             *args,
         ],
         echo=False,
@@ -209,7 +212,6 @@ def submit_full_run(head, run_dir, *args):
 
 
 EVERY_STAGE = dict.fromkeys(STAGE_NAMES, "done")
-FROM_FINETUNE_ON = {"vocab": "skipped", "data": "skipped", "pretrain": "skipped", "finetune": "done", "report": "done"}
 
 
 def stage_lines(output):
@@ -251,11 +253,12 @@ def first_submission(concurrent_submissions):
 
 @pytest.fixture(scope="module")
 def failed_submission(first_submission, head, job_run_dir):
-    """Then a config error only the pretrain stage detects (more sequences per batch than examples),
-    in a submission whose pretraining config differs from the complete output's: (its result, the
-    manifests before it)."""
+    """Then `--force data` with a config error only the pretrain stage detects (more sequences per
+    batch than examples), in a submission whose pretraining config differs from the complete
+    output's: vocab is skipped, the forced data stage runs again, pretrain fails. (Its result, the
+    manifests before it.)"""
     before = manifests(job_run_dir)
-    return submit_full_run(head, job_run_dir, "train.global_batch_size=100000"), before
+    return submit_full_run(head, job_run_dir, "--force", "data", "train.global_batch_size=100000"), before
 
 
 @pytest.mark.slow
@@ -266,9 +269,10 @@ def test_a_failing_stage_stops_the_dag_names_itself_last_and_keeps_the_complete_
     assert dag_lines[-2].startswith("full_run: FAILED at stage pretrain after ")
     assert "BadInput: train.global_batch_size=100000 exceeds the" in dag_lines[-2]
     assert "outputs of the stages before pretrain are complete" in dag_lines[-1]
-    assert stage_lines(output) == {"vocab": "skipped", "data": "skipped"}  # reused: up to date
     assert "Unhandled error" not in output  # the later stages' errors are taken, not printed again
-    assert manifests(job_run_dir) == before  # the failed rerun replaced nothing: every output stays complete
+    after = manifests(job_run_dir)
+    # the failed stage and those after it replaced nothing: their complete outputs stay
+    assert [after[n] == before[n] for n in ("pretrain", "finetune", "report")] == [True, True, True]
 
 
 @pytest.mark.slow
@@ -297,12 +301,23 @@ def test_the_first_submission_makes_every_output_on_s3(first_submission, job_run
     assert {f"train/{checkpoint}/{name}" for name in shards} <= files, files
     fs.get(f"{root}/pretrain/hf", str(tmp_path / "hf"), recursive=True)
     HFAlbertForPreTraining.from_pretrained(tmp_path / "hf")
+    # the trial, a two-worker Ray Train job, kept its checkpoints in the search's storage on s3, where
+    # the best one was read back through the storage's filesystem (its path has no scheme)
+    trials = list(csv.DictReader(read_bytes(f"{job_run_dir}/finetune/trials.csv").decode().splitlines()))
+    assert len(trials) == 1 and trials[0]["status"] == "completed" and trials[0]["epochs_run"] == "1"
+    best = read_json(f"{job_run_dir}/finetune/best.json")
+    assert best["value"] == float(trials[0]["accuracy"])
+    labels = ["business", "entertainment", "politics", "sports", "tech"]
+    assert best["label_names"] == labels
+    id2label = read_json(f"{job_run_dir}/finetune/best/config.json")["id2label"]
+    assert id2label == {str(i): n for i, n in enumerate(labels)}
 
 
 @pytest.mark.slow
 def test_the_job_log_says_each_pretraining_line_once(first_submission):
     """Issue #17, acceptance 5: each progress and validation line of pretraining once, with the stage's
-    name, and none of Ray Train's report dicts (they stay in its own log files)."""
+    name, and none of Ray Train's report dicts (they stay in its own log files), of pretraining's run
+    nor of the two-worker fine-tuning trial's."""
     rc, output = first_submission
     assert rc == 0
     ours = [line for line in output.splitlines() if re.search(r"pretrain: step \d+", line)]
@@ -329,14 +344,15 @@ def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_s
 
 @pytest.mark.slow
 def test_the_next_submission_skips_what_is_done_and_reruns_a_forced_stage_and_what_follows(
-    failed_submission, head, job_run_dir
+    failed_submission, job_run_dir
 ):
-    """One submission for both: the stages before the forced one are skipped (up to date), the
-    forced one and those after it run again. Every stage skipped is the s3 DAG test's second pass;
-    --force from any stage is the same rule (test_select_stages_orders_and_forces_from_a_stage_on)."""
-    before = manifests(job_run_dir)
-    rc, output = submit_full_run(head, job_run_dir, "--force", "finetune")
-    assert rc == 0
-    assert stage_lines(output) == FROM_FINETUNE_ON
+    """The failing submission's `--force data`: the stage before the forced one is skipped (up to
+    date), the forced one runs again and commits, the one after it runs (and fails). Every stage
+    skipped is the s3 DAG test's second pass; --force from any stage is the same rule
+    (test_select_stages_orders_and_forces_from_a_stage_on)."""
+    (rc, output), before = failed_submission
+    assert stage_lines(output) == {"vocab": "skipped", "data": "done"}
     after = manifests(job_run_dir)
-    assert [after[n] == before[n] for n in STAGE_NAMES] == [True, True, True, False, False]
+    assert after["vocab"] == before["vocab"]
+    assert after["data"] != before["data"]  # rerun: a new commit
+    assert after["data"]["fingerprint"] == before["data"]["fingerprint"]  # of the same config and inputs
