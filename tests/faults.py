@@ -15,8 +15,8 @@ What each fault does:
   per step (a replay after a rollback computes it clean), by scaling the loss sums train_step reads;
 - `skip_steps`: the training health monitor starts with these batches to skip (a run that skips a
   batch by construction, to compare a rollback's replay with);
-- `crash_after`: on a Ray Train worker, the last rank exits hard after this step, once per run (the
-  file `crash_marker` remembers it across the restart);
+- `crash_after`: on a Ray Train worker, the last rank exits hard after each of these steps, before
+  reporting it, once per step (files `crash_marker.<step>` remember them across the restarts);
 - `hold_after`: on Ray Train workers, every rank waits after these steps, once per run, for the test
   to change the cluster under the worker group (files `held_at_<step>` / `release_<step>` in the
   output folder).
@@ -47,7 +47,7 @@ class Faults:
     nan_steps: tuple[int, ...] = ()
     spike_steps: tuple[int, ...] = ()
     skip_steps: tuple[int, ...] = ()
-    crash_after: int = 0
+    crash_after: tuple[int, ...] = ()
     crash_marker: str = ""
     hold_after: tuple[int, ...] = ()
 
@@ -124,8 +124,8 @@ def _patch_reports(faults: Faults) -> None:
 
     def faulty_report(self, metrics: dict, checkpoint_dir: str | None) -> None:
         step, event = metrics["step"], "event" in metrics
-        if not event and step == faults.crash_after and self.rank == self.world - 1:
-            crash(faults.crash_marker)
+        if not event and step in faults.crash_after and self.rank == self.world - 1:
+            crash(f"{faults.crash_marker}.{step}")
         report(self, metrics, checkpoint_dir)
         if not event and step in faults.hold_after:
             hold(self.plan.out_dir, step, self.rank)

@@ -140,72 +140,50 @@ def test_outputs_and_metrics(one_worker):
     assert set(torch.load(checkpoints[-1] / "rng_rank0.pt", weights_only=True)) == {"torch", "cuda"}
 
 
-def crash_after(monkeypatch, step: int, tmp_path):
-    """The last Ray Train worker of the runs this test starts exits hard after `step`, once
-    (tests/faults.py, through Ray Train's RAY_TRAIN_CALLBACKS); returns what ends the injection."""
-    env = Faults(crash_after=step, crash_marker=str(tmp_path / f"crashed_after_{step}")).env()
+def crash_after(monkeypatch, tmp_path, *steps: int):
+    """The last Ray Train worker of the runs this test starts exits hard after each of `steps`, before
+    reporting it, once per step (tests/faults.py, through Ray Train's RAY_TRAIN_CALLBACKS); returns
+    what ends the injection."""
+    env = Faults(crash_after=steps, crash_marker=str(tmp_path / "crashed_after")).env()
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return lambda: [monkeypatch.delenv(name) for name in env]
 
 
-def test_two_fsdp_workers_killed_mid_run_restart_from_the_checkpoint_and_match_one(
-    prepared, one_worker, tmp_path, monkeypatch, caplog
+def test_two_fsdp_workers_restart_from_a_checkpoint_and_a_killed_run_resumes_on_one(
+    prepared, one_worker, tmp_path, monkeypatch, capsys, mlflow_server
 ):
     """Acceptances 1 and 2 through Ray Train, in one run: the same global batches split over 2 FSDP2
     (gloo) workers, each taking 2 micro-batches of 2 and making its batches in a loader process of its
-    own (spawned from the Ray Train worker, as on GPU workers); the last worker exits hard after step
-    3, Ray Train restarts the group from the step-2 checkpoint, and the result equals the
-    uninterrupted one-worker run. Two workers without accumulation equal one in the resume test below;
-    the loop on plain processes, with and without, in test_loop.py. Its MLflow server cannot be
-    reached (issue #31): one warning, and training goes on to the same weights."""
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # MLflow's client retries for minutes by default
+    own (spawned from the Ray Train worker, as on GPU workers), a checkpoint every step. The last
+    worker exits hard after step 3: Ray Train restarts the group from the step-2 checkpoint
+    (train.max_failures=1); the restarted group checkpoints step 3 and its last worker exits again
+    after step 4, which ends the run (no restarts left). Resumed with 1 worker from the restarted
+    group's step-3 checkpoint (DCP reshards; the worker count is a setting, so the unfinished build is
+    resumed, not discarded), the result equals the uninterrupted (untracked) 1-worker run. A finished
+    run is then not redone. Two workers without accumulation equal one in the loop tests
+    (test_loop.py). Tracked (issue #31) in TensorBoard and a real MLflow server: the resumed run goes
+    on in the MLflow run the killed one began (its id kept in tracking.json); each shows every line
+    of metrics.jsonl once, step 3 with the value of the attempt that finished; the config as params,
+    the export as artifacts."""
     run_dir = fresh_run(prepared, tmp_path)
-    crash_after(monkeypatch, 3, tmp_path)
-    unreachable = f"tracking.mlflow_uri=http://127.0.0.1:{free_port()}"
-    run_pretrain(
-        configure(
-            run_dir,
-            "train.num_workers=2",
-            "train.max_failures=1",
-            "train.micro_batch_size=2",
-            "train.loader_processes=1",
-            unreachable,
-        )
-    )
-    events = [r for r in metrics(run_dir) if r.get("event") == "resumed"]
-    assert [e["step"] for e in events] == [2]
-    assert [r["step"] for r in metrics(run_dir) if "split" not in r and "event" not in r] == [1, 2, 3, 4]
-    assert_same_weights(final_weights(run_dir), final_weights(one_worker))
-    warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tracking:")]
-    assert len(warnings) == 1 and warnings[0].startswith("tracking: MLflow failed (MlflowException: "), warnings
-    assert warnings[0].endswith("training goes on without it")
-
-
-def test_a_run_killed_on_two_workers_resumes_on_one(prepared, one_worker, tmp_path, monkeypatch, capsys, mlflow_server):
-    """Checkpointed by 2 FSDP workers at step 2, killed after step 3, resumed with 1 worker (DCP
-    reshards; the worker count is a setting, so the unfinished build is resumed, not discarded): the
-    result equals the uninterrupted (untracked) 1-worker run. A finished run is then not redone.
-    Tracked (issue #31) in TensorBoard and a real MLflow server: the resumed run goes on in the MLflow
-    run the killed one began (its id kept in tracking.json); each shows every line of metrics.jsonl
-    once, step 3 with the value of the attempt that finished; the config as params, the export as
-    artifacts."""
-    run_dir = fresh_run(prepared, tmp_path)
-    undo = crash_after(monkeypatch, 3, tmp_path)
+    undo = crash_after(monkeypatch, tmp_path, 3, 4)
     tracking = [
         "tracking.tensorboard=true",
         f"tracking.mlflow_uri={mlflow_server}",
         "tracking.mlflow_experiment=resumed",
     ]
+    two = ["train.num_workers=2", "train.micro_batch_size=2", "train.loader_processes=1"]
     with pytest.raises(RuntimeError, match="pretraining failed"):
-        run_pretrain(configure(run_dir, "train.num_workers=2", *tracking))  # max_failures=0: the run stops
+        run_pretrain(configure(run_dir, *two, "train.max_failures=1", "train.checkpoint_every=1", *tracking))
     assert not Path(run_dir, "pretrain").exists() and Path(run_dir, "_building", "pretrain").exists()
     assert mlflow_runs(mlflow_server, "resumed")["pretrain"].info.status == "FAILED"
     undo()
     run_pretrain(configure(run_dir, "train.num_workers=1", *tracking))
     assert "pretrain: resuming the unfinished run in" in capsys.readouterr().out
     events = [(e["event"], e["step"], e["num_workers"]) for e in metrics(run_dir) if e.get("event")]
-    assert events == [("started", 0, 2), ("resized", 2, 1)]
+    assert events == [("started", 0, 2), ("resumed", 2, 2), ("resized", 3, 1)]
+    assert [r["step"] for r in metrics(run_dir) if "split" not in r and "event" not in r] == [1, 2, 3, 4]
     assert_same_weights(final_weights(run_dir), final_weights(one_worker))
     check_tracked_pretraining(run_dir, mlflow_server)
 
@@ -261,7 +239,7 @@ def test_settings_rerun_nothing_and_a_killed_rerun_keeps_the_complete_output(one
         assert "  pretrain: up to date: skipped\n" in dry_run_status(run_dir, setting), setting
     manifest = (run_dir / "pretrain" / "manifest.json").read_text()
 
-    crash_after(monkeypatch, 3, tmp_path)  # the rerun's worker dies after step 3
+    crash_after(monkeypatch, tmp_path, 3)  # the rerun's worker dies after step 3
     with pytest.raises(RuntimeError, match="pretraining failed"):
         run_pretrain(configure(run_dir, "train.lr=0.005"))
     assert (run_dir / "pretrain" / "manifest.json").read_text() == manifest
@@ -276,13 +254,18 @@ def test_settings_rerun_nothing_and_a_killed_rerun_keeps_the_complete_output(one
     assert "  pretrain: up to date: skipped\n" in dry_run_status(run_dir)
 
 
-def test_raising_max_steps_continues_the_complete_run(one_worker, tmp_path, capsys):
+def test_raising_max_steps_continues_the_complete_run(one_worker, tmp_path, capsys, caplog, monkeypatch):
     """4 -> 8 steps: the 4 new steps start from the 4-step checkpoint with the schedule recomputed for
     8 (linear decay from step 4's lr), the curves and the manifest span both segments, and the
-    4-step output is kept as the previous generation."""
+    4-step output is kept as the previous generation. Its MLflow server cannot be reached (issue
+    #31): one warning, and training goes on."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # MLflow's client retries for minutes by default
     run_dir = tmp_path / "run"
     shutil.copytree(one_worker, run_dir)
-    run_pretrain(configure(run_dir, "train.max_steps=8"))
+    run_pretrain(configure(run_dir, "train.max_steps=8", f"tracking.mlflow_uri=http://127.0.0.1:{free_port()}"))
+    warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("tracking:")]
+    assert len(warnings) == 1 and warnings[0].startswith("tracking: MLflow failed (MlflowException: "), warnings
+    assert warnings[0].endswith("training goes on without it")
     assert f"pretrain: continuing the complete run in {run_dir}/pretrain from step 4 to 8" in capsys.readouterr().out
     lines = metrics(run_dir)
     train_lines = [r for r in lines if "split" not in r and "event" not in r]
