@@ -259,7 +259,7 @@ def test_raising_max_steps_continues_the_complete_run(one_worker, tmp_path, caps
     8 (linear decay from step 4's lr), the curves and the manifest span both segments, and the
     4-step output is kept as the previous generation. Its MLflow server cannot be reached (issue
     #31): one warning, and training goes on."""
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # MLflow's client retries for minutes by default
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # albert-ray's default 3 retries back off for seconds
     run_dir = tmp_path / "run"
     shutil.copytree(one_worker, run_dir)
     run_pretrain(configure(run_dir, "train.max_steps=8", f"tracking.mlflow_uri=http://127.0.0.1:{free_port()}"))
