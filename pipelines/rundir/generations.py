@@ -7,7 +7,9 @@ next run, so an output is never half here and half there for longer than that. O
 carrying albert-ray's marker are moved or deleted, checked for every folder before the first
 change. A journal read back is a file of the run_dir, which anyone with write access could have
 edited: it is replayed only if every path in it has the shape a swap writes (`<stage>`,
-`_building/<stage>`, `_previous/<stage>[.suffix]`) and resolves inside the run_dir.
+`_building/<stage>`, `_previous/<stage>[.suffix]`), and each step acts through
+pipelines/storage/contained.py, which walks from the run_dir anew at every step and refuses a link
+at any component: a step cannot reach outside the run_dir whatever the steps before it moved.
 
 Every swap is fenced by the run_dir's lease (pipelines/rundir/lease.py `Fence`): its journal is written
 unconfirmed (`fenced: false`), confirmed once the fence holds, and each step is preceded by a check,
@@ -22,10 +24,21 @@ import logging
 from typing import Any
 
 from ..errors import BadInput, LeaseHeld, MissingInput
-from ..storage import delete_tree, exists, join, move_tree, path_inside
+from ..storage import exists, join
 from ..storage.conditional import create_exclusive, delete_if, read_versioned, replace_if
+from ..storage.contained import Contained, Escape
 from .lease import Fence, hold
-from .ownership import BUILDING, MARKER, PREVIOUS, check_run_dir, ensure_folder, owned, refuse_unowned
+from .ownership import (
+    BUILDING,
+    MARKER,
+    PREVIOUS,
+    check_run_dir,
+    ensure_folder,
+    owned,
+    read_marker,
+    refuse_unowned,
+    write_marker,
+)
 from .registry import MANIFEST, read_manifest_at
 
 log = logging.getLogger(__name__)
@@ -56,21 +69,24 @@ def _record(path: str, journal: dict[str, Any], token: str) -> str:
     return token
 
 
+def journal_paths(run_dir: str) -> Contained:
+    """The run_dir as the root of every path a swap journal names."""
+    return Contained(run_dir, join(run_dir, SWAP))
+
+
 def _run_journal(run_dir: str, journal: dict[str, Any], token: str, fence: Fence) -> None:
     """Carry out a journal's remaining operations, each after checking the fence and recorded after
     it, then remove the journal."""
-    path = join(run_dir, SWAP)
+    path, inside = join(run_dir, SWAP), journal_paths(run_dir)
     for i in range(journal["done"], len(journal["ops"])):
         fence.check()
         op = journal["ops"][i]
         if op["op"] == "delete":
-            delete_tree(join(run_dir, op["path"]), last=[MARKER])
+            inside.delete(op["path"], last=[MARKER])
         else:
-            src, dst = join(run_dir, op["src"]), join(run_dir, op["dst"])
-            if exists(src):
-                # a folder is complete when its manifest arrives (last) and stops being complete
-                # when it leaves (first); both sides keep their marker throughout
-                move_tree(src, dst, complete_last=[MANIFEST], owner_first=[MARKER])
+            # a folder is complete when its manifest arrives (last) and stops being complete when it
+            # leaves (first); both sides keep their marker throughout
+            inside.move(op["src"], op["dst"], complete_last=[MANIFEST], owner_first=[MARKER])
         journal["done"] = i + 1
         token = _record(path, journal, token)
     delete_if(path, token)
@@ -81,8 +97,9 @@ def _refuse_journal(path: str, why: str) -> BadInput:
 
 
 def check_journal(run_dir: str, journal: Any) -> None:
-    """A journal read from the run_dir is one a swap could have written, every path inside the run_dir."""
-    path = join(run_dir, SWAP)
+    """A journal read from the run_dir is one a swap could have written, every path a stage folder
+    of the run_dir reached through no link as things stand (each step checks again as it acts)."""
+    path, inside = join(run_dir, SWAP), journal_paths(run_dir)
     ops = journal.get("ops") if isinstance(journal, dict) else None
     done = journal.get("done") if isinstance(journal, dict) else None
     if not isinstance(ops, list) or not isinstance(done, int) or isinstance(done, bool) or not 0 <= done <= len(ops):
@@ -94,13 +111,14 @@ def check_journal(run_dir: str, journal: Any) -> None:
         if keys is None or set(op) != {"op", *keys}:
             raise _refuse_journal(path, f"operation {op!r} is not a delete or a move")
         for key in keys:
-            rel = op[key]
-            parts = rel.split("/") if isinstance(rel, str) else []
-            shaped = (len(parts) == 1 or (len(parts) == 2 and parts[0] in (BUILDING, PREVIOUS))) and all(
-                p and p not in (".", "..") and "\\" not in p and ":" not in p for p in parts
-            )
-            if not shaped or path_inside(run_dir, join(run_dir, rel)) in (None, "."):
-                raise _refuse_journal(path, f"{key}={rel!r} is not a stage folder inside {run_dir}")
+            try:
+                parts = inside.parts(op[key])
+                stage = len(parts) == 1 and parts[0][0] not in "._"  # not _building, _previous or a control file
+                if not (stage or (len(parts) == 2 and parts[0] in (BUILDING, PREVIOUS))) or ":" in op[key]:
+                    raise inside.refuse(op[key], f"is not a stage folder inside {run_dir}")
+                inside.path(op[key])
+            except Escape as e:
+                raise _refuse_journal(path, f"{key}={op[key]!r} {e.why}") from None
 
 
 def read_journal(run_dir: str) -> tuple[dict[str, Any], str] | None:
@@ -166,13 +184,15 @@ def pending_moves(run_dir: str) -> tuple[dict[str, Any] | None, dict[str, str | 
 def _swap(run_dir: str, name: str, action: str, ops: list[dict[str, Any]], fence: Fence) -> None:
     """Journal and carry out `ops` under the fence: the journal is written unconfirmed, confirmed once
     the fence holds (the commit point), and only then is anything moved."""
-    path = join(run_dir, SWAP)
+    path, inside = join(run_dir, SWAP), journal_paths(run_dir)
     with fence.held():
         fence.check()
-        for op in ops:  # every folder touched must be ours before the first change
-            for key in ("path", "src"):
+        for op in ops:  # every folder touched must be ours, and reached through no link, before the first change
+            for key in ("path", "src", "dst"):
                 if key in op:
-                    refuse_unowned(join(run_dir, op[key]), name)
+                    inside.path(op[key])
+                    if key != "dst":
+                        refuse_unowned(join(run_dir, op[key]), name)
         journal = {"stage": name, "action": action, "ops": ops, "done": 0, "owner": fence.owner, "fenced": False}
         token = create_exclusive(path, _encode(journal))
         if token is None:
@@ -216,6 +236,37 @@ def set_aside(run_dir: str, name: str, fence: Fence) -> str:
     return join(run_dir, aside)
 
 
+def keep_orphaned(run_dir: str, name: str, fence: Fence) -> str | None:
+    """`_building/<name>` without a marker, left by a run that lost the run_dir's lease while building
+    (its build was discarded by the run that took the lease over, and its later writes made the folder
+    anew): moved to `_previous/<name>.orphaned[-N]` and marked as such, never deleted. Returns where it
+    went, or None when there was no such folder. A link there stays refused (ownership.refuse_unowned)."""
+    folder = building_dir(run_dir, name)
+    rel = f"{BUILDING}/{name}"
+    try:
+        if not own_folders(run_dir).exists(rel) or read_marker(folder) is not None:
+            return None
+    except Escape:  # a link: refused by the ownership check that follows
+        return None
+    ensure_folder(join(run_dir, PREVIOUS))
+    aside = next(
+        f"{PREVIOUS}/{name}.orphaned{suffix}"
+        for suffix in ("", *(f"-{n}" for n in range(2, 10**6)))
+        if not exists(join(run_dir, f"{PREVIOUS}/{name}.orphaned{suffix}"))
+    )
+    with fence.held():
+        fence.check()
+        write_marker(folder, "stage", stage=name, orphaned=True)
+    _swap(run_dir, name, "set-aside", [{"op": "move", "src": rel, "dst": aside}], fence)
+    return join(run_dir, aside)
+
+
+def own_folders(run_dir: str) -> Contained:
+    """The run_dir as the root of the lifecycle's own changes: a link planted in `_building/` or
+    `_previous/` is refused, never followed."""
+    return Contained(run_dir, f"run_dir={run_dir}")
+
+
 def restore(config, name: str) -> str:
     """Swap `_previous/<name>` and `<name>`: the previous output becomes current and the current one
     previous, so a second restore undoes the first. Returns the restored folder."""
@@ -225,7 +276,7 @@ def restore(config, name: str) -> str:
     with hold(run_dir) as lease:
         fence = Fence(run_dir, lease)
         finish_interrupted_swap(run_dir, fence)
-        previous = previous_dir(run_dir, name)
+        previous = own_folders(run_dir).path(f"{PREVIOUS}/{name}")  # refused where _previous is a link
         if read_manifest_at(previous) is None:
             raise MissingInput(f"{previous}: no complete previous output of the {name} stage to restore")
         stash = f"{PREVIOUS}/{name}.restoring"
@@ -243,6 +294,8 @@ __all__ = [
     "check_journal",
     "commit",
     "finish_interrupted_swap",
+    "keep_orphaned",
+    "own_folders",
     "pending_moves",
     "previous_dir",
     "read_journal",

@@ -27,8 +27,8 @@ from typing import Any
 
 from ..config import Config, dump_yaml
 from ..errors import ConfigError
-from ..storage import delete_tree, exists, join, list_names, write_json, write_text
-from .generations import building_dir, commit, finish_interrupted_swap, set_aside
+from ..storage import join, list_names, write_json, write_text
+from .generations import building_dir, commit, finish_interrupted_swap, keep_orphaned, own_folders, set_aside
 from .lease import Fence, hold, read_holder
 from .ownership import (
     BUILDING,
@@ -137,6 +137,13 @@ def _prepare_building(
     set aside in `_previous/`, never deleted."""
     ensure_folder(join(run_dir, BUILDING))
     folder = building_dir(run_dir, name)
+    orphan = keep_orphaned(run_dir, name, fence)
+    if orphan is not None:
+        print(
+            f"{name}: {folder} had no marker (what a run that lost the run_dir's lease wrote after its build "
+            f"was discarded); kept in {orphan}",
+            flush=True,
+        )
     refuse_unowned(folder, name)
     marker, extends = read_marker(folder), extends_values(config, name)
     holder = read_holder(run_dir)
@@ -162,7 +169,7 @@ def _prepare_building(
             print(f"{name}: the unfinished build of another config is kept in {aside}", flush=True)
         else:
             log.info("%s: discarding the build in %s (another config, or forced)", name, folder)
-            delete_tree(folder, last=[MARKER])
+            own_folders(run_dir).delete(f"{BUILDING}/{name}", last=[MARKER])
     write_marker(folder, "stage", **fields)
     return "new"
 
@@ -188,10 +195,9 @@ def _build(
         )
     except BaseException:
         if state == "new" and list_names(out) == [MARKER]:  # it failed before writing anything
-            delete_tree(out)
+            own_folders(config.run_dir).delete(f"{BUILDING}/{name}")
         raise
-    if exists(join(out, SCRATCH)):
-        delete_tree(join(out, SCRATCH))
+    own_folders(config.run_dir).delete(f"{BUILDING}/{name}/{SCRATCH}")
     write_text(join(out, "config.yaml"), dump_yaml(config))
     write_json(
         join(out, MANIFEST),

@@ -8,28 +8,23 @@ published before (`.albert-ray-published.json` lists the files it wrote there, a
 ever replaced). The marker comes first and says `publishing`; the stage's manifest.json is copied
 last and the marker then says `complete`, both under the run_dir's lease: a reader trusts the
 folder when its marker is complete.
+
+The marker is a file in a folder anyone may write to: every name it lists is checked, and every
+file written or deleted there goes through pipelines/storage/contained.py, so a forged marker or a
+link planted in the folder cannot reach a file outside it.
 """
 
 from __future__ import annotations
 
-import posixpath
+import json
+import os
 from datetime import datetime, timezone
 from typing import Any
 
 from ..config import Config
-from ..errors import RefusedPath
-from ..storage import (
-    canonical,
-    copy_file,
-    exists,
-    filesystem,
-    join,
-    key_relpath,
-    list_names,
-    path_inside,
-    read_json,
-    write_json,
-)
+from ..errors import BadInput, RefusedPath
+from ..storage import canonical, filesystem, is_remote, join, key_relpath, list_names, path_inside, read_json
+from ..storage.contained import Contained
 from .lease import Fence, hold
 from .ownership import MARKER, read_marker
 from .registry import MANIFEST, STAGES, config_value
@@ -64,6 +59,8 @@ def check_target(config: Config, name: str) -> None:
         value = config_value(config, read)
         if value and (path_inside(value, folder) is not None or path_inside(folder, value) is not None):
             raise RefusedPath(f"{key}={folder}: overlaps {read}={value}, which the stage reads; name another folder")
+    if not is_remote(folder) and os.path.lexists(folder) and not os.path.isdir(folder):
+        raise RefusedPath(f"{key}={folder}: a file, not a folder; name a folder (absent, empty, or published before)")
     marker = _marker(folder)
     names = [n for n in list_names(folder) if n != PUBLISHED]
     if marker is None and names:
@@ -79,9 +76,34 @@ def check_target(config: Config, name: str) -> None:
         )
 
 
+def _inside(folder: str) -> Contained:
+    """The published folder as the root of every name its marker lists."""
+    return Contained(folder, join(folder, PUBLISHED))
+
+
 def _marker(folder: str) -> dict[str, Any] | None:
-    path = join(folder, PUBLISHED)
-    return read_json(path) if exists(path) else None
+    """The folder's publish marker, checked: a JSON object whose `files` are plain relative paths
+    inside the folder, reached through no link; None when there is none."""
+    inside = _inside(folder)
+    data = inside.read_bytes(PUBLISHED)
+    if data is None:
+        return None
+    try:
+        marker = json.loads(data)
+    except ValueError:
+        marker = None
+    if (
+        not isinstance(marker, dict)
+        or not isinstance(marker.get("files", []), list)
+        or not all(isinstance(marker.get(k, ""), str) for k in ("run_dir", "stage", "state"))
+    ):
+        raise BadInput(
+            f"{inside.origin} is not a publish marker albert-ray wrote (unreadable, or its fields have "
+            "the wrong types); nothing there was changed: remove it, or name another folder"
+        )
+    for name in marker.get("files", []):
+        inside.path(name)
+    return marker
 
 
 def _files(folder: str) -> list[str]:
@@ -92,12 +114,9 @@ def _files(folder: str) -> list[str]:
     return sorted(found) + [MANIFEST]
 
 
-def _delete(folder: str, relative: list[str]) -> None:
-    fs, root = filesystem(folder)
-    for rel in relative:
-        path = posixpath.join(root, rel)
-        if fs.exists(path):
-            fs.rm_file(path)
+def _write_marker(inside: Contained, marker: dict[str, Any]) -> None:
+    with inside.open_write(PUBLISHED) as f:
+        f.write((json.dumps(marker, indent=2, sort_keys=True) + "\n").encode())
 
 
 def publish(config: Config, name: str, stage_folder: str, owner: str | None = None) -> str | None:
@@ -108,7 +127,7 @@ def publish(config: Config, name: str, stage_folder: str, owner: str | None = No
         return None
     check_target(config, name)
     manifest = read_json(join(stage_folder, MANIFEST))
-    marker = _marker(folder)
+    marker, inside = _marker(folder), _inside(folder)
     files = _files(stage_folder)
     fields = {
         "stage": name,
@@ -124,7 +143,7 @@ def publish(config: Config, name: str, stage_folder: str, owner: str | None = No
         marker is not None
         and marker.get("state") == "complete"
         and all(marker.get(k) == fields[k] for k in ("fingerprint", "committed", "files"))
-        and all(exists(join(folder, f)) for f in files)
+        and all(inside.exists(f) for f in files)
     ):
         print(f"{name}: {key}={folder} already holds this output", flush=True)
         return folder
@@ -133,18 +152,17 @@ def publish(config: Config, name: str, stage_folder: str, owner: str | None = No
         fence = Fence(config.run_dir, lease, owner)
         with fence.held():
             fence.check()
-            write_json(
-                join(folder, PUBLISHED), {**fields, "files": sorted(set(earlier) | set(files)), "state": "publishing"}
-            )
+            _write_marker(inside, {**fields, "files": sorted(set(earlier) | set(files)), "state": "publishing"})
         # what this run_dir published there before, manifest first: never a file it did not write
-        _delete(folder, [f for f in [MANIFEST, *earlier] if f == MANIFEST or f not in files])
+        for rel in [f for f in [MANIFEST, *earlier] if f == MANIFEST or f not in files]:
+            inside.remove_file(rel)
         for rel in files[:-1]:
-            copy_file(join(stage_folder, rel), join(folder, rel))
+            inside.copy_in(join(stage_folder, rel), rel)
         with fence.held():
             fence.check()
-            copy_file(join(stage_folder, MANIFEST), join(folder, MANIFEST))
+            inside.copy_in(join(stage_folder, MANIFEST), MANIFEST)
             stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-            write_json(join(folder, PUBLISHED), {**fields, "state": "complete", "published": stamp})
+            _write_marker(inside, {**fields, "state": "complete", "published": stamp})
     print(f"{name}: published to {key}={folder} ({len(files)} files)", flush=True)
     return folder
 

@@ -162,21 +162,22 @@ def stage_dir(config: Config, name: str) -> str:
 
 def read_manifest_at(folder: str) -> dict[str, Any] | None:
     """A folder's manifest; None while it is incomplete. A manifest that cannot be read (truncated,
-    not JSON) counts as incomplete, with a warning: the stage is redone."""
+    not JSON, a link loop, a folder in its place) counts as incomplete, with a warning: the stage is
+    redone. A folder that is a link is never a complete output of this run_dir (the ownership checks
+    then refuse it)."""
     path = join(folder, MANIFEST)
-    try:
-        data = read_bytes(path)
-    except FileNotFoundError:
+    if not is_remote(folder) and os.path.islink(filesystem(folder)[1]):
         return None
     try:
-        manifest = json.loads(data)
+        manifest = json.loads(read_bytes(path))
         if not isinstance(manifest, dict):
             raise ValueError(f"a {type(manifest).__name__}, not an object")
         return manifest
-    except ValueError as e:
-        log.warning(
-            "%s is unreadable (%s): the output counts as incomplete and will be redone", path, " ".join(str(e).split())
-        )
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else " ".join(str(e).split())
+        log.warning("%s is unreadable (%s): the output counts as incomplete and will be redone", path, why)
         print(
             f"warning: {path} is unreadable ({type(e).__name__}): the output counts as incomplete and will be redone",
             flush=True,

@@ -8,10 +8,11 @@ import time
 import pytest
 
 from pipelines.cli import run as run_command
-from pipelines.rundir import generations, lifecycle, ownership
+from pipelines.rundir import lifecycle, ownership
 from pipelines.rundir.lease import LEASE_FILE, Holder
 from pipelines.rundir.lifecycle import run_stage
 from pipelines.storage import join, write_text
+from pipelines.storage.contained import Contained
 
 from . import toy_stage
 from .toy_stage import configure, toy_output
@@ -38,16 +39,16 @@ def test_a_lease_whose_process_is_gone_is_reported_as_taken_over(run_root, toy, 
 def test_a_swap_killed_midway_is_reported_as_finished_by_the_next_run(run_root, toy, capsys, monkeypatch):
     run_dir = join(run_root, "run")
     run_stage(configure(run_dir, 1), "toy")
-    real_move = generations.move_tree
+    real_move = Contained.move
 
-    def killed_after_one_move(src, dst, **order):
-        real_move(src, dst, **order)
+    def killed_after_one_move(self, src, dst, **order):
+        real_move(self, src, dst, **order)
         raise KeyboardInterrupt("killed during the swap")
 
-    monkeypatch.setattr(generations, "move_tree", killed_after_one_move)
+    monkeypatch.setattr(Contained, "move", killed_after_one_move)
     with pytest.raises(KeyboardInterrupt):
         run_stage(configure(run_dir, 2), "toy")  # the current output moved aside, the new one not yet in
-    monkeypatch.setattr(generations, "move_tree", real_move)
+    monkeypatch.setattr(Contained, "move", real_move)
     out = dry_run(capsys, run_dir, 2)
     assert "interrupted commit of the toy stage (_swap.json, 0 of 2 steps done): the next run finishes it" in out
     assert "toy: up to date: skipped" in out and "discarded" not in out and "building:" not in out

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from pipelines.errors import ConfigError, LeaseHeld
-from pipelines.rundir import generations, lifecycle, ownership
+from pipelines.rundir import lifecycle, ownership
 from pipelines.rundir.lease import LEASE_FILE, MAX_TTL_S, TTL_ENV, Holder, Lease, hold, lease_ttl_s, read_holder
 from pipelines.rundir.lifecycle import run_stage
 from pipelines.rundir.registry import read_manifest_at
 from pipelines.storage import exists, filesystem, join, write_text
 from pipelines.storage.conditional import locked
+from pipelines.storage.contained import Contained
 
 from .toy_stage import build_toy, configure, toy_output
 
@@ -117,20 +118,20 @@ def test_a_lease_deleted_or_not_renewable_stops_the_commit(run_root, monkeypatch
         monkeypatch.undo()
 
 
-def test_a_paused_run_whose_lease_was_taken_over_commits_nothing(run_root, toy, tmp_path, monkeypatch):
-    """A real stage process stopped (SIGSTOP) between its build and its commit, while another run
-    takes the lease over and commits: resumed, it commits nothing and says so in one line; the other
-    run's output stays current and nothing was set aside."""
-    run_dir = join(run_root, "run")
-    monkeypatch.setenv(TTL_ENV, "2")
-    ready = tmp_path / "ready"
-    paused = subprocess.Popen(
-        [sys.executable, "-m", "tests.pipelines.paused_stage", str(ready), f"run_dir={run_dir}", "data.seed=1"],
+def paused_toy(run_dir, where, ready):
+    """The toy stage's command in a process that stops itself (tests/pipelines/paused_stage.py)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.pipelines.paused_stage", str(ready), where, f"run_dir={run_dir}", "data.seed=1"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def take_over_while_paused(paused, ready, run_dir):
+    """Once the paused run stopped and its lease went stale, another run takes the lease over, builds
+    and commits seed 2; then the paused run resumes. Returns its stdout and stderr."""
     try:
         deadline = time.monotonic() + 120
         while not ready.exists():
@@ -141,13 +142,45 @@ def test_a_paused_run_whose_lease_was_taken_over_commits_nothing(run_root, toy, 
         assert toy_output(run_dir) == "seed 2"
     finally:
         os.kill(paused.pid, signal.SIGCONT)
-    out, err = paused.communicate(timeout=60)
+    return paused.communicate(timeout=60)
+
+
+def test_a_paused_run_whose_lease_was_taken_over_commits_nothing(run_root, toy, tmp_path, monkeypatch):
+    """A real stage process stopped (SIGSTOP) between its build and its commit, while another run
+    takes the lease over and commits: resumed, it commits nothing and says so in one line; the other
+    run's output stays current and nothing was set aside."""
+    run_dir = join(run_root, "run")
+    monkeypatch.setenv(TTL_ENV, "2")
+    ready = tmp_path / "ready"
+    paused = paused_toy(run_dir, "commit", ready)
+    out, err = take_over_while_paused(paused, ready, run_dir)
     assert paused.returncode == 2, out + err
     last = err.strip().splitlines()[-1]  # after the lease thread's log line saying it lost the lease
     assert last.startswith("albert-ray toy: error: ") and "taken over" in last and "nothing was committed" in last
     assert "Traceback" not in err, err
     assert toy_output(run_dir) == "seed 2" and read_manifest_at(join(run_dir, "toy"))["seed"] == 2
     assert not exists(join(run_dir, "_previous", "toy")) and not exists(join(run_dir, "_swap.json"))
+
+
+def test_what_a_paused_run_writes_after_its_build_was_discarded_is_kept_aside(tmp_path, toy, monkeypatch, capsys):
+    """A run stopped inside its build: the run that took its lease over discards that unfinished
+    build, builds and commits; resumed, the paused run's writes recreate `_building/toy` without a
+    marker. The next run (forced) keeps that folder aside in `_previous/` instead of refusing to
+    work until someone removes it by hand, and a second such folder gets a name of its own."""
+    run_dir = str(tmp_path / "run")
+    monkeypatch.setenv(TTL_ENV, "2")
+    for attempt in (1, 2):
+        ready = tmp_path / f"ready{attempt}"
+        paused = paused_toy(run_dir, "build", ready)
+        out, err = take_over_while_paused(paused, ready, run_dir)
+        assert paused.returncode == 2 and "taken over" in err.strip().splitlines()[-1], out + err
+        building = join(run_dir, "_building", "toy")
+        assert exists(join(building, "out.txt")) and not exists(join(building, ownership.MARKER))
+        run_stage(configure(run_dir, 3), "toy", force=True)
+        aside = join(run_dir, "_previous", "toy.orphaned" + ("" if attempt == 1 else "-2"))
+        assert f"toy: {building} had no marker" in capsys.readouterr().out
+        assert toy_output(run_dir, aside.split("/run/")[1]) == "seed 1" and toy_output(run_dir) == "seed 3"
+        assert ownership.read_marker(aside)["orphaned"] is True and not exists(building)
 
 
 def test_a_lease_taken_over_mid_swap_stops_it_before_the_next_step(run_root, toy, monkeypatch):
@@ -157,11 +190,11 @@ def test_a_lease_taken_over_mid_swap_stops_it_before_the_next_step(run_root, toy
     run_dir = join(run_root, "run")
     run_stage(configure(run_dir, 1), "toy")
     thief = Holder("thief", "elsewhere", 1, "another run", None, time.time(), time.time(), 120.0)
-    real_move = generations.move_tree
+    real_move = Contained.move
     moved = []
 
-    def stolen_after_first_move(src, dst, **order):
-        real_move(src, dst, **order)
+    def stolen_after_first_move(self, src, dst, **order):
+        real_move(self, src, dst, **order)
         moved.append(dst)
         if "://" in run_dir:
             write_text(join(run_dir, LEASE_FILE), thief.encode().decode())
@@ -170,7 +203,7 @@ def test_a_lease_taken_over_mid_swap_stops_it_before_the_next_step(run_root, toy
                 pass
 
     lock_path = filesystem(join(run_dir, LEASE_FILE))[1]
-    monkeypatch.setattr(generations, "move_tree", stolen_after_first_move)
+    monkeypatch.setattr(Contained, "move", stolen_after_first_move)
     if "://" not in run_dir:
         run_stage(configure(run_dir, 2), "toy")
         assert toy_output(run_dir) == "seed 2" and len(moved) == 2
@@ -178,7 +211,7 @@ def test_a_lease_taken_over_mid_swap_stops_it_before_the_next_step(run_root, toy
     with pytest.raises(LeaseHeld, match="taken over by `another run`"):
         run_stage(configure(run_dir, 2), "toy")
     assert len(moved) == 1 and read_manifest_at(join(run_dir, "toy")) is None  # stopped after one step
-    monkeypatch.setattr(generations, "move_tree", real_move)
+    monkeypatch.setattr(Contained, "move", real_move)
     write_text(join(run_dir, LEASE_FILE), replace(thief, heartbeat=0.0).encode().decode())  # the thief died
     run_stage(configure(run_dir, 2), "toy")  # takes over, finishes the journal: seed 2 is current
     assert toy_output(run_dir) == "seed 2" and toy_output(run_dir, "_previous/toy") == "seed 1"

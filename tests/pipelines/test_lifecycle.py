@@ -11,12 +11,13 @@ import pytest
 from pipelines import storage
 from pipelines.config import load_config
 from pipelines.errors import MissingInput, RefusedPath
-from pipelines.rundir import generations, lifecycle
+from pipelines.rundir import lifecycle
 from pipelines.rundir.generations import restore
 from pipelines.rundir.lifecycle import StageRun, run_stage
 from pipelines.rundir.ownership import MARKER, check_input_paths, check_run_dir, owned, write_marker
 from pipelines.rundir.registry import STAGES, Stage, is_up_to_date, read_manifest, read_manifest_at
 from pipelines.storage import exists, filesystem, join, read_bytes, write_text
+from pipelines.storage.contained import Contained
 
 from . import toy_stage
 from .toy_stage import FAIL_SEED, configure, toy_output
@@ -124,11 +125,11 @@ def test_replaced_only_on_success_with_one_previous_generation(run_root, toy):
 def test_an_interrupted_swap_is_finished_by_the_next_run(run_root, toy, monkeypatch):
     run_dir = join(run_root, "run")
     run_stage(configure(run_dir, 1), "toy")
-    real_move, real_delete = generations.move_tree, storage._delete_objects
+    real_move, real_delete = Contained.move, storage._delete_objects
 
-    def killed_midway(src, dst, **order):
-        if "://" not in src:  # a local move is one rename: killed right after it
-            real_move(src, dst, **order)
+    def killed_midway(self, src, dst, **order):
+        if not self.remote:  # a local move is one rename: killed right after it
+            real_move(self, src, dst, **order)
             raise KeyboardInterrupt("killed during the swap")
         deletions = []
 
@@ -139,12 +140,12 @@ def test_an_interrupted_swap_is_finished_by_the_next_run(run_root, toy, monkeypa
             return real_delete(path, objects)
 
         monkeypatch.setattr(storage, "_delete_objects", dying)
-        real_move(src, dst, **order)
+        real_move(self, src, dst, **order)
 
-    monkeypatch.setattr(generations, "move_tree", killed_midway)
+    monkeypatch.setattr(Contained, "move", killed_midway)
     with pytest.raises(KeyboardInterrupt):
         run_stage(configure(run_dir, 2), "toy")  # killed while moving the current output aside
-    monkeypatch.setattr(generations, "move_tree", real_move)
+    monkeypatch.setattr(Contained, "move", real_move)
     monkeypatch.setattr(storage, "_delete_objects", real_delete)
     assert read_manifest(configure(run_dir), "toy") is None and exists(join(run_dir, "_swap.json"))
     if "://" in run_dir:  # the half-moved copy does not read as complete either, and both halves are ours
