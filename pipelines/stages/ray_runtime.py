@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,9 +20,23 @@ log = logging.getLogger(__name__)
 PRINT_PATCH_ENV = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train routes a worker's print through its logger
 
 
+TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+
+
 def init_ray() -> None:
-    """Join the cluster named by RAY_ADDRESS (a `ray job submit` sets it) or start a local one."""
+    """Join the cluster named by RAY_ADDRESS (a `ray job submit` sets it) or start a local one. A
+    local one gets a token of its own in this process's environment, inherited by the cluster it
+    starts, rather than the ~/.ray/auth_token that Ray would write readable by every user (0644) when
+    none exists; a token you set (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) is used as
+    it is. (Its Prometheus metrics ports listen on the machine's address: docs/running.md, "Ports".)"""
     if not ray.is_initialized():
+        local = not os.environ.get("RAY_ADDRESS")
+        if local and not (
+            os.environ.get(TOKEN_ENV)
+            or os.environ.get(TOKEN_PATH_ENV)
+            or os.path.exists(os.path.expanduser("~/.ray/auth_token"))
+        ):
+            os.environ[TOKEN_ENV] = secrets.token_hex(32)
         ray.init(logging_level=logging.WARNING)
     ray.data.DataContext.get_current().enable_progress_bars = False
 
