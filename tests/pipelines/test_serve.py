@@ -25,6 +25,7 @@ from albert_model.model import AlbertForSequenceClassification
 from pipelines.errors import BadInput
 from pipelines.inference.predictor import Predictor
 from tests.conftest import VOCAB_SIZE, free_port
+from tests.pickled_weights import pickled_model_dir
 
 LABELS = ["business", "politics", "sport"]
 TEXTS = [
@@ -259,3 +260,13 @@ def test_a_port_out_of_range_is_one_line_before_anything_is_read(tmp_path, capsy
     assert main(["serve", str(tmp_path / "nothing"), "--port", port]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"albert-ray serve: error: --port {port}: must be 1 to 65535\n" and not captured.out
+
+
+def test_a_pickled_pytorch_bin_is_one_line_before_serve_starts(classifier, tmp_path, capsys):
+    from pipelines.cli.command import main
+
+    folder = pickled_model_dir(classifier, tmp_path / "pickled", tmp_path / "sentinel")
+    assert main(["serve", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"albert-ray serve: error: MODEL_DIR: {folder}/pytorch_model.bin: not loaded: it holds ")
+    assert err.count("\n") == 1 and not (tmp_path / "sentinel").exists()

@@ -13,6 +13,7 @@ import torch
 from albert_model import AlbertConfig, AlbertForTokenClassification
 from albert_model.hf import save_hf_pretrained
 from pipelines.cli.command import main
+from tests.pickled_weights import pickled_model_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -127,3 +128,13 @@ def test_the_export_never_writes_where_it_reads(token_classifier, tmp_path, caps
     assert {p.name: p.read_bytes() for p in token_classifier.iterdir()} == before
     assert elsewhere.read_bytes() == before["model.safetensors"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["alias", "linked", "weights.safetensors"]
+
+
+def test_a_pickled_pytorch_bin_is_one_line_and_never_unpickled(token_classifier, tmp_path, capsys):
+    """Issue #43: torch's weights_only refusal was a traceback; it is one line naming the file."""
+    folder = pickled_model_dir(token_classifier, tmp_path / "pickled", tmp_path / "sentinel")
+    assert main(["export", "onnx", str(folder), str(tmp_path / "x.onnx")]) == 2
+    line = one_error_line(capsys)
+    assert f"{folder}/pytorch_model.bin: not loaded: it holds pickled objects other than tensors" in line, line
+    assert line.endswith("convert it to safetensors")
+    assert not (tmp_path / "sentinel").exists() and not (tmp_path / "x.onnx").exists()
