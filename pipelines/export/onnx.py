@@ -170,9 +170,9 @@ def check_target(
     where the export reads (`--force` or not), an existing file without `force` or a directory,
     ConfigError for an opset outside OPSETS."""
     output = Path(output)
-    _check_apart(output, Path(model_dir))
     if output.is_dir():
         raise RefusedPath(f"{output} is a directory")
+    _check_apart(output, Path(model_dir))
     if output.exists() and not force:
         raise RefusedPath(f"{output} exists; pass --force to replace it")
     if opset is not None and opset not in OPSETS:
