@@ -2,7 +2,8 @@
 
 Our parameter names are transformers' own, so the mapping is the identity except for the MLM
 decoder, which we tie by passing the word embedding into the head instead of holding a copy.
-Loading never unpickles arbitrary objects: safetensors, or torch.load(weights_only=True).
+Loading never unpickles arbitrary objects: safetensors, or torch.load(weights_only=True), whose
+refusal of anything but tensors is one ValueError naming the file.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from pickle import UnpicklingError  # what torch's restricted loader raises; nothing here unpickles
+from typing import IO, Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -60,21 +63,49 @@ def to_hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+"""The files a folder's weights are read from, the first present only (safetensors, sharded
+safetensors' index, transformers' legacy pickle)."""
+LEGACY_WEIGHTS = WEIGHT_FILES[-1]
+
+
+def weights_file(names: Iterable[str]) -> str | None:
+    """Which of WEIGHT_FILES a folder holding `names` has its weights read from, if any."""
+    present = set(names)
+    return next((name for name in WEIGHT_FILES if name in present), None)
+
+
+def load_legacy_weights(
+    source: str | os.PathLike | IO[bytes], path: str | os.PathLike, map_location: str = "cpu"
+) -> dict[str, torch.Tensor]:
+    """A pytorch_model.bin's tensors, through torch's restricted unpickler (weights_only=True); one
+    holding other pickled objects is a ValueError naming `path`, and nothing in it runs.
+    `map_location="meta"` checks the file without allocating its tensors."""
+    try:
+        return torch.load(source, map_location=map_location, weights_only=True)
+    except UnpicklingError as e:
+        # torch's message is paragraphs of advice to unpickle it anyway; its cause names what it refused
+        inner = e.__context__ if isinstance(e.__context__, UnpicklingError) else e
+        reason = " ".join(str(inner).split(". ")[0].split())
+        raise ValueError(
+            f"{path}: not loaded: it holds pickled objects other than tensors ({reason}), and only tensors are "
+            "ever unpickled; convert it to safetensors"
+        ) from None
+
+
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    single = directory / "model.safetensors"
-    index = directory / "model.safetensors.index.json"
-    legacy = directory / "pytorch_model.bin"
-    if single.exists():
-        return load_file(str(single))
-    if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    found = weights_file(os.listdir(directory)) if directory.is_dir() else None
+    if found == "model.safetensors":
+        return load_file(str(directory / found))
+    if found == "model.safetensors.index.json":
+        files = sorted(set(json.loads((directory / found).read_text())["weight_map"].values()))
         state: dict[str, torch.Tensor] = {}
         for name in files:
             state.update(load_file(str(directory / name)))
         return state
-    if legacy.exists():
-        return torch.load(legacy, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
+    if found == LEGACY_WEIGHTS:
+        return load_legacy_weights(directory / found, directory / found)
+    raise FileNotFoundError(f"{directory}: no {', '.join(WEIGHT_FILES[:-1])} or {LEGACY_WEIGHTS}")
 
 
 def _match_prefix(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
@@ -203,4 +234,13 @@ def save_hf_pretrained(
     return directory
 
 
-__all__ = ["apply_pretrained_encoder", "to_hf_state_dict", "load_hf_pretrained", "save_hf_pretrained"]
+__all__ = [
+    "LEGACY_WEIGHTS",
+    "WEIGHT_FILES",
+    "apply_pretrained_encoder",
+    "load_hf_pretrained",
+    "load_legacy_weights",
+    "save_hf_pretrained",
+    "to_hf_state_dict",
+    "weights_file",
+]

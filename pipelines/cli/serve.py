@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..console import guarded, setup_logging
+from ..errors import BadInput
 from ..stages.ray_runtime import init_ray
 from ..stages.serve import ServeOptions, read_model, start_endpoint, stop_endpoint
 
@@ -98,6 +99,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
 
     def run() -> int:
         args = parser.parse_args(argv)
+        if not 1 <= args.port <= 65535:  # 0 would listen on a port the printed URL does not name
+            raise BadInput(f"--port {args.port}: must be 1 to 65535")
         if not args.route.startswith("/"):
             parser.error(f"--route {args.route}: must start with /")
         if args.gpus_per_replica is not None and args.gpus_per_replica < 0:

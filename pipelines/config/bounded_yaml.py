@@ -1,9 +1,11 @@
 """YAML as the config reads it (a file, a `key=value` override's value): safe types only, every
 mapping key once, and bounded, so an alias bomb ("billion laughs"), a recursive alias or a
-nesting too deep for Python is refused before anything is built from it."""
+nesting too deep for Python is refused before anything is built from it; numbers as users write
+them (`1e-5`), and written back so that text which reads as a number stays text."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -21,6 +23,12 @@ MAX_DEPTH = 64
 """The deepest nesting of lists and mappings, aliases written out."""
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
+FLOAT_TAG = "tag:yaml.org,2002:float"
+
+# YAML 1.1 (PyYAML) reads `1e-5`, `5E-4`, `1.5e5` and `-.5` as text: its floats need a dot and a signed
+# exponent. These are YAML 1.2 core-schema floats (with 1.1's `_` digit separators); checked after
+# 1.1's own resolvers, so what 1.1 already reads as a number (`1_000` an int, `.inf`) is unchanged.
+CORE_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?$")
 
 
 class YamlRefused(ValueError):
@@ -77,6 +85,14 @@ class BoundedLoader(yaml.SafeLoader):
         return node
 
 
+class ConfigDumper(yaml.SafeDumper):
+    """SafeDumper that quotes text the BoundedLoader would read as a number (`'1e5'`)."""
+
+
+for _cls in (BoundedLoader, ConfigDumper):
+    _cls.add_implicit_resolver(FLOAT_TAG, CORE_FLOAT, list("-+0123456789."))
+
+
 def _measure(node: Node, memo: dict[int, tuple[int, int]], open_nodes: set[int]) -> tuple[int, int]:
     """(values, depth) of `node` with every alias written out; a node inside itself is refused."""
     if id(node) in memo:
@@ -103,4 +119,4 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=BoundedLoader)  # BoundedLoader is a SafeLoader
 
 
-__all__ = ["MAX_ALIASES", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_VALUES", "YamlRefused", "load_yaml"]
+__all__ = ["ConfigDumper", "MAX_ALIASES", "MAX_CONFIG_BYTES", "MAX_DEPTH", "MAX_VALUES", "YamlRefused", "load_yaml"]

@@ -15,7 +15,7 @@ import yaml
 
 from ..errors import ConfigError
 from .base import build_section, config_to_dict, field_docs, shown, unknown_key
-from .bounded_yaml import MAX_CONFIG_BYTES, YamlRefused, load_yaml
+from .bounded_yaml import MAX_CONFIG_BYTES, ConfigDumper, YamlRefused, load_yaml
 from .tree import SECTIONS, SETTINGS, Config
 
 
@@ -116,7 +116,7 @@ def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -
 
 def dump_yaml(config: Config) -> str:
     """The resolved config as YAML that `load_config` reads back to an equal config."""
-    return yaml.safe_dump(config_to_dict(config), sort_keys=False)
+    return yaml.dump(config_to_dict(config), Dumper=ConfigDumper, sort_keys=False)
 
 
 @dataclasses.dataclass(frozen=True)

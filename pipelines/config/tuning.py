@@ -315,8 +315,9 @@ class TuneSection(Section):
                 isinstance(bounds, list)
                 and len(bounds) == 2
                 and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
-                and bounds[0] < bounds[1]
             ):
+                fail("the range [lo, hi] must be two numbers")
+            if not bounds[0] < bounds[1]:
                 fail("the range must be [lo, hi] with lo < hi")
             if kind == "randint" and not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds):
                 fail("randint bounds must be integers")

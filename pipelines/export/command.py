@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray export") -> 
     def run() -> int:
         from .onnx import check_target, export_onnx, load_exportable, max_abs_difference
 
-        check_target(args.output, args.opset, args.force)  # before the model loads
+        check_target(args.output, args.model_dir, args.opset, args.force)  # before the model loads
         exportable = load_exportable(args.model_dir)
         done = export_onnx(exportable, args.output, opset=args.opset, force=args.force)
         print(

@@ -143,7 +143,7 @@ def export_onnx(
 ) -> OnnxExport:
     """Write the model to `output` (refusing an existing file unless `force`), its shared weights
     stored once; `opset` None is torch's default. The file appears only once complete."""
-    output = check_target(output, opset, force)
+    output = check_target(output, exportable.directory, opset, force)
     output.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     program = _torch_export(exportable, opset)
@@ -163,12 +163,16 @@ def export_onnx(
     )
 
 
-def check_target(output: str | os.PathLike, opset: int | None = None, force: bool = False) -> Path:
-    """`output` as a Path, if it may be written with `opset`: RefusedPath for an existing file
-    without `force` or a directory, ConfigError for an opset outside OPSETS."""
+def check_target(
+    output: str | os.PathLike, model_dir: str | os.PathLike, opset: int | None = None, force: bool = False
+) -> Path:
+    """`output` as a Path, if it may be written with `opset` from `model_dir`: RefusedPath for a path
+    where the export reads (`--force` or not), an existing file without `force` or a directory,
+    ConfigError for an opset outside OPSETS."""
     output = Path(output)
     if output.is_dir():
         raise RefusedPath(f"{output} is a directory")
+    _check_apart(output, Path(model_dir))
     if output.exists() and not force:
         raise RefusedPath(f"{output} exists; pass --force to replace it")
     if opset is not None and opset not in OPSETS:
@@ -178,6 +182,23 @@ def check_target(output: str | os.PathLike, opset: int | None = None, force: boo
             "provider refuses with the padding mask's shape [B, 1, 1, S])"
         )
     return output
+
+
+def _check_apart(output: Path, model_dir: Path) -> None:
+    """RefusedPath where a file the export writes (OUTPUT, its partial file, OUTPUT.data) would land
+    in the model folder, or on a file the export reads, links followed: `export onnx best
+    best/model.safetensors --force` would replace the weights it exports."""
+    folder = model_dir.resolve()
+    read = {(model_dir / "config.json").resolve(), *(p.resolve() for p in _weight_files(model_dir))}
+    for written in (output, output.with_name(f".{output.name}.partial"), output.with_name(output.name + ".data")):
+        target = written.resolve()
+        if target in read:
+            where = f"{target} is a file the export reads"
+        elif target == folder or folder in target.parents:
+            where = f"inside the model folder {model_dir}"
+        else:
+            continue
+        raise RefusedPath(f"{output}: {where}; the export never writes where it reads (--force or not)")
 
 
 def check_inputs(config: AlbertConfig, batch: int, sequence: int, choices: int | None = None, seed: int = 0):

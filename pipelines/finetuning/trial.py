@@ -5,6 +5,7 @@ holds the training state a killed trial continues from."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import tempfile
@@ -19,7 +20,7 @@ import torch.distributed as dist
 from torch import nn
 
 from albert_model.config import AlbertConfig
-from albert_model.hf import save_hf_pretrained
+from albert_model.hf import LEGACY_WEIGHTS, WEIGHT_FILES, load_legacy_weights, save_hf_pretrained, weights_file
 
 from ..config import FinetuneSection, config_to_dict
 from ..errors import BadInput, ConfigError, MissingInput
@@ -41,8 +42,6 @@ from .loop import (
     train_epoch,
 )
 from .tokenizer import PairTokenizer
-
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 @dataclass
@@ -74,7 +73,8 @@ def read_pretrained_files(
     hint: str = "; the default {run_dir}/pretrain/hf needs the pretrain stage",
 ) -> dict[str, bytes]:
     """config.json, the weights (single or sharded safetensors, or pytorch_model.bin), spiece.model
-    and tokenizer_config.json, local or s3://; errors name `key`."""
+    and tokenizer_config.json, local or s3://; errors name `key`. A pytorch_model.bin that the loader
+    would read is checked here, on the driver, to hold tensors only."""
     fs, root = filesystem(directory)
     require_model_dir(directory, key, hint)
     names = {os.path.basename(p) for p in fs.ls(root, detail=False)}
@@ -86,7 +86,13 @@ def read_pretrained_files(
         if n in ("config.json", "spiece.model", "tokenizer_config.json", *WEIGHT_FILES)
         or (n.startswith("model-") and n.endswith(".safetensors"))
     ]
-    return {n: fs.cat_file(f"{root}/{n}") for n in sorted(wanted)}
+    files = {n: fs.cat_file(f"{root}/{n}") for n in sorted(wanted)}
+    if weights_file(files) == LEGACY_WEIGHTS:  # refused here, not in every trial, worker or replica
+        try:
+            load_legacy_weights(io.BytesIO(files[LEGACY_WEIGHTS]), f"{directory}/{LEGACY_WEIGHTS}", "meta")
+        except ValueError as e:
+            raise BadInput(f"{key}: {e}") from None
+    return files
 
 
 def check_pretrained(cfg: FinetuneSection, files: dict[str, bytes], directory: str) -> None:

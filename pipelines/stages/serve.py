@@ -1,17 +1,20 @@
 """`albert-ray serve`: a fine-tuned sequence model behind an HTTP endpoint on Ray Serve. Each replica
-holds a pipelines/inference Predictor. A request is checked before it reaches the model (a malformed
-one is a 400 naming the field); its texts then join `serve.batch`'s queue, so texts from concurrent
-callers, and a list request's texts, share forward passes."""
+holds a pipelines/inference Predictor. A request is checked before it reaches the model (a body over
+the limit is a 413 before it is read whole, a malformed one a 400 naming the field); its texts then
+join `serve.batch`'s queue, so texts from concurrent callers, and a list request's texts, share
+forward passes."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import re
 import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import ray
@@ -32,10 +35,22 @@ APP = "albert-ray"
 MAX_INPUTS = 256
 """The most texts one request may carry (`{"inputs": [...]}`)."""
 MAX_BODY_BYTES = 1 << 20
-"""The largest request body read; a longer one is refused before it is parsed."""
+"""The largest request body read; a longer one is refused from its Content-Length, or once a
+streamed (chunked) one passes it; the replica reads none of the rest."""
+MAX_JSON_DEPTH = 32
+"""The deepest nesting of JSON arrays and objects in a body (a request nests 3 deep); deeper is
+refused before json.loads, whose recursion a deep enough body would exhaust."""
 ROW_FIELDS = ("text", "text_pair")
 
 Row = tuple[str, str | None]
+
+JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
+NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+class BodyTooLarge(BadInput):
+    """A request body over MAX_BODY_BYTES (HTTP 413)."""
 
 
 @dataclass(frozen=True)
@@ -88,11 +103,32 @@ def parse_row(item: Any, prefix: str) -> Row:
     return text, None if pair is None else checked_text(pair, f"{prefix}text_pair")
 
 
+async def read_body(request: Request) -> bytes:
+    """The request's body, read no further than MAX_BODY_BYTES: BodyTooLarge when its Content-Length
+    says more (nothing read), or once a streamed body passes it."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BodyTooLarge(f"body: {declared} bytes (its Content-Length), over the limit of {MAX_BODY_BYTES} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise BodyTooLarge(f"body: over the limit of {MAX_BODY_BYTES} bytes")
+    return bytes(body)
+
+
+def nested_deeper(body: bytes, depth: int) -> bool:
+    """Whether `body`'s arrays and objects nest deeper than `depth`, brackets inside strings not
+    counted, found without parsing it (a scan that cannot recurse)."""
+    brackets = JSON_STRING.sub(b"", body).translate(None, NOT_BRACKETS)
+    return any(level > depth for level in accumulate(NESTING[b] for b in brackets))
+
+
 def parse_request(body: bytes) -> tuple[list[Row], bool]:
     """A request body's rows (text, text_pair or None), and whether it was a list (`{"inputs": [...]}`);
     a malformed body is BadInput naming the field."""
-    if len(body) > MAX_BODY_BYTES:
-        raise BadInput(f"body: {len(body)} bytes, over the limit of {MAX_BODY_BYTES}")
+    if nested_deeper(body, MAX_JSON_DEPTH):
+        raise BadInput(f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         request = json.loads(body)
     except ValueError as e:  # JSONDecodeError and UnicodeDecodeError both are
@@ -155,7 +191,9 @@ class PredictEndpoint:
         if request.method != "POST":
             return error(405, f"method: {request.method} is not served (POST predicts, GET describes the model)")
         try:
-            rows, listed = parse_request(await request.body())
+            rows, listed = parse_request(await read_body(request))
+        except BodyTooLarge as e:
+            return error(413, one_line(e))
         except BadInput as e:
             return error(400, one_line(e))
         try:
@@ -242,6 +280,7 @@ __all__ = [
     "APP",
     "MAX_BODY_BYTES",
     "MAX_INPUTS",
+    "MAX_JSON_DEPTH",
     "PredictEndpoint",
     "ServeOptions",
     "parse_request",

@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 
 from albert_model import AlbertConfig, AlbertForPreTraining, AlbertForSequenceClassification, AlbertModel
 from albert_model.hf import load_hf_pretrained, save_hf_pretrained, to_hf_state_dict
+from tests.pickled_weights import pickled_model_dir
 
 ATOL = 1e-5
 
@@ -145,15 +146,21 @@ def test_legacy_pytorch_bin_loads_with_weights_only(tmp_path):
     hf.config.save_pretrained(tmp_path)
     torch.save(hf.state_dict(), tmp_path / "pytorch_model.bin")
     assert_pretraining_parity(hf, load_hf_pretrained(tmp_path))
-    # A pickle that is more than tensors is refused, not executed.
-    torch.save({"weights": hf.state_dict(), "evil": Exploit()}, tmp_path / "pytorch_model.bin")
-    with pytest.raises(Exception, match="[Ww]eights only"):
-        load_hf_pretrained(tmp_path)
 
 
-class Exploit:
-    def __reduce__(self):
-        return (print, ("unpickled arbitrary code",))
+def test_a_pytorch_bin_holding_more_than_tensors_is_refused_in_one_line_unrun(tmp_path):
+    """Issue #43: torch's refusal was a traceback of several paragraphs; it is one ValueError naming
+    the file and what to do, and the pickled call never runs."""
+    config = make_config()
+    model = AlbertForPreTraining(config)
+    save_hf_pretrained(model, tmp_path / "safe")
+    folder = pickled_model_dir(tmp_path / "safe", tmp_path / "pickled", tmp_path / "sentinel")
+    with pytest.raises(ValueError) as refused:
+        load_hf_pretrained(folder)
+    message = str(refused.value)
+    assert message.startswith(f"{folder / 'pytorch_model.bin'}: not loaded: it holds pickled objects other than ")
+    assert "convert it to safetensors" in message and "\n" not in message and len(message) < 400, message
+    assert not (tmp_path / "sentinel").exists()
 
 
 def test_missing_and_unexpected_weights_are_named(tmp_path):

@@ -17,6 +17,7 @@ from pipelines.cli import run as run_command
 from pipelines.cli.restore import main as restore_main
 from pipelines.rundir.lease import LEASE_FILE, Holder
 from pipelines.rundir.ownership import write_marker
+from tests.pickled_weights import pickled_model_dir
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = str(REPO / "configs" / "tiny.yaml")
@@ -342,3 +343,33 @@ def test_an_unreadable_corpus_folder_is_one_line_as_root_too(tmp_path):
         "albert-ray vocab: error: corpus.paths: all 2 documents were rejected (unreadable: 2); "
         f"e.g. {corpus}/locked: cannot list the folder: Permission denied"
     ]
+
+
+def test_a_pickled_pytorch_bin_is_one_line_before_any_trial_or_prediction(
+    tiny_pretrained, tmp_path, capsys, monkeypatch
+):
+    """Issue #43: a pytorch_model.bin holding pickled objects other than tensors failed finetune only
+    after a trial ran, with a traceback; finetune.pretrained and predict.model are refused in one line
+    on the driver, before Ray starts, and nothing in the file runs."""
+    from pipelines.stages import finetune, predict
+
+    for stage_module in (finetune, predict):
+        monkeypatch.setattr(stage_module, "init_ray", lambda: pytest.fail("Ray was started"))
+    model = pickled_model_dir(tiny_pretrained, tmp_path / "model", tmp_path / "sentinel")
+    # a table the search would run on: only the weights stand between it and the trials
+    (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"text {i},{'xy'[i % 2]}\n" for i in range(20)))
+    refused = f"{model}/pytorch_model.bin: not loaded: it holds pickled objects other than tensors"
+    cases = [
+        [
+            "finetune",
+            f"run_dir={tmp_path}/r",
+            f"finetune.pretrained={model}",
+            f"finetune.train_path={tmp_path}/train.csv",
+        ],
+        ["predict", f"run_dir={tmp_path}/r", f"predict.model={model}", f"predict.input={tmp_path}/train.csv"],
+    ]
+    for argv in cases:
+        assert stage(*argv) == 2, argv
+        line = one_error_line(capsys, f"albert-ray {argv[0]}")
+        assert line.startswith(f"albert-ray {argv[0]}: error: {argv[0]}.") and refused in line, line
+    assert not (tmp_path / "sentinel").exists() and not (tmp_path / "r" / "finetune").exists()

@@ -1,10 +1,12 @@
 """`albert-ray serve` (pipelines/cli/serve.py over pipelines/stages/serve.py): a classification
 export behind Ray Serve on a free local port, called over real HTTP while the command waits for
 Ctrl-C. Answers equal the Predictor's on the same texts, texts from concurrent callers share
-batches, malformed requests are 400s naming the field and leave the replica serving, GET describes
-the model, and Ctrl-C shuts Serve down and frees the port. The command's errors known before
-anything starts are one line and exit status 2."""
+batches, malformed requests are 400s naming the field and leave the replica serving, a body over
+the limit is a 413 before it is read whole (from its Content-Length, or as it streams), GET
+describes the model, and Ctrl-C shuts Serve down and frees the port. The command's errors known
+before anything starts are one line and exit status 2."""
 
+import http.client
 import json
 import socket
 import time
@@ -23,6 +25,7 @@ from albert_model.model import AlbertForSequenceClassification
 from pipelines.errors import BadInput
 from pipelines.inference.predictor import Predictor
 from tests.conftest import VOCAB_SIZE, free_port
+from tests.pickled_weights import pickled_model_dir
 
 LABELS = ["business", "politics", "sport"]
 TEXTS = [
@@ -55,6 +58,45 @@ def call(url: str, body: bytes | dict | None = None) -> tuple[int, object]:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
+
+
+def unfinished_post(port: int, headers: dict[str, str], body: bytes) -> tuple[int, object]:
+    """(status, JSON answer) of a POST whose headers and first `body` bytes are sent and whose body
+    is never finished: the answer can only come from a server that did not wait for the whole body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+        head = ["POST /predict HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
+        conn.sendall(("\r\n".join(head + [f"{k}: {v}" for k, v in headers.items()]) + "\r\n\r\n").encode() + body)
+        answer = http.client.HTTPResponse(conn)
+        answer.begin()
+        return answer.status, json.loads(answer.read())
+
+
+def chunked(body: bytes, size: int = 1 << 16) -> bytes:
+    """`body` in HTTP/1.1 chunks, without the last (empty) chunk that would end it."""
+    parts = (body[i : i + size] for i in range(0, len(body), size))
+    return b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in parts)
+
+
+def check_limits(url: str, port: int, model: str) -> None:
+    """A body over the limit is refused from its Content-Length before it is sent, and a chunked one
+    once the limit is passed, as 413s naming the limit; JSON nested deeper than a request ever is
+    a 400 (100,000 levels were a RecursionError's 500); the replica serves on."""
+    from pipelines.stages.serve import MAX_BODY_BYTES
+
+    limit = f"over the limit of {MAX_BODY_BYTES} bytes"
+    status, answer = unfinished_post(port, {"Content-Length": str(200_000_000)}, b'{"text": "')
+    assert (status, answer) == (413, {"error": f"body: 200000000 bytes (its Content-Length), {limit}"})
+    over = chunked(b" " * (MAX_BODY_BYTES + 1))  # JSON whitespace: only its size is wrong
+    assert unfinished_post(port, {"Transfer-Encoding": "chunked"}, over) == (413, {"error": f"body: {limit}"})
+    for deep in (b"[" * 100_000, b'{"text": ' + b"[" * 40 + b"]" * 40 + b"}"):
+        status, answer = call(url, deep)
+        assert status == 400 and answer == {"error": "body: JSON nested deeper than 32 levels"}, (deep[:50], answer)
+    brackets = '"[{' * 1000  # text, not nesting
+    status, answer = call(url, {"text": brackets})
+    assert status == 200 and answer["labels"] == LABELS
+    status, answer = call(url, {"text": TEXTS[0]})
+    assert status == 200
+    assert_same(answer, Predictor.load(model, 64, device="cpu").predict([TEXTS[0]])[0])
 
 
 def assert_same(answer: dict, expected: dict) -> None:
@@ -140,6 +182,7 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(ray_session, clas
 
     def serving(seconds: float) -> None:  # the command's wait: the checks while it serves, then Ctrl-C
         check_endpoint(url, classifier)
+        check_limits(url, port, classifier)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
@@ -157,16 +200,18 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(ray_session, clas
 
 
 def test_request_checks_name_the_field():
-    from pipelines.stages.serve import MAX_BODY_BYTES, parse_request
+    from pipelines.stages.serve import parse_request
 
     assert parse_request(b'{"text": "a", "text_pair": "b"}') == ([("a", "b")], False)
     assert parse_request(b'{"inputs": [{"text": "a"}, {"text": "b", "text_pair": null}]}') == (
         [("a", None), ("b", None)],
         True,
     )
+    assert parse_request(json.dumps({"text": '\\"[{' * 100}).encode()) == ([('\\"[{' * 100, None)], False)
     for body, message in [
         (b"\xff", "body: not JSON"),
-        (b" " * (MAX_BODY_BYTES + 1), "body: 1048577 bytes, over the limit"),
+        (b"[" * 100_000, "body: JSON nested deeper than 32 levels"),
+        (b'{"text": "a", "x": ' + b"{" * 33, "body: JSON nested deeper than 32 levels"),
         (b'{"inputs": [{"text": "a"}], "text": "b"}', "text: unknown field beside inputs"),
         (b'{"inputs": ["a"]}', "inputs[0]: an object"),
         (b'{"text": true}', "text: a string is expected, got a boolean"),
@@ -204,3 +249,24 @@ def test_the_command_refuses_a_port_in_use_before_serve_starts(ray_session, clas
         f"albert-ray serve: error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use)\n"
     )
     assert serve.status().proxies == {}
+
+
+@pytest.mark.parametrize("port", ["70000", "0", "-1"])
+def test_a_port_out_of_range_is_one_line_before_anything_is_read(tmp_path, capsys, port):
+    """--port 70000 was an OverflowError traceback from the port check's bind; 0 would listen on a
+    port the printed URL does not name."""
+    from pipelines.cli.command import main
+
+    assert main(["serve", str(tmp_path / "nothing"), "--port", port]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"albert-ray serve: error: --port {port}: must be 1 to 65535\n" and not captured.out
+
+
+def test_a_pickled_pytorch_bin_is_one_line_before_serve_starts(classifier, tmp_path, capsys):
+    from pipelines.cli.command import main
+
+    folder = pickled_model_dir(classifier, tmp_path / "pickled", tmp_path / "sentinel")
+    assert main(["serve", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"albert-ray serve: error: MODEL_DIR: {folder}/pytorch_model.bin: not loaded: it holds ")
+    assert err.count("\n") == 1 and not (tmp_path / "sentinel").exists()

@@ -13,6 +13,7 @@ import torch
 from albert_model import AlbertConfig, AlbertForTokenClassification
 from albert_model.hf import save_hf_pretrained
 from pipelines.cli.command import main
+from tests.pickled_weights import pickled_model_dir
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -95,3 +96,45 @@ def test_python_dash_m_is_the_same_command(tmp_path):
         f"python -m pipelines.export: error: {tmp_path / 'nowhere'}: no config.json (not a transformers-format "
         "ALBERT folder)"
     ]
+
+
+def test_the_export_never_writes_where_it_reads(token_classifier, tmp_path, capsys):
+    """Issue #43: `export onnx best best/model.safetensors --force` replaced the model's own weights.
+    Any OUTPUT inside the model folder (through a link too), or a file the export reads (a weights
+    file linked from elsewhere), is refused in one line, --force or not, and nothing is written."""
+    before = {p.name: p.read_bytes() for p in token_classifier.iterdir()}
+    elsewhere = tmp_path / "weights.safetensors"
+    elsewhere.write_bytes(before["model.safetensors"])
+    linked = tmp_path / "linked"  # a model folder whose weights are a link to a file outside it
+    linked.mkdir()
+    (linked / "config.json").write_bytes(before["config.json"])
+    (linked / "model.safetensors").symlink_to(elsewhere)
+    (tmp_path / "alias").symlink_to(token_classifier)
+    model = str(token_classifier)
+    refused = [
+        [model, f"{model}/model.safetensors", "--force"],
+        [model, f"{model}/model.safetensors"],
+        [model, f"{model}/config.json", "--force"],
+        [model, f"{model}/model.onnx"],
+        [model, f"{model}/onnx/model.onnx"],
+        [model, str(tmp_path / "alias" / "model.safetensors"), "--force"],
+        [str(tmp_path / "alias"), f"{model}/model.onnx", "--force"],
+        [str(linked), str(elsewhere), "--force"],
+    ]
+    for argv in refused:
+        assert main(["export", "onnx", *argv]) == 2, argv
+        line = one_error_line(capsys)
+        assert line.startswith(f"albert-ray export: error: {argv[1]}: ") and "the export never writes" in line, line
+    assert {p.name: p.read_bytes() for p in token_classifier.iterdir()} == before
+    assert elsewhere.read_bytes() == before["model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alias", "linked", "weights.safetensors"]
+
+
+def test_a_pickled_pytorch_bin_is_one_line_and_never_unpickled(token_classifier, tmp_path, capsys):
+    """Issue #43: torch's weights_only refusal was a traceback; it is one line naming the file."""
+    folder = pickled_model_dir(token_classifier, tmp_path / "pickled", tmp_path / "sentinel")
+    assert main(["export", "onnx", str(folder), str(tmp_path / "x.onnx")]) == 2
+    line = one_error_line(capsys)
+    assert f"{folder}/pytorch_model.bin: not loaded: it holds pickled objects other than tensors" in line, line
+    assert line.endswith("convert it to safetensors")
+    assert not (tmp_path / "sentinel").exists() and not (tmp_path / "x.onnx").exists()
