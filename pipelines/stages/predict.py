@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import tempfile
 from collections import Counter
 from typing import Any
@@ -28,10 +27,10 @@ from ..config import Config
 from ..finetuning.metrics import compute_metrics
 from ..finetuning.trial import materialize, read_pretrained_files
 from ..inference.predictor import Predictor, model_kind
-from ..inference.reading import stream_rows
+from ..inference.reading import random_access, stream_rows
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
-from ..storage import arrow_filesystem, join
+from ..storage import arrow_filesystem, join, key_relpath
 from .ray_runtime import init_ray
 
 log = logging.getLogger(__name__)
@@ -54,11 +53,18 @@ def sequence_length(config: Config) -> int | None:
 
 
 class TableRows(FileBasedDatasource):
-    """Every file of predict.input as rows of reading.SCHEMA plus `path`."""
+    """The files of predict.input as rows of reading.SCHEMA plus `path`."""
 
     def __init__(self, paths: str, columns: dict[str, str | None], **kwargs: Any):
         super().__init__(paths, **kwargs)
         self.columns = columns
+
+    def _open_input_source(self, filesystem: pa.fs.FileSystem, path: str, **open_args: Any) -> pa.NativeFile:
+        # parquet's footer is at its end: a random-access file, as Ray Data's own ORC reader opens
+        # one (its row groups are still read one at a time)
+        if random_access(path):
+            return filesystem.open_input_file(path)
+        return super()._open_input_source(filesystem, path, **open_args)
 
     def _read_stream(self, f: pa.NativeFile, path: str):
         for table in stream_rows(f, path, **self.columns):
@@ -75,24 +81,15 @@ class PredictRows:
         self.root = root
 
     def place(self, path: str, row: int) -> str:
-        rel = os.path.relpath(path, self.root) if path != self.root else ""
-        return f"{rel}:{row}" if rel and rel != "." else str(row)
+        return f"{key_relpath(path, self.root)}:{row}" if path != self.root else str(row)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pydict()
         count = batch.num_rows
-        rejected: list[str | None] = [None] * count
-        usable = []
-        for i in range(count):
-            if rows["text"][i] is None or not rows["text"][i].strip():
-                rejected[i] = "empty_text"
-            elif rows["pair"][i] is not None and not rows["pair"][i].strip():
-                rejected[i] = "empty_text_pair"
-            else:
-                usable.append(i)
+        usable = [i for i in range(count) if rows["rejected"][i] is None]  # reading.py says why not
+        pairs = [rows["pair"][i] for i in usable]
         outputs = self.predictor.predict(
-            [rows["text"][i] for i in usable],
-            [rows["pair"][i] for i in usable] if any(p is not None for p in rows["pair"]) else None,
+            [rows["text"][i] for i in usable], pairs if any(p is not None for p in pairs) else None
         )
         prediction: list[Any] = [None] * count
         probabilities: list[Any] = [None] * count
@@ -110,7 +107,7 @@ class PredictRows:
                 "prediction": pa.array(prediction, types[kind]),
                 "probabilities": pa.array(probabilities, pa.list_(pa.float64())),
                 "label": pa.array(rows["label"], pa.string()),
-                "rejected": pa.array(rejected, pa.string()),
+                "rejected": pa.array(rows["rejected"], pa.string()),
             }
         )
 
