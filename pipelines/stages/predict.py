@@ -1,5 +1,6 @@
 """`albert-ray predict`: a fine-tuned model over a table of any size, streamed through Ray Data: the
-table read file by file in bounded memory (a FileBasedDatasource over pipelines/inference/reading.py),
+table's files listed and their columns checked first (pipelines/inference/table_files.py), then read
+file by file in bounded memory (a FileBasedDatasource over pipelines/inference/reading.py),
 rows predicted by an actor pool that holds the model (one replica per GPU where the cluster has
 GPUs), written as parquet under {run_dir}/predict/predictions/: `id`, `prediction` (the class name,
 a number, or a list of classes), `probabilities`, the gold `label` where predict.label_column is
@@ -28,6 +29,7 @@ from ..finetuning.metrics import compute_metrics
 from ..finetuning.trial import materialize, read_pretrained_files
 from ..inference.predictor import Predictor, model_kind
 from ..inference.reading import random_access, stream_rows
+from ..inference.table_files import input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
 from ..storage import arrow_filesystem, join, key_relpath
@@ -55,7 +57,7 @@ def sequence_length(config: Config) -> int | None:
 class TableRows(FileBasedDatasource):
     """The files of predict.input as rows of reading.SCHEMA plus `path`."""
 
-    def __init__(self, paths: str, columns: dict[str, str | None], **kwargs: Any):
+    def __init__(self, paths: list[str], columns: dict[str, str | None], **kwargs: Any):
         super().__init__(paths, **kwargs)
         self.columns = columns
 
@@ -150,6 +152,8 @@ def gold_metrics(kind: str, names: list[str] | None, table: pa.Table, delimiter:
 def build_predict(run: StageRun) -> dict:
     """predictions/*.parquet in the stage's folder; returns the manifest's fields."""
     config, pc = run.config, run.config.predict
+    columns = {"text": pc.text_column, "pair": pc.text_pair_column, "id_column": pc.id_column, "label": pc.label_column}
+    tables = input_tables(pc.input, columns)
     model = predict_model(config)
     files = read_pretrained_files(
         model, "predict.model", "; the default {run_dir}/finetune/best needs the finetune stage"
@@ -160,16 +164,14 @@ def build_predict(run: StageRun) -> dict:
     gpus = int(cluster.get("GPU", 0))
     workers = pc.workers or (gpus or max(1, int(cluster.get("CPU", 1)) - 1))
     cpus = 1.0 if gpus else 0.5  # fractional: Ray Data's read tasks need a CPU beside the replicas
-    fs, inside = arrow_filesystem(pc.input)
-    columns = {"text": pc.text_column, "pair": pc.text_pair_column, "id_column": pc.id_column, "label": pc.label_column}
-    rows = ray.data.read_datasource(TableRows(inside, columns, filesystem=fs))
+    rows = ray.data.read_datasource(TableRows(tables.files, columns, filesystem=tables.filesystem))
     predicted = rows.map_batches(
         PredictRows,
         fn_constructor_kwargs={
             "files": files,
             "max_seq_length": sequence_length(config),
             "batch_size": pc.batch_size,
-            "root": inside,
+            "root": tables.root,
             "cpus": cpus,
         },
         batch_format="pyarrow",
@@ -196,6 +198,11 @@ def build_predict(run: StageRun) -> dict:
         "label_names": names,
         "rows": {"read": total, "predicted": total - sum(reasons.values()), "rejected": dict(reasons)},
         "rejection_examples": examples,
+        "files": {
+            "read": len(tables.files),
+            "skipped": len(tables.skipped),
+            "skipped_examples": tables.skipped[:MAX_EXAMPLES],
+        },
         "workers": workers,
     }
     if pc.label_column:
@@ -206,7 +213,13 @@ def build_predict(run: StageRun) -> dict:
     print(
         f"predict: {fields['rows']['predicted']} of {total} rows predicted"
         + (f", {sum(reasons.values())} rejected ({dict(reasons)})" if reasons else "")
-        + f" -> {join(run.current, PREDICTIONS)}",
+        + f" -> {join(run.current, PREDICTIONS)}"
+        + (
+            f"; {len(tables.skipped)} files skipped as no tables ({', '.join(tables.skipped[:3])}"
+            + (", ...)" if len(tables.skipped) > 3 else ")")
+            if tables.skipped
+            else ""
+        ),
         flush=True,
     )
     if fields.get("metrics"):
