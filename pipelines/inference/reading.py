@@ -91,7 +91,7 @@ def _header(records: Iterator[list[str] | None], path: str) -> list[str]:
     names = next(records, ())
     if names == ():
         raise BadInput(f"{path}: the file is empty")
-    if not names or names == [""]:
+    if names == [""]:
         raise BadInput(f"{path}: its first row is no header")
     # shown in messages: bytes that are not UTF-8 as U+FFFD
     return [n.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for n in names]
@@ -149,7 +149,7 @@ def _parquet_rows(table: pq.ParquetFile, keys: dict[str, str]) -> Iterator[Row]:
             yield {key: columns[column][i] for key, column in keys.items()}, None
 
 
-def rejection(cells: dict[str, Any], pair: bool) -> str | None:
+def _rejection(cells: dict[str, Any], pair: bool) -> str | None:
     """Why a row's cells cannot be predicted (one of REASONS), or None."""
     if not all(_utf8(v) for v in cells.values() if isinstance(v, str)):
         return "not_utf8"
@@ -174,10 +174,11 @@ def check_columns(
     """BadInput where a csv, tsv or parquet file has no header or lacks a configured column, read
     from its header or schema alone (a jsonl row without a key is rejected, not the file)."""
     fmt = file_format(path, FORMATS, "table")
+    keys = _keys(text, pair, id_column, label)
     if fmt in ("csv", "tsv"):
-        _require(path, _header(_records(f, fmt), path), _keys(text, pair, id_column, label))
+        _require(path, _header(_records(f, fmt), path), keys)
     elif fmt == "parquet":
-        _require(path, _parquet(f, path).schema_arrow.names, _keys(text, pair, id_column, label))
+        _require(path, _parquet(f, path).schema_arrow.names, keys)
 
 
 def stream_rows(
@@ -200,7 +201,7 @@ def stream_rows(
         found = _delimited_rows(records, names, keys)
     out: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
     for number, (cells, reason) in enumerate(found):
-        reason = reason or rejection(cells, pair is not None)
+        reason = reason or _rejection(cells, pair is not None)
         usable = reason is None
         whole = cells if cells is not None and reason != "not_utf8" else {}
         out["row"].append(number)
@@ -216,4 +217,4 @@ def stream_rows(
         yield pa.table(out, schema=SCHEMA)
 
 
-__all__ = ["REASONS", "SCHEMA", "check_columns", "random_access", "rejection", "stream_rows"]
+__all__ = ["REASONS", "SCHEMA", "check_columns", "random_access", "stream_rows"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -23,10 +22,11 @@ MAX_SKIPPED_SHOWN = 20
 @dataclass(frozen=True)
 class InputTables:
     """The files to read, in name order, as paths inside `filesystem` (`root`: the input itself),
-    and the files skipped below a folder: names starting with `_` or `.` that are no table (a
-    job's `_SUCCESS` marker, Hadoop's `.crc` checksums), relative to it."""
+    and the files skipped below a folder, relative to it: those that are no table under a name
+    starting with `_` or `.`, theirs or a folder's below the input (a job's `_SUCCESS` marker,
+    Hadoop's `.crc` checksums)."""
 
-    filesystem: Any
+    filesystem: pafs.FileSystem
     root: str
     files: list[str]
     skipped: list[str]
@@ -56,8 +56,8 @@ def _check_format(shown: str) -> None:
 def input_tables(path: str, columns: dict[str, str | None]) -> InputTables:
     """The table files of `path` (a file, or every file below a folder), each checked: a known
     format, and the configured `columns` (stream_rows' arguments) in a csv, tsv or parquet file.
-    Every table file is read, hidden and `_` names included; another file is BadInput unless its
-    name starts with `_` or `.` (then skipped and listed)."""
+    Every table file is read, hidden and `_` names included; another file is BadInput unless it
+    is one InputTables skips."""
     fs, root = arrow_filesystem(path)
     info = fs.get_file_info(root)
     if info.type == pafs.FileType.NotFound:

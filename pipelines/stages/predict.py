@@ -215,8 +215,7 @@ def build_predict(run: StageRun) -> dict:
         + (f", {sum(reasons.values())} rejected ({dict(reasons)})" if reasons else "")
         + f" -> {join(run.current, PREDICTIONS)}"
         + (
-            f"; {len(tables.skipped)} files skipped as no tables ({', '.join(tables.skipped[:3])}"
-            + (", ...)" if len(tables.skipped) > 3 else ")")
+            f"; skipped, not tables: {', '.join(tables.skipped[:3])}" + (", ..." if len(tables.skipped) > 3 else "")
             if tables.skipped
             else ""
         ),

@@ -108,7 +108,7 @@ def eval_rows(config_file) -> list[tuple[str, list[str]]]:
 
 
 @pytest.mark.slow
-def test_a_multi_label_model_over_a_folder_of_tables(family_suite, tmp_path):
+def test_a_multi_label_model_over_a_folder_of_tables(family_suite, tmp_path, capsys):
     """Ids are `file:row` in a folder; the predictions equal the search's own predictions file on
     the same rows, from csv and from parquet (files Ray Data once could not read: issue #43), and
     every row that cannot be predicted is counted with its reason; a job's `_SUCCESS` marker is
@@ -154,6 +154,11 @@ def test_a_multi_label_model_over_a_folder_of_tables(family_suite, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     rejected = {"missing_text": 3, "not_a_string": 4, "bad_row": 4, "not_utf8": 1}
     assert manifest["rows"] == {"read": 54, "predicted": 42, "rejected": rejected}
+    (summary,) = [line for line in capsys.readouterr().out.splitlines() if " rows predicted" in line]
+    assert summary.startswith("predict: 42 of 54 rows predicted, 12 rejected (") and all(
+        f"'{reason}': {n}" in summary for reason, n in rejected.items()
+    )
+    assert summary.endswith("; skipped, not tables: parts/_SUCCESS")
     assert manifest["files"] == {"read": 5, "skipped": 1, "skipped_examples": ["parts/_SUCCESS"]}
     got = predictions(out)
     ids = [f"a.csv:{i}" for i in range(20)] + [f"b.jsonl:{i}" for i in range(10)] + [f"c.csv.gz:{i}" for i in range(4)]
