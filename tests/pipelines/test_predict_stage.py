@@ -1,7 +1,8 @@
 """The predict stage (albert-ray predict) through Ray Data, on the shared suite's exports
 (`family_suite`): a prediction per usable row under its own id, the rejected rows counted by
 reason, probabilities equal to transformers' for the same model, and the fine-tuning stage's
-metrics recomputed on the same rows."""
+metrics recomputed on the same rows; csv, jsonl and parquet files, in a folder and on S3; an input
+no read task could read one line before Ray starts."""
 
 import gzip
 import json
