@@ -1,5 +1,6 @@
 """`albert-ray predict`: a fine-tuned model over a table of any size, streamed through Ray Data: the
-table read file by file in bounded memory (a FileBasedDatasource over pipelines/inference/reading.py),
+table's files listed and their columns checked first (pipelines/inference/table_files.py), then read
+file by file in bounded memory (a FileBasedDatasource over pipelines/inference/reading.py),
 rows predicted by an actor pool that holds the model (one replica per GPU where the cluster has
 GPUs), written as parquet under {run_dir}/predict/predictions/: `id`, `prediction` (the class name,
 a number, or a list of classes), `probabilities`, the gold `label` where predict.label_column is
@@ -12,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import tempfile
 from collections import Counter
 from typing import Any
@@ -28,10 +28,11 @@ from ..config import Config
 from ..finetuning.metrics import compute_metrics
 from ..finetuning.trial import materialize, read_pretrained_files
 from ..inference.predictor import Predictor, model_kind
-from ..inference.reading import stream_rows
+from ..inference.reading import random_access, stream_rows
+from ..inference.table_files import input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
-from ..storage import arrow_filesystem, join
+from ..storage import arrow_filesystem, join, key_relpath
 from .ray_runtime import init_ray
 
 log = logging.getLogger(__name__)
@@ -54,11 +55,18 @@ def sequence_length(config: Config) -> int | None:
 
 
 class TableRows(FileBasedDatasource):
-    """Every file of predict.input as rows of reading.SCHEMA plus `path`."""
+    """The files of predict.input as rows of reading.SCHEMA plus `path`."""
 
-    def __init__(self, paths: str, columns: dict[str, str | None], **kwargs: Any):
+    def __init__(self, paths: list[str], columns: dict[str, str | None], **kwargs: Any):
         super().__init__(paths, **kwargs)
         self.columns = columns
+
+    def _open_input_source(self, filesystem: pa.fs.FileSystem, path: str, **open_args: Any) -> pa.NativeFile:
+        # parquet's footer is at its end: a random-access file, as Ray Data's own ORC reader opens
+        # one (its row groups are still read one at a time)
+        if random_access(path):
+            return filesystem.open_input_file(path)
+        return super()._open_input_source(filesystem, path, **open_args)
 
     def _read_stream(self, f: pa.NativeFile, path: str):
         for table in stream_rows(f, path, **self.columns):
@@ -75,24 +83,15 @@ class PredictRows:
         self.root = root
 
     def place(self, path: str, row: int) -> str:
-        rel = os.path.relpath(path, self.root) if path != self.root else ""
-        return f"{rel}:{row}" if rel and rel != "." else str(row)
+        return f"{key_relpath(path, self.root)}:{row}" if path != self.root else str(row)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pydict()
         count = batch.num_rows
-        rejected: list[str | None] = [None] * count
-        usable = []
-        for i in range(count):
-            if rows["text"][i] is None or not rows["text"][i].strip():
-                rejected[i] = "empty_text"
-            elif rows["pair"][i] is not None and not rows["pair"][i].strip():
-                rejected[i] = "empty_text_pair"
-            else:
-                usable.append(i)
+        usable = [i for i in range(count) if rows["rejected"][i] is None]  # reading.py says why not
+        pairs = [rows["pair"][i] for i in usable]
         outputs = self.predictor.predict(
-            [rows["text"][i] for i in usable],
-            [rows["pair"][i] for i in usable] if any(p is not None for p in rows["pair"]) else None,
+            [rows["text"][i] for i in usable], pairs if any(p is not None for p in pairs) else None
         )
         prediction: list[Any] = [None] * count
         probabilities: list[Any] = [None] * count
@@ -110,7 +109,7 @@ class PredictRows:
                 "prediction": pa.array(prediction, types[kind]),
                 "probabilities": pa.array(probabilities, pa.list_(pa.float64())),
                 "label": pa.array(rows["label"], pa.string()),
-                "rejected": pa.array(rejected, pa.string()),
+                "rejected": pa.array(rows["rejected"], pa.string()),
             }
         )
 
@@ -153,6 +152,8 @@ def gold_metrics(kind: str, names: list[str] | None, table: pa.Table, delimiter:
 def build_predict(run: StageRun) -> dict:
     """predictions/*.parquet in the stage's folder; returns the manifest's fields."""
     config, pc = run.config, run.config.predict
+    columns = {"text": pc.text_column, "pair": pc.text_pair_column, "id_column": pc.id_column, "label": pc.label_column}
+    tables = input_tables(pc.input, columns)
     model = predict_model(config)
     files = read_pretrained_files(
         model, "predict.model", "; the default {run_dir}/finetune/best needs the finetune stage"
@@ -163,16 +164,14 @@ def build_predict(run: StageRun) -> dict:
     gpus = int(cluster.get("GPU", 0))
     workers = pc.workers or (gpus or max(1, int(cluster.get("CPU", 1)) - 1))
     cpus = 1.0 if gpus else 0.5  # fractional: Ray Data's read tasks need a CPU beside the replicas
-    fs, inside = arrow_filesystem(pc.input)
-    columns = {"text": pc.text_column, "pair": pc.text_pair_column, "id_column": pc.id_column, "label": pc.label_column}
-    rows = ray.data.read_datasource(TableRows(inside, columns, filesystem=fs))
+    rows = ray.data.read_datasource(TableRows(tables.files, columns, filesystem=tables.filesystem))
     predicted = rows.map_batches(
         PredictRows,
         fn_constructor_kwargs={
             "files": files,
             "max_seq_length": sequence_length(config),
             "batch_size": pc.batch_size,
-            "root": inside,
+            "root": tables.root,
             "cpus": cpus,
         },
         batch_format="pyarrow",
@@ -199,6 +198,11 @@ def build_predict(run: StageRun) -> dict:
         "label_names": names,
         "rows": {"read": total, "predicted": total - sum(reasons.values()), "rejected": dict(reasons)},
         "rejection_examples": examples,
+        "files": {
+            "read": len(tables.files),
+            "skipped": len(tables.skipped),
+            "skipped_examples": tables.skipped[:MAX_EXAMPLES],
+        },
         "workers": workers,
     }
     if pc.label_column:
@@ -209,7 +213,12 @@ def build_predict(run: StageRun) -> dict:
     print(
         f"predict: {fields['rows']['predicted']} of {total} rows predicted"
         + (f", {sum(reasons.values())} rejected ({dict(reasons)})" if reasons else "")
-        + f" -> {join(run.current, PREDICTIONS)}",
+        + f" -> {join(run.current, PREDICTIONS)}"
+        + (
+            f"; skipped, not tables: {', '.join(tables.skipped[:3])}" + (", ..." if len(tables.skipped) > 3 else "")
+            if tables.skipped
+            else ""
+        ),
         flush=True,
     )
     if fields.get("metrics"):

@@ -1,12 +1,17 @@
 """The predict stage (albert-ray predict) through Ray Data, on the shared suite's exports
 (`family_suite`): a prediction per usable row under its own id, the rejected rows counted by
 reason, probabilities equal to transformers' for the same model, and the fine-tuning stage's
-metrics recomputed on the same rows."""
+metrics recomputed on the same rows; csv, jsonl and parquet files, in a folder and on S3; an input
+no read task could read one line before Ray starts."""
 
+import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -97,21 +102,46 @@ def test_a_pair_classifier_predicts_as_transformers_and_scores_as_its_search(fam
     assert manifest["metrics"]["rows"] == len(dev)
 
 
+def eval_rows(config_file) -> list[tuple[str, list[str]]]:
+    """The multi-label task's eval rows: (text, topics)."""
+    lines = (config_file.parent / "topics_eval.csv").read_text().splitlines()[1:]
+    return [(text, topics.split(";")) for text, topics in (line.split(",") for line in lines)]
+
+
 @pytest.mark.slow
-def test_a_multi_label_model_over_a_folder_of_tables(family_suite, tmp_path):
+def test_a_multi_label_model_over_a_folder_of_tables(family_suite, tmp_path, capsys):
     """Ids are `file:row` in a folder; the predictions equal the search's own predictions file on
-    the same rows (a file without a column: tests/pipelines/inference/test_reading.py)."""
+    the same rows, from csv and from parquet (files Ray Data once could not read: issue #43), and
+    every row that cannot be predicted is counted with its reason; a job's `_SUCCESS` marker is
+    skipped (a file without a column: tests/pipelines/inference/test_table_files.py)."""
     from pipelines.stages.predict import run_predict
 
     config_file, run_dir = family_suite
     model = run_dir / "finetune" / "topics" / "best"
     folder = tmp_path / "tables"
-    folder.mkdir()
+    (folder / "parts").mkdir(parents=True)
     eval_csv = (config_file.parent / "topics_eval.csv").read_text()
     (folder / "a.csv").write_text(eval_csv)
-    (folder / "b.jsonl").write_text(
-        json.dumps({"text": "goal match today"}) + "\n" + json.dumps({"topics": "x"}) + "\n"
-    )
+    jsonl = [
+        {"text": "goal match today"},
+        {"topics": "x"},
+        {},
+        {"text": None},
+        {"text": 5},
+        {"text": ["goal"]},
+        {"text": {"a": 1}},
+        {"text": True},
+    ]
+    (folder / "b.jsonl").write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in jsonl) + b"{not json\n[1]\n")
+    # gzipped: not UTF-8, a field too many, one too few, then a row whose label is no class (counted,
+    # not scored)
+    c = b"text,topics\ncaf\xe9 goal,sport\nx,sport,extra\nlonely\ngoal match,nonsuch\n"
+    (folder / "c.csv.gz").write_bytes(gzip.compress(c))
+    texts = [text for text, _ in eval_rows(config_file)]
+    for name, part in (("d.parquet", texts[:12]), ("e.parquet", texts[12:])):  # in row groups of 5
+        table = pa.table({"text": part, "topics": pa.nulls(len(part), pa.list_(pa.string())), "n": range(len(part))})
+        pq.write_table(table, folder / "parts" / name, row_group_size=5)
+    (folder / "parts" / "_SUCCESS").write_bytes(b"")
     overrides = [
         f"run_dir={tmp_path}/run",
         f"predict.model={model}",
@@ -123,15 +153,78 @@ def test_a_multi_label_model_over_a_folder_of_tables(family_suite, tmp_path):
     ]
     out = Path(run_predict(load_config(overrides=overrides)))
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["rows"] == {"read": 22, "predicted": 21, "rejected": {"empty_text": 1}}
+    rejected = {"missing_text": 3, "not_a_string": 4, "bad_row": 4, "not_utf8": 1}
+    assert manifest["rows"] == {"read": 54, "predicted": 42, "rejected": rejected}
+    (summary,) = [line for line in capsys.readouterr().out.splitlines() if " rows predicted" in line]
+    assert summary.startswith("predict: 42 of 54 rows predicted, 12 rejected (") and all(
+        f"'{reason}': {n}" in summary for reason, n in rejected.items()
+    )
+    assert summary.endswith("; skipped, not tables: parts/_SUCCESS")
+    assert manifest["files"] == {"read": 5, "skipped": 1, "skipped_examples": ["parts/_SUCCESS"]}
     got = predictions(out)
-    assert sorted(got) == sorted([f"a.csv:{i}" for i in range(20)] + ["b.jsonl:0", "b.jsonl:1"])
+    ids = [f"a.csv:{i}" for i in range(20)] + [f"b.jsonl:{i}" for i in range(10)] + [f"c.csv.gz:{i}" for i in range(4)]
+    ids += [f"parts/d.parquet:{i}" for i in range(12)] + [f"parts/e.parquet:{i}" for i in range(8)]
+    assert sorted(got) == sorted(ids)
+    reasons = [got[f"b.jsonl:{i}"]["rejected"] for i in range(10)] + [
+        got[f"c.csv.gz:{i}"]["rejected"] for i in range(4)
+    ]
+    assert reasons == [None, "missing_text", "missing_text", "missing_text"] + ["not_a_string"] * 4 + [
+        "bad_row",
+        "bad_row",
+        "not_utf8",
+        "bad_row",
+        "bad_row",
+        None,
+    ]
+    assert f"{folder} c.csv.gz:0: not_utf8" in manifest["rejection_examples"]
     searched = {
         p["id"]: p["prediction"] for p in map(json.loads, (model.parent / "predictions.jsonl").read_text().splitlines())
     }
     assert {i: got[f"a.csv:{i}"]["prediction"] for i in range(20)} == searched
+    from_parquet = [got[f"parts/d.parquet:{i}"] for i in range(12)] + [got[f"parts/e.parquet:{i}"] for i in range(8)]
+    assert [row["prediction"] for row in from_parquet] == [searched[i] for i in range(20)]
+    np.testing.assert_allclose(
+        [row["probabilities"] for row in from_parquet], [got[f"a.csv:{i}"]["probabilities"] for i in range(20)]
+    )
     best = json.loads((model.parent / "best.json").read_text())
-    assert manifest["metrics"]["rows"] == 20  # b.jsonl's labelled row has no text; its other row no label
+    # b.jsonl's labelled row has no text, its other row no label; c.csv.gz's label is no class
+    assert manifest["metrics"]["rows"] == 20 and manifest["metrics"]["label_not_a_class"] == 1
+    for name in ("micro_f1", "macro_f1", "subset_accuracy"):
+        assert manifest["metrics"][name] == pytest.approx(best["metrics"][name]), name
+
+
+@pytest.mark.slow
+def test_a_parquet_file_on_s3(family_suite, s3_endpoint, tmp_path):
+    """Issue #43: parquet failed on Ray Data's non-seekable stream; read from S3 by row group, a
+    list label per row, the search's predictions and metrics on the same rows."""
+    from pipelines.stages.predict import run_predict
+    from pipelines.storage import arrow_filesystem, filesystem
+
+    config_file, run_dir = family_suite
+    model = run_dir / "finetune" / "topics" / "best"
+    filesystem("s3://predict-input/x")[0].mkdir("predict-input")
+    fs, key = arrow_filesystem("s3://predict-input/eval/topics.parquet")
+    rows = eval_rows(config_file)
+    table = pa.table({"text": [t for t, _ in rows], "topics": [c for _, c in rows], "body": ["x"] * len(rows)})
+    pq.write_table(table, key, filesystem=fs, row_group_size=8)
+    overrides = [
+        f"run_dir={tmp_path}/run",
+        f"predict.model={model}",
+        "predict.input=s3://predict-input/eval/topics.parquet",
+        "predict.label_column=topics",
+        "predict.max_seq_length=16",
+        "predict.workers=1",
+    ]
+    out = Path(run_predict(load_config(overrides=overrides)))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["rows"] == {"read": 20, "predicted": 20, "rejected": {}}
+    got = predictions(out)
+    searched = {
+        p["id"]: p["prediction"] for p in map(json.loads, (model.parent / "predictions.jsonl").read_text().splitlines())
+    }
+    assert {i: got[str(i)]["prediction"] for i in range(20)} == searched
+    best = json.loads((model.parent / "best.json").read_text())
+    assert manifest["metrics"]["rows"] == 20
     for name in ("micro_f1", "macro_f1", "subset_accuracy"):
         assert manifest["metrics"][name] == pytest.approx(best["metrics"][name]), name
 
@@ -150,3 +243,48 @@ def test_an_export_predict_does_not_serve_is_refused_by_name(family_suite, tmp_p
     )
     with pytest.raises(BadInput, match="a AlbertForTokenClassification export; predict serves sequence"):
         run_predict(config)
+
+
+def test_an_input_no_read_task_could_read_is_one_line_before_ray_starts(family_suite, tmp_path, capsys, monkeypatch):
+    """Issue #43: a missing column was one line after ~170 lines of Ray's tracebacks, a parquet file
+    Ray Data's traceback, an empty folder Ray's own. The real command in a process of its own, and
+    the others in this one: one line, exit status 2, no traceback, nothing written."""
+    from pipelines.cli import stage_main
+
+    _, run_dir = family_suite
+    model = run_dir / "finetune" / "topics" / "best"
+    (tmp_path / "rows.csv").write_text("text,topics\nhello,sport\n")
+    command = [str(Path(sys.executable).parent / "albert-ray"), "predict", "run_dir=run", f"predict.model={model}"]
+    process = subprocess.run(
+        [*command, "predict.input=rows.csv", "predict.text_column=body"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert process.returncode == 2 and "Traceback" not in process.stdout + process.stderr, process.stderr
+    assert process.stderr.splitlines() == [
+        "albert-ray predict: error: rows.csv: no column 'body' (predict.text_column); its columns are text, topics"
+    ]
+    assert not (tmp_path / "run" / "predict").exists()
+
+    (tmp_path / "parts").mkdir()
+    pq.write_table(pa.table({"text": ["hello"]}), tmp_path / "parts" / "a.parquet")
+    (tmp_path / "parts" / "_SUCCESS").write_bytes(b"")
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (
+            ["predict.input=parts", "predict.label_column=topics"],
+            "parts/a.parquet: no column 'topics' (predict.label_column); its columns are text",
+        ),
+        (["predict.input=empty"], "predict.input: empty holds no files"),
+    ]
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    for argv, message in cases:
+        assert stage_main("predict", "the predict stage", [*command[2:], *argv]) == 2
+        captured = capsys.readouterr()
+        # less what Ray's log monitor relays from the session's processes, each line led by its name
+        ours = [line for line in captured.err.splitlines() if not line.lstrip("\x1b[0123456789m").startswith("(")]
+        assert ours == [f"albert-ray predict: error: {message}"] and "Traceback" not in captured.out, captured.err
+        assert not (tmp_path / "run" / "predict").exists()
