@@ -1,9 +1,9 @@
 """Fine-tuning results, free of Ray: each trial's best kept epoch, a row per trial, the best trial,
 and what the stage writes about them (trials.csv, best.json, the summary table).
 
-The Ray edge (pipelines/stages/finetune.py) hands in Ray Tune's results as they are (their `config`,
-`metrics`, `error`, `best_checkpoints` and `metrics_dataframe`) and a function that turns a
-checkpoint path of the search's storage into a checkpoint, or None once it was deleted.
+The Ray edge (pipelines/stages/tune_search.py) hands in the search's journal (search_journal.py:
+each trial's settings, epochs and end) and a function that turns a checkpoint path of the search's
+storage into a checkpoint, or None once it was deleted.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ..config import TUNE_METRICS, Config, config_to_dict
 from ..config.glue import glue_preset
 from ..storage import join
+from .search_journal import TrialRecord
 from .trial import trial_finetune
 
 SUMMARY_METRICS = (
@@ -25,51 +26,45 @@ SUMMARY_METRICS = (
     *("eval_loss", "train_loss"),
 )
 CheckpointAt = Callable[[str], Any]
-"""A path inside the search's storage -> its checkpoint, or None when it no longer exists."""
+"""A checkpoint's path relative to the search's storage -> its checkpoint, or None when it no
+longer exists."""
 
 
-def kept_epochs(result: Any, checkpoint_at: CheckpointAt, path_key: str) -> list[tuple[dict[str, Any], Any]]:
-    """A trial's epochs whose checkpoints still exist, with their metrics. num_to_keep=1 keeps the
-    best-scoring one (the later on ties), so this is not always the best row of the metrics table:
-    a tie broken there by eval_loss can point at a deleted checkpoint."""
-    kept = [(metrics, checkpoint) for checkpoint, metrics in result.best_checkpoints or []]
-    if kept or result.metrics_dataframe is None or path_key not in result.metrics_dataframe:
-        return kept
-    # A Ray Train trial: its rows carry the checkpoint's path inside the storage filesystem (no
-    # s3:// scheme), and only the kept checkpoints are still there.
-    for row in result.metrics_dataframe.to_dict("records"):
-        if isinstance(row.get(path_key), str) and (checkpoint := checkpoint_at(row[path_key])) is not None:
-            kept.append((row, checkpoint))
+def kept_epochs(record: TrialRecord, checkpoint_at: CheckpointAt) -> list[tuple[dict[str, Any], Any]]:
+    """A trial's epochs whose checkpoints still exist, with their metrics. num_to_keep=1 keeps, of
+    each Ray Tune or Ray Train run of the trial, the best-scoring one (the later on ties) and the
+    latest, so this is not always the best row of the trial's epochs: a tie broken there by
+    eval_loss can point at a deleted checkpoint."""
+    kept = []
+    for epoch in record.epochs:
+        if epoch["checkpoint"] is not None and (checkpoint := checkpoint_at(epoch["checkpoint"])) is not None:
+            kept.append((epoch["metrics"], checkpoint))
     return kept
 
 
 def best_kept_epoch(
-    result: Any,
-    metric: str,
-    checkpoint_at: CheckpointAt,
-    path_key: str,
+    record: TrialRecord, metric: str, checkpoint_at: CheckpointAt
 ) -> tuple[dict[str, Any], Any] | tuple[None, None]:
     """The trial's best epoch (highest metric, then lowest eval_loss) among those with a checkpoint."""
-    kept = [(m, c) for m, c in kept_epochs(result, checkpoint_at, path_key) if metric in m]
+    kept = [(m, c) for m, c in kept_epochs(record, checkpoint_at) if metric in m]
     if not kept:
         return None, None
     return max(kept, key=lambda mc: (mc[0][metric], -mc[0].get("eval_loss", 0.0)))
 
 
 def summarize_trials(
-    results: Iterable[Any], config: Config, metric: str, checkpoint_at: CheckpointAt, path_key: str
+    trials: dict[str, TrialRecord], config: Config, metric: str, checkpoint_at: CheckpointAt
 ) -> list[dict[str, Any]]:
     """One row per trial: its hyperparameters, how it ended, and its best epoch's metrics (plus,
     under `_checkpoint` and `_finetune`, that epoch's checkpoint and the trial's settings)."""
     rows = []
-    for result in results:
-        trial_config = {k: v for k, v in (result.config or {}).items() if k.startswith("finetune.")}
-        cfg = trial_finetune(config.finetune, trial_config)
-        best, checkpoint = best_kept_epoch(result, metric, checkpoint_at, path_key)
-        epochs_run = int(result.metrics.get("epoch", 0)) if result.metrics else 0
-        status = "error" if result.error else ("completed" if epochs_run >= cfg.epochs else "stopped_early")
+    for trial_id, record in trials.items():
+        cfg = trial_finetune(config.finetune, record.config)
+        best, checkpoint = best_kept_epoch(record, metric, checkpoint_at)
+        epochs_run = int(record.epochs[-1]["metrics"].get("epoch", 0)) if record.epochs else 0
+        status = "error" if record.error else ("completed" if epochs_run >= cfg.epochs else "stopped_early")
         row: dict[str, Any] = {
-            "trial_id": (result.metrics or {}).get("trial_id", ""),
+            "trial_id": trial_id,
             "status": status,
             "stopped_early": status == "stopped_early",
             "epochs_run": epochs_run,
@@ -79,8 +74,8 @@ def summarize_trials(
         for name in SUMMARY_METRICS:
             if best and name in best:
                 row[name] = float(best[name])
-        row["seconds"] = float((result.metrics or {}).get("time_total_s", 0.0))
-        row["error"] = str(result.error).splitlines()[0] if result.error else ""
+        row["seconds"] = float(sum(record.seconds.values()))
+        row["error"] = record.error
         row["_checkpoint"], row["_finetune"] = checkpoint, cfg
         rows.append(row)
     return rows

@@ -7,7 +7,8 @@ An evaluation suite (finetune.tasks) is one search per task, each exported under
 finetune/<task>/ and each its own unit of caching: a task whose own fingerprint (its settings,
 its files' content, the pretrained model) is unchanged is carried over from the current output
 instead of searched again, and a task finished by an interrupted run is kept. An interrupted
-search is restored (pipelines/stages/tune_search.py): its finished trials are not rerun.
+search is resumed from its journal (pipelines/stages/tune_search.py): its finished trials are not
+rerun.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def search_task(
     """One task's search into `out`: trials.csv, best.json and best/ (its eval predictions beside
     it); with finetune.compare_random the same search from a random initialisation under random/.
     `final`: where `out` will be once the stage's output is committed (what messages name).
-    `scratch` holds the searches' working folders; `resume` restores interrupted ones found there.
+    `scratch` holds the searches' working folders; `resume` resumes interrupted ones found there.
     `name`: the search's tracked run. Returns the manifest's fields."""
     metric = tune_metric(config)
     for key in searched_overrides(config):

@@ -132,8 +132,9 @@ def continuation(run: StageRun) -> str | None:
         print(f"pretrain: the complete output in {run.current} {why}: training anew", flush=True)
         return None
     checkpoint = join(run.current, previous["checkpoint"])
-    # The run_dir is the trust boundary (DCP's .metadata is unpickled): a path read from the run's
-    # own manifest must stay inside the output it belongs to, links resolved.
+    # A path read from the run's own manifest must stay inside the output it belongs to, links
+    # resolved: the checkpoint is then read as any is (pipelines/train/dcp_reader.py), running no
+    # code from it, but a manifest must not make the run train from a folder outside its run_dir.
     inside = isinstance(previous["checkpoint"], str) and path_inside(run.current, checkpoint)
     if not inside or inside == ".":
         raise BadInput(

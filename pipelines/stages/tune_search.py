@@ -1,19 +1,23 @@
 """The Ray Tune search of the fine-tuning stage (pipelines/stages/finetune.py): the search space,
-searcher, scheduler and resources, the trainables, restoring an interrupted search, the repeats of
-the best configuration, and copying a trial's checkpoint out as the exported model.
+searcher, scheduler and concurrency, resuming an interrupted search, the repeats of the best
+configuration, and copying a trial's checkpoint out as the exported model.
 
-A trial is one process (a Tune function trainable) or, with tune.workers_per_trial > 1, a driver
-that runs a Ray Train DDP job whose reports reach Tune through TuneReportCallback. Every trial
-reports after each epoch (so ASHA can stop the laggards) with a transformers-format checkpoint and
-the training state it continues from (a restored search's unfinished trials do). The training
-itself (pipelines/finetuning/trial.py) and the results (which epoch of which trial is best,
-trials.csv, best.json: pipelines/finetuning/results.py) are free of Ray.
+A trial (tune_trials.py) is one process (a Tune function trainable) or, with
+tune.workers_per_trial > 1, a driver that runs a Ray Train DDP job. Every trial reports after each
+epoch (so ASHA can stop the laggards) with a transformers-format checkpoint and the training state
+it continues from (a resumed search's unfinished trials do). The driver records every trial in the
+search's journal (search_records.py); the rows come from it, and an interrupted search resumes from
+it alone: Ray Tune's own state in the run_dir (tuner.pkl, the experiment and searcher state, each
+trial's pickles) is never read back. The training itself (pipelines/finetuning/trial.py), the
+journal (search_journal.py) and the results (which epoch of which trial is best, trials.csv,
+best.json: pipelines/finetuning/results.py) are free of Ray.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import statistics
 import tempfile
 from typing import Any
@@ -23,19 +27,20 @@ import ray
 import ray.train
 import ray.train.torch
 import ray.tune
-import torch
-from ray.tune.integration.ray_train import CHECKPOINT_PATH_KEY, TuneReportCallback
-from ray.tune.result import AUTO_RESULT_KEYS
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
+from ray.tune.search.sample import Domain, _BackwardsCompatibleNumpyRng
+from ray.tune.search.variant_generator import generate_variants
 
-from ..config import Config, FinetuneSection, TuneSection
+from ..config import Config, TuneSection
+from ..errors import BadInput
 from ..finetuning import results
-from ..finetuning.trial import EXPORT_SKIPS, PREDICTIONS, TrialData, fit_trial, materialize, trial_finetune
-from ..storage import arrow_filesystem, join, write_bytes
-from ..tracking import Trackers, new_switches, scalars
-from ..tracking.search import SearchTracking, open_trial
-from .ray_runtime import keep_ray_info_off_the_console, quiet_train_run
+from ..finetuning.search_journal import SearchJournal, parse_journal
+from ..finetuning.trial import EXPORT_SKIPS, PREDICTIONS
+from ..storage import arrow_filesystem, exists, join, path_inside, read_json, write_bytes
+from ..tracking.search import SearchTracking
+from .search_records import CONTINUES, JournalWriter, finetune_keys, search_callbacks
+from .tune_trials import build_trainable, trial_resources
 
 log = logging.getLogger(__name__)
 
@@ -56,131 +61,37 @@ def build_search_space(tune_cfg: TuneSection) -> dict[str, Any]:
     return space
 
 
+def draw_configs(space: dict[str, Any], num_samples: int, seed: int) -> list[dict[str, Any]]:
+    """The configs a random or grid search runs, in order: Ray Tune's variant generation with the
+    seeded generator BasicVariantGenerator(random_state=seed) draws from, so they are the draws a
+    search of that seed always made (tested). Drawn here, a resumed search knows which are left."""
+    rng = _BackwardsCompatibleNumpyRng(seed)
+    return [
+        finetune_keys(spec["config"])
+        for _ in range(num_samples)
+        for _, spec in generate_variants({"config": space}, random_state=rng)
+    ]
+
+
+def is_point(space: dict[str, Any]):
+    """config -> whether it is one of `space`'s points: its keys, each value in its domain."""
+
+    def inside(spec: Any, value: Any) -> bool:
+        if isinstance(spec, Domain):
+            try:
+                return bool(spec.is_valid(value))
+            except TypeError:  # a string where the domain holds numbers
+                return False
+        return value in spec["grid_search"] if isinstance(spec, dict) and "grid_search" in spec else value == spec
+
+    return lambda config: set(config) == set(space) and all(inside(space[k], v) for k, v in config.items())
+
+
 def max_epochs(config: Config) -> int:
     spec = config.tune.space.get("finetune.epochs", config.finetune.epochs)
     if isinstance(spec, dict):
         return int(next(iter(spec.values()))[1])
     return int(max(spec) if isinstance(spec, list) else spec)
-
-
-def trial_resources(tune_cfg: TuneSection) -> dict[str, float]:
-    if tune_cfg.resources_per_trial is not None:
-        return {k: float(v) for k, v in tune_cfg.resources_per_trial.items()}
-    gpus = ray.cluster_resources().get("GPU", 0)
-    return {"CPU": 1.0, **({"GPU": 1.0} if gpus else {})}
-
-
-def single_process_trial(trial_config: dict[str, Any], base: FinetuneSection, data: TrialData, cpus: float) -> None:
-    """One trial in this process: report each epoch's metrics and checkpoint to Tune."""
-    torch.set_num_threads(max(1, int(cpus)))
-    cfg = trial_finetune(base, trial_config)
-    device = torch.device("cuda") if torch.cuda.is_available() and ray.get_gpu_ids() else torch.device("cpu")
-    restored = ray.tune.get_checkpoint()  # a restored search's unfinished trial: its last epoch
-    with tempfile.TemporaryDirectory() as work:
-        pretrained = materialize(data.pretrained_files, os.path.join(work, "pretrained"))
-        resume_from = restored.to_directory(os.path.join(work, "restored")) if restored else None
-
-        def report(metrics: dict[str, Any], checkpoint: str | None) -> None:
-            ray.tune.report(metrics, checkpoint=ray.tune.Checkpoint.from_directory(checkpoint))
-
-        fit_trial(
-            cfg, data, pretrained, os.path.join(work, "checkpoints"), report, device=device, resume_from=resume_from
-        )
-
-
-def ray_train_trial_worker(loop_config: dict[str, Any]) -> None:
-    """A Ray Train worker of a multi-process trial: DDP over gloo (CPU) or nccl (GPU)."""
-    context = ray.train.get_context()
-    keep_ray_info_off_the_console()
-    torch.set_num_threads(max(1, int(loop_config["cpus"])))
-    data: TrialData = ray.get(loop_config["data_ref"])
-    cfg = trial_finetune(loop_config["base"], loop_config["trial_config"])
-    # The Train run's own latest checkpoint (Ray Train restores a run of the same name and storage),
-    # else the Tune trial's last one when its search was restored.
-    restored = ray.train.get_checkpoint() or loop_config.get("restored")
-    with tempfile.TemporaryDirectory() as work:
-        pretrained = materialize(data.pretrained_files, os.path.join(work, "pretrained"))
-        resume_from = restored.to_directory(os.path.join(work, "restored")) if restored else None
-
-        def report(metrics: dict[str, Any], checkpoint: str | None) -> None:
-            ray.train.report(
-                metrics, checkpoint=ray.train.Checkpoint.from_directory(checkpoint) if checkpoint else None
-            )
-
-        fit_trial(
-            cfg,
-            data,
-            pretrained,
-            os.path.join(work, "checkpoints"),
-            report,
-            rank=context.get_world_rank(),
-            world=context.get_world_size(),
-            device=ray.train.torch.get_device(),
-            wrap=ray.train.torch.prepare_model,
-            resume_from=resume_from,
-        )
-
-
-def multi_worker_trial(
-    trial_config: dict[str, Any],
-    base: FinetuneSection,
-    data: TrialData,
-    workers: int,
-    resources: dict[str, float],
-    storage: str,
-    metric: str,
-) -> None:
-    """The trial's driver: a TorchTrainer whose worker reports TuneReportCallback forwards to Tune."""
-    trainer = ray.train.torch.TorchTrainer(
-        ray_train_trial_worker,
-        train_loop_config={
-            "trial_config": trial_config,
-            "base": base,
-            "data_ref": ray.put(data),
-            "cpus": resources.get("CPU", 1),
-            # a restored search's unfinished trial continues from the last checkpoint it reported
-            "restored": ray.tune.get_checkpoint(),
-        },
-        scaling_config=ray.train.ScalingConfig(
-            num_workers=workers, use_gpu=resources.get("GPU", 0) > 0, resources_per_worker=resources
-        ),
-        run_config=ray.train.RunConfig(
-            name=f"train-{ray.tune.get_context().get_trial_id()}",
-            storage_path=storage,
-            checkpoint_config=ray.train.CheckpointConfig(
-                num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"
-            ),
-            callbacks=[TuneReportCallback()],
-            **quiet_train_run(),
-        ),
-    )
-    trainer.fit()
-
-
-def build_trainable(config: Config, data_ref: ray.ObjectRef, storage: str, metric: str):
-    """The function trainable with its resources: one process, or a Ray Train driver.
-    with_parameters hands each trial the object behind data_ref (put once by the driver)."""
-    resources = trial_resources(config.tune)
-    workers = config.tune.workers_per_trial
-    if workers == 1:
-        trainable = ray.tune.with_parameters(
-            single_process_trial, base=config.finetune, data=data_ref, cpus=resources.get("CPU", 1)
-        )
-        return ray.tune.with_resources(
-            trainable, {{"CPU": "cpu", "GPU": "gpu"}.get(k, k): v for k, v in resources.items()}
-        )
-    trainable = ray.tune.with_parameters(
-        multi_worker_trial,
-        base=config.finetune,
-        data=data_ref,
-        workers=workers,
-        resources=resources,
-        storage=storage,
-        metric=metric,
-    )
-    # The driver only waits on its workers, which reserve the trial's compute; Tune needs it to
-    # hold something, and a whole CPU would starve small machines (2 workers + driver > 2 CPUs).
-    return ray.tune.with_resources(trainable, {"cpu": 0.01})
 
 
 def concurrent_trials(tune_cfg: TuneSection) -> int | None:
@@ -195,24 +106,46 @@ def concurrent_trials(tune_cfg: TuneSection) -> int | None:
     return max(1, min(int(cluster.get(k, 0) // v) for k, v in per_trial.items())) if per_trial else None
 
 
-def search_algorithm(tune_cfg: TuneSection, max_concurrent: int | None):
-    """The searcher, limited to `max_concurrent` running trials (None: as many as resources allow).
-    The limit lives here: Tune ignores TuneConfig.max_concurrent_trials, with only a warning, when
-    the search algorithm it is given is a BasicVariantGenerator."""
-    if tune_cfg.search == "optuna":
+def search_algorithm(
+    tune_cfg: TuneSection,
+    max_concurrent: int | None,
+    points: list[dict[str, Any]] | None = None,
+    told: list[tuple[dict[str, Any], float]] = (),
+    attempt: int = 1,
+):
+    """The searcher, limited to `max_concurrent` running trials (None: as many as resources allow):
+    optuna's TPE, first told the (config, metric) of the trials earlier attempts of a resumed search
+    ran, or the given `points` in order (a random search's draws: draw_configs), else tune.seed's
+    draws. The limit lives here: Tune ignores TuneConfig.max_concurrent_trials, with only a warning,
+    when the search algorithm it is given is a BasicVariantGenerator."""
+    if tune_cfg.search == "optuna" and points is None:
         from ray.tune.search import ConcurrencyLimiter
         from ray.tune.search.optuna import OptunaSearch
 
-        searcher = OptunaSearch(seed=tune_cfg.seed)
+        searcher = OptunaSearch(
+            # another seed per attempt: TPE's first suggestions are random draws, which tune.seed's
+            # sampler would repeat, not continue (the trials already run, again)
+            seed=tune_cfg.seed + attempt - 1,
+            points_to_evaluate=[config for config, _ in told] or None,
+            evaluated_rewards=[value for _, value in told] or None,
+        )
         return ConcurrencyLimiter(searcher, max_concurrent=max_concurrent) if max_concurrent else searcher
-    return BasicVariantGenerator(random_state=tune_cfg.seed, max_concurrent=max_concurrent or 0)
+    return BasicVariantGenerator(
+        points_to_evaluate=points, random_state=tune_cfg.seed, max_concurrent=max_concurrent or 0
+    )
 
 
-def checkpoint_at(filesystem: pyarrow.fs.FileSystem | None):
-    """A checkpoint path inside the search's storage -> its Ray checkpoint, or None once deleted."""
+def checkpoint_at(storage: str):
+    """A checkpoint path relative to the search's storage (as the journal records it) -> its Ray
+    checkpoint, or None once deleted. A path that leaves the storage, through `..` or a link, is
+    refused: the journal is a file of the run_dir."""
+    filesystem, root = arrow_filesystem(storage)
 
-    def at(path: str) -> ray.train.Checkpoint | None:
-        checkpoint = ray.train.Checkpoint(path, filesystem=filesystem)
+    def at(relative: str) -> ray.train.Checkpoint | None:
+        inside = path_inside(storage, join(storage, relative))
+        if not inside or inside == "." or inside.startswith("/"):
+            raise BadInput(f"{join(storage, relative)}: a checkpoint the search's journal names outside {storage}")
+        checkpoint = ray.train.Checkpoint(posixpath.join(root, inside), filesystem=filesystem)
         return (
             None
             if checkpoint.filesystem.get_file_info(checkpoint.path).type == pyarrow.fs.FileType.NotFound
@@ -220,11 +153,6 @@ def checkpoint_at(filesystem: pyarrow.fs.FileSystem | None):
         )
 
     return at
-
-
-def best_kept_epoch(result, metric: str, filesystem: pyarrow.fs.FileSystem | None = None):
-    """The trial's best epoch among those whose checkpoint Tune or Ray Train kept (results.py)."""
-    return results.best_kept_epoch(result, metric, checkpoint_at(filesystem), CHECKPOINT_PATH_KEY)
 
 
 def upload_files(local: str, target: str) -> None:
@@ -235,34 +163,37 @@ def upload_files(local: str, target: str) -> None:
                 write_bytes(join(target, name), f.read())
 
 
-class TrialTracking(ray.tune.Callback):
-    """Each trial's epochs to its trackers (pipelines/tracking/search.py), in the search's driver: a
-    trial's runs open at its first result and end with it."""
+def read_journal(path: str, space: dict[str, Any]) -> SearchJournal | None:
+    """The journal of an interrupted search at `path`, checked; None when there is none."""
+    return parse_journal(read_json(path), path, is_point(space)) if exists(path) else None
 
-    def __init__(self, search: SearchTracking, restored: bool = False):
-        self.search, self.restored = search, restored
-        self.trials: dict[str, Trackers] = {}
-        self.switches = new_switches()  # shared by the trials: a failing backend warns once per search
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"search": self.search}  # Tune pickles its RunConfig with the search; open runs stay here
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        # Tune unpickles a search's callbacks only to restore it: its trials may have runs already
-        self.__init__(state["search"], restored=True)
-
-    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
-        if trial.trial_id not in self.trials:
-            params = {k: v.item() if hasattr(v, "item") else v for k, v in trial.config.items()}
-            self.trials[trial.trial_id] = open_trial(self.search, trial.trial_id, params, self.switches, self.restored)
-        metrics = scalars(result, skip=(*AUTO_RESULT_KEYS, "epoch"))
-        self.trials[trial.trial_id].log_metrics(metrics, int(result.get("epoch", result["training_iteration"])))
-
-    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        self.trials.pop(trial.trial_id, Trackers()).close()
-
-    def on_trial_error(self, iteration, trials, trial, **info) -> None:
-        self.trials.pop(trial.trial_id, Trackers()).close(failed=True)
+def tune_run(
+    trainable, space: dict, samples: int, search_alg, scheduler, storage: str, experiment: str, metric: str, callbacks
+) -> None:
+    """One Ray Tune run of a search. ray.tune.run, the run Tuner.fit drives, without the ResultGrid
+    Tuner.fit builds at its end, which unpickles each failed trial's error.pkl from the storage: the
+    rows come from the journal."""
+    ray.tune.run(
+        trainable,
+        name=experiment,
+        storage_path=storage,
+        config=space,
+        num_samples=samples,
+        search_alg=search_alg,
+        scheduler=scheduler or FIFOScheduler(),
+        metric=metric,
+        mode="max",
+        checkpoint_config=ray.tune.CheckpointConfig(
+            num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"
+        ),
+        callbacks=callbacks,
+        verbose=0,
+        # a trial after another in the same slot runs in its process: no new process and ~5 s of
+        # imports per trial (each trial seeds and builds everything it uses)
+        reuse_actors=True,
+        raise_on_failed_trial=False,
+    )
 
 
 def run_search(
@@ -276,58 +207,74 @@ def run_search(
     resume: bool = False,
     tracking: SearchTracking | None = None,
 ) -> list[dict[str, Any]]:
-    """A Ray Tune search in `storage`/`name`: tune.space drawn tune.num_samples times (or the given
-    space and count, without early stopping: the repeats); one row per trial (results.py). With
-    `resume`, an interrupted search found there is restored: its finished trials are kept, not
-    rerun, and its unfinished ones continue from their last checkpoint. `tracking`: each trial's
-    epochs to its trackers (a restored search keeps the tracking it began with)."""
+    """A Ray Tune search in `storage`: tune.space drawn tune.num_samples times (or the given space
+    and count, without early stopping: the repeats); one row per trial (results.py), from the
+    search's journal, `storage`/`name`.journal.json. With `resume`, an interrupted search is resumed
+    from that journal: its trials that ended are kept, not rerun; its unfinished ones continue from
+    their last checkpoint (each a new Ray Tune trial under its first id); then the samples it had
+    not started run. `tracking`: each trial's epochs to its trackers."""
     tc = config.tune
-    trainable = build_trainable(config, data_ref, storage, metric)
-    experiment = join(storage, name)
-    if resume and ray.tune.Tuner.can_restore(experiment):
+    searched = space is None
+    space = build_search_space(tc) if searched else space
+    samples = tc.num_samples if num_samples is None else num_samples
+    optuna = searched and tc.search == "optuna"
+    planned = None if optuna else draw_configs(space, samples, tc.seed)
+    path, at = join(storage, f"{name}.journal.json"), checkpoint_at(storage)
+    journal = read_journal(path, space) if resume else None
+    experiment, continued = name, {}
+    if journal is None:
+        journal = SearchJournal()
+    else:
+        journal.attempts += 1
+        experiment = f"{name}-{journal.attempts}"
+        for trial_id, record in journal.unfinished().items():
+            checkpoint = record.continue_from(lambda relative: at(relative) is not None)
+            continued[trial_id] = at(checkpoint) if checkpoint else None
+        left = samples - len(journal.trials) if optuna else len(journal.remaining(planned))
         print(
-            f"finetune: resuming the interrupted search in {experiment}: finished trials are kept, "
-            "unfinished ones continue from their last checkpoint",
+            f"finetune: resuming the interrupted search in {storage} from {path}: "
+            f"{len(journal.trials) - len(continued)} trials that ended are kept, {len(continued)} unfinished "
+            f"continue from their last checkpoint, {max(0, left)} not started run",
             flush=True,
         )
-        tuner = ray.tune.Tuner.restore(experiment, trainable, resume_unfinished=True, param_space=space)
+    writer = JournalWriter(journal, path, storage)
+    writer.save()
+    callbacks, limit = search_callbacks(writer, tracking), concurrent_trials(tc)
+    if continued:
+        points = [{**journal.trials[trial_id].config, CONTINUES: trial_id} for trial_id in continued]
+        tune_run(
+            build_trainable(config, data_ref, storage, metric, continued),
+            {**space, CONTINUES: ray.tune.choice(list(continued))},
+            len(points),
+            BasicVariantGenerator(points_to_evaluate=points, max_concurrent=limit or 0),
+            None,
+            storage,
+            f"{experiment}-continued",
+            metric,
+            callbacks,
+        )
+    if optuna:
+        domains = [k for k, v in space.items() if isinstance(v, Domain)]
+        told = [({k: c[k] for k in domains}, value) for c, value in journal.scored(metric)]
+        search_alg = search_algorithm(tc, limit, told=told, attempt=journal.attempts)
+        left = samples - len(journal.trials)
     else:
-        if space is None and tc.scheduler == "asha":
-            scheduler = ASHAScheduler(
+        todo = journal.remaining(planned)
+        search_alg, left = search_algorithm(tc, limit, points=todo), len(todo)
+    if left > 0:
+        scheduler = (
+            ASHAScheduler(
                 time_attr="training_iteration",
                 max_t=max_epochs(config),
                 grace_period=tc.grace_period,
                 reduction_factor=tc.reduction_factor,
             )
-        else:
-            scheduler = FIFOScheduler()
-        tuner = ray.tune.Tuner(
-            trainable,
-            param_space=build_search_space(tc) if space is None else space,
-            tune_config=ray.tune.TuneConfig(
-                metric=metric,
-                mode="max",
-                num_samples=tc.num_samples if num_samples is None else num_samples,
-                scheduler=scheduler,
-                search_alg=search_algorithm(tc, concurrent_trials(tc)) if space is None else None,
-                max_concurrent_trials=concurrent_trials(tc) if space is not None else None,
-                # a trial after another in the same slot runs in its process: no new process and
-                # ~5 s of imports per trial (each trial seeds and builds everything it uses)
-                reuse_actors=True,
-            ),
-            run_config=ray.tune.RunConfig(
-                name=name,
-                storage_path=storage,
-                verbose=0,
-                checkpoint_config=ray.tune.CheckpointConfig(
-                    num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"
-                ),
-                callbacks=[TrialTracking(tracking)] if tracking is not None else None,
-            ),
+            if searched and tc.scheduler == "asha"
+            else None
         )
-    return results.summarize_trials(
-        tuner.fit(), config, metric, checkpoint_at(arrow_filesystem(storage)[0]), CHECKPOINT_PATH_KEY
-    )
+        trainable = build_trainable(config, data_ref, storage, metric, {})
+        tune_run(trainable, space, left, search_alg, scheduler, storage, experiment, metric, callbacks)
+    return results.summarize_trials(journal.trials, config, metric, at)
 
 
 def export_checkpoint(checkpoint: ray.train.Checkpoint, model_dir: str, predictions_dir: str) -> None:

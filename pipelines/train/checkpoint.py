@@ -8,8 +8,9 @@ Train uploads all ranks' folders into one checkpoint):
 - `rng_rank<r>.json`: that rank's python and numpy RNG states; `rng_rank<r>.pt`: its torch and
   (its own device's) CUDA generator states as uint8 tensors, read with `torch.load(weights_only=True)`
 
-Nothing here is unpickled. DCP's `.metadata` is (torch.distributed.checkpoint writes it with
-pickle), so a run_dir must be writable only by principals you trust.
+Loading runs no code from the folder: DCP's `.metadata` and the optimizer's non-tensor values
+(which torch.distributed.checkpoint writes with pickle) are read through dcp_reader.py, with an
+allowlist of DCP's metadata classes and weights_only=True.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from .dcp_reader import load_state
 from .distributed import rank, world_size
 
 TRAIN_STATE = "train_state.json"
@@ -96,7 +98,7 @@ def load_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.opt
     total follows the new schedule (a resume with the same total gets the same value)."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    dcp.load(state, checkpoint_id=directory, no_dist=_alone())
+    load_state(state, directory, no_dist=_alone())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     with open(os.path.join(directory, TRAIN_STATE)) as f:
         train_state = json.load(f)

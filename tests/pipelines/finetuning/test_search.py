@@ -53,3 +53,51 @@ def test_concurrent_trials(ray_session, search, limit, tmp_path):
         assert most_at_once(windows) == 1, windows
     else:
         assert most_at_once(windows) >= 2, windows
+
+
+@pytest.mark.parametrize("kind", ["random", "grid"])
+def test_a_search_runs_the_draws_its_seed_always_made(kind):
+    """A random search draws its configs up front (so that a resumed one knows which are left): the
+    very configs Tune's BasicVariantGenerator draws with the same seed, in the same order (and a
+    grid's, the repeats' search, in its order)."""
+    import ray.tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    from pipelines.stages.tune_search import build_search_space, draw_configs
+
+    space = (
+        build_search_space(
+            TuneSection(space={"finetune.lr": {"loguniform": [1e-5, 1e-3]}, "finetune.batch_size": [16, 32]})
+        )
+        if kind == "random"
+        else {"finetune.lr": 0.001, "finetune.seed": ray.tune.grid_search([1, 2, 3])}
+    )
+    samples = 4 if kind == "random" else 1
+    ray.tune.register_trainable("draws", lambda config: None)
+    generator = BasicVariantGenerator(random_state=7)
+    generator.add_configurations({"draws": {"run": "draws", "config": space, "num_samples": samples}})
+    drawn = []
+    while (trial := generator.next_trial()) is not None:
+        drawn.append(trial.config)
+    assert draw_configs(space, samples, seed=7) == drawn and len({str(c) for c in drawn}) == len(drawn) >= 3
+
+
+def test_a_resumed_optuna_search_is_told_the_trials_that_ended():
+    """Optuna's TPE, rebuilt for a resumed search, starts from the finished trials' results (as it
+    was told them when they ended) and suggests new points of the space."""
+    from pipelines.stages.tune_search import build_search_space, is_point, search_algorithm
+
+    tc = TuneSection(
+        search="optuna", space={"finetune.lr": {"loguniform": [1e-5, 1e-3]}, "finetune.batch_size": [16, 32]}
+    )
+    told = [
+        ({"finetune.lr": 1e-4, "finetune.batch_size": 16}, 0.4),
+        ({"finetune.lr": 5e-4, "finetune.batch_size": 32}, 0.7),
+    ]
+    searcher = search_algorithm(tc, 2, told=told)
+    space = build_search_space(tc)
+    assert searcher.set_search_properties("accuracy", "max", space)
+    study = searcher.searcher._ot_study
+    assert [(t.params, t.value, t.state.name) for t in study.trials] == [(c, v, "COMPLETE") for c, v in told]
+    suggested = searcher.suggest("new")
+    assert is_point(space)(suggested) and suggested not in [c for c, _ in told]

@@ -249,13 +249,13 @@ def test_the_ray_worker_and_the_tune_trainable_stay_wiring():
     """The Ray edges are thin: the worker function and the trainables are under 60 lines each."""
     import inspect
 
-    from pipelines.stages import pretrain, tune_search
+    from pipelines.stages import pretrain, tune_trials
 
     for function in (
         pretrain.train_worker,
-        tune_search.single_process_trial,
-        tune_search.multi_worker_trial,
-        tune_search.ray_train_trial_worker,
+        tune_trials.single_process_trial,
+        tune_trials.multi_worker_trial,
+        tune_trials.ray_train_trial_worker,
     ):
         assert len(inspect.getsource(function).splitlines()) < 60, function.__name__
     assert dataclasses.is_dataclass(PretrainPlan) and PretrainPlan.__dataclass_params__.frozen
