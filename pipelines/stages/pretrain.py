@@ -35,7 +35,7 @@ from ..train.loader import TrainSplit
 from ..train.loop import StartPoint, pretrain_loop
 from ..train.plan import PretrainPlan, manifest_fields
 from .pretrain_plan import check_resolved, continuation, plan_pretraining
-from .ray_runtime import gpu_capacity, init_ray, keep_ray_info_off_the_console, quiet_train_run
+from .ray_runtime import check_train_snapshot, gpu_capacity, init_ray, keep_ray_info_off_the_console, quiet_train_run
 from .stage_tracking import start_tracking
 
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
@@ -104,6 +104,7 @@ def build_pretrain(run: StageRun) -> dict:
     storage_fs, storage_path = arrow_filesystem(out_dir)
     if isinstance(storage_fs, pafs.LocalFileSystem):
         os.makedirs(storage_path, exist_ok=True)
+    check_train_snapshot(join(out_dir, CHECKPOINTS))  # what Ray Train resumes this run from
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={"plan": plan},

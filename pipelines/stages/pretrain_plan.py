@@ -12,7 +12,8 @@ from ..errors import BadInput, MissingInput
 from ..prep.masking import MaskingSpec
 from ..rundir.lifecycle import StageRun
 from ..rundir.registry import read_manifest, stage_dir
-from ..storage import exists, join, path_inside, read_json, write_text
+from ..storage import exists, join, read_json, write_text
+from ..storage.contained import Contained, Escape
 from ..train.plan import METRICS, RESOLVED, PretrainPlan, albert_config_of, check_schema, read_metrics
 
 
@@ -131,16 +132,18 @@ def continuation(run: StageRun) -> str | None:
         )
         print(f"pretrain: the complete output in {run.current} {why}: training anew", flush=True)
         return None
-    checkpoint = join(run.current, previous["checkpoint"])
-    # A path read from the run's own manifest must stay inside the output it belongs to, links
-    # resolved: the checkpoint is then read as any is (pipelines/train/dcp_reader.py), running no
-    # code from it, but a manifest must not make the run train from a folder outside its run_dir.
-    inside = isinstance(previous["checkpoint"], str) and path_inside(run.current, checkpoint)
-    if not inside or inside == ".":
+    # A path read from the run's own manifest must name a folder inside the output it belongs to,
+    # through no link (pipelines/storage/contained.py): the checkpoint is then read as any is
+    # (pipelines/train/dcp_reader.py), running no code from it, but a manifest must not make the run
+    # train from a folder outside its run_dir.
+    manifest = join(run.current, "manifest.json")
+    try:
+        checkpoint = Contained(run.current, manifest).path(previous["checkpoint"])
+    except Escape as e:
         raise BadInput(
-            f"{join(run.current, 'manifest.json')}: checkpoint={previous['checkpoint']!r} is not a folder inside "
-            f"{run.current}; refusing to read it (fix the manifest, or --force pretrain to train anew)"
-        )
+            f"{manifest}: checkpoint={previous['checkpoint']!r} is not a folder inside {run.current} ({e.why}); "
+            "refusing to read it (fix the manifest, or --force pretrain to train anew)"
+        ) from None
     print(
         f"pretrain: continuing the complete run in {run.current} from step {previous['steps']} to {max_steps} "
         f"(the learning-rate schedule is recomputed for {max_steps} steps)",

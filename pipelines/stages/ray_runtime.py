@@ -12,8 +12,10 @@ from typing import Any
 import ray
 from ray.data import ActorPoolStrategy
 
-from ..errors import find_user_error
+from ..errors import BadInput, find_user_error
 from ..prep.corpus import InputFile, pack_units
+from ..storage import join
+from ..storage.contained import Contained
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,43 @@ def map_units(
 def unit_files(batch: dict[str, Any]) -> tuple[int, list[InputFile]]:
     """Decode the one work unit of a `map_units` batch."""
     return int(batch["unit"][0]), [InputFile(**f) for f in json.loads(batch["files"][0])]
+
+
+TRAIN_SNAPSHOT = "checkpoint_manager_snapshot.json"
+"""Ray Train 2.60's record of a run's checkpoints in its storage, from which a restarted run of the
+same name resumes: Ray joins each `checkpoint_dir_name` it lists to the run's folder unchecked."""
+
+
+def check_train_snapshot(run_folder: str) -> None:
+    """Before a Ray Train run restores from `run_folder`: every checkpoint folder its snapshot names
+    is one folder of the run, reached through no link (the snapshot is a file in storage anyone with
+    write access could edit); RefusedPath or BadInput naming it otherwise. Nothing when there is none."""
+    path = join(run_folder, TRAIN_SNAPSHOT)
+    inside = Contained(run_folder, path)
+    data = inside.read_bytes(TRAIN_SNAPSHOT)
+    if data is None:
+        return
+    try:
+        snapshot = json.loads(data)
+    except ValueError:
+        raise BadInput(f"{path} is not JSON: remove it (the run then starts over) or restore it") from None
+
+    def names(value: Any, key: str = "") -> Iterator[Any]:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from names(v, k)
+        elif isinstance(value, list):
+            for v in value:
+                yield from names(v, key)
+        elif key.startswith("checkpoint_dir_name") or key.endswith("checkpoint_dir_names"):
+            yield value
+
+    for name in names(snapshot):
+        if name is None:
+            continue
+        if isinstance(name, str) and "/" in name:
+            raise inside.refuse(name, "is not one checkpoint folder of the run")
+        inside.path(name)  # not a plain name, or a link: refused
 
 
 def quiet_train_run() -> dict[str, Any]:

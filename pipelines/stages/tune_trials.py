@@ -18,7 +18,8 @@ from ray.tune.integration.ray_train import TuneReportCallback
 
 from ..config import Config, FinetuneSection, TuneSection
 from ..finetuning.trial import TrialData, fit_trial, materialize, trial_finetune
-from .ray_runtime import keep_ray_info_off_the_console, quiet_train_run
+from ..storage import join
+from .ray_runtime import check_train_snapshot, keep_ray_info_off_the_console, quiet_train_run
 from .search_records import CONTINUES, finetune_keys
 
 
@@ -97,6 +98,8 @@ def multi_worker_trial(
     continued: Continued,
 ) -> None:
     """The trial's driver: a TorchTrainer whose worker reports TuneReportCallback forwards to Tune."""
+    name = f"train-{ray.tune.get_context().get_trial_id()}"
+    check_train_snapshot(join(storage, name))  # a retried trial's Train run resumes from it
     trainer = ray.train.torch.TorchTrainer(
         ray_train_trial_worker,
         train_loop_config={
@@ -110,7 +113,7 @@ def multi_worker_trial(
             num_workers=workers, use_gpu=resources.get("GPU", 0) > 0, resources_per_worker=resources
         ),
         run_config=ray.train.RunConfig(
-            name=f"train-{ray.tune.get_context().get_trial_id()}",
+            name=name,
             storage_path=storage,
             checkpoint_config=ray.train.CheckpointConfig(
                 num_to_keep=1, checkpoint_score_attribute=metric, checkpoint_score_order="max"

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from pipelines.cli import run as run_command
 from pipelines.config import load_config
-from pipelines.errors import BadInput
+from pipelines.errors import BadInput, RefusedPath
 from pipelines.stages.data import run_data
 from pipelines.stages.pretrain import run_pretrain
 from pipelines.train.build import build_model
@@ -308,6 +308,28 @@ def test_a_checkpoint_pointer_outside_the_run_dir_is_refused(one_worker, tmp_pat
             run_pretrain(configure(run_dir, "train.max_steps=8"))
         assert json.loads(manifest_path.read_text())["steps"] == 4  # the complete output is kept
     assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+
+
+def test_a_forged_ray_train_snapshot_cannot_point_a_resume_outside_the_run(one_worker, tmp_path):
+    """Ray Train resumes a run from its checkpoint_manager_snapshot.json, joining each
+    `checkpoint_dir_name` to the run's folder unchecked: the stage checks the real snapshot's names
+    first, and refuses one naming a folder elsewhere, through a link, or not a plain name."""
+    from pipelines.stages.ray_runtime import TRAIN_SNAPSHOT, check_train_snapshot
+
+    real = Path(one_worker) / "pretrain" / "train"
+    snapshot = json.loads((real / TRAIN_SNAPSHOT).read_text())
+    check_train_snapshot(str(real))  # the snapshot Ray Train wrote passes
+    name = snapshot["latest_checkpoint_result"]["checkpoint_dir_name"]
+    (tmp_path / "outside").mkdir()
+    for forged in ("../../outside", str(tmp_path / "outside"), f"{name}/../..", "linked", 5):
+        run = tmp_path / "run" / "train"
+        shutil.rmtree(tmp_path / "run", ignore_errors=True)
+        shutil.copytree(real, run)
+        (run / "linked").symlink_to(tmp_path / "outside")
+        latest = {**snapshot["latest_checkpoint_result"], "checkpoint_dir_name": forged}
+        (run / TRAIN_SNAPSHOT).write_text(json.dumps({**snapshot, "latest_checkpoint_result": latest}))
+        with pytest.raises(RefusedPath, match=rf"{TRAIN_SNAPSHOT}: {re.escape(repr(forged))}"):
+            check_train_snapshot(str(run))
 
 
 def test_export_loads_in_transformers_and_gives_our_logits(one_worker):
