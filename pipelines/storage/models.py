@@ -3,11 +3,14 @@ pretrain stage's export): the check that a path is one, and its config.json."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
-from ..errors import MissingInput
-from . import exists, join, read_bytes
+from albert_model.hf import LEGACY_WEIGHTS, load_legacy_weights, weights_file
+
+from ..errors import BadInput, MissingInput
+from . import exists, join, list_names, read_bytes
 
 
 def require_model_dir(path: str, key: str, hint: str = "") -> None:
@@ -22,4 +25,15 @@ def read_model_config(path: str, key: str) -> dict[str, Any]:
     return json.loads(read_bytes(join(path, "config.json")))
 
 
-__all__ = ["read_model_config", "require_model_dir"]
+def check_weights(path: str, key: str) -> None:
+    """BadInput naming `key` when the weights the loader would read are a pytorch_model.bin holding
+    pickled objects other than tensors (checked on the driver, before any worker loads it; nothing in
+    it runs, and no tensor is allocated)."""
+    if weights_file(list_names(path)) == LEGACY_WEIGHTS:
+        try:
+            load_legacy_weights(io.BytesIO(read_bytes(join(path, LEGACY_WEIGHTS))), join(path, LEGACY_WEIGHTS), "meta")
+        except ValueError as e:
+            raise BadInput(f"{key}: {e}") from None
+
+
+__all__ = ["check_weights", "read_model_config", "require_model_dir"]

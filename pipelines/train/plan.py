@@ -16,7 +16,7 @@ from ..errors import BadInput
 from ..prep.masking import MaskingSpec
 from ..prep.process import example_schema
 from ..storage import join, read_json, read_jsonl
-from ..storage.models import read_model_config
+from ..storage.models import check_weights, read_model_config
 from ..tracking import TrackingPlan
 from .input import split_files
 
@@ -57,7 +57,9 @@ def albert_config_of(config: Config, vocab_size: int) -> AlbertConfig:
     """The model to train: train.init_from's architecture when set, else the model section's."""
     if config.train.init_from is None:
         return config.model.albert_config(vocab_size)
-    return AlbertConfig.from_hf_dict(read_model_config(config.train.init_from, "train.init_from"))
+    albert = AlbertConfig.from_hf_dict(read_model_config(config.train.init_from, "train.init_from"))
+    check_weights(config.train.init_from, "train.init_from")  # here, not in every worker
+    return albert
 
 
 def check_schema(split_dir: str, dynamic: bool, labelled: bool = True) -> None:

@@ -1,7 +1,8 @@
 """A model folder as every entry reads it on the driver (pipelines/finetuning/trial.py
-`read_pretrained_files`: finetune.pretrained, predict.model, serve's MODEL_DIR): a pytorch_model.bin
-holding pickled objects other than tensors is refused in one line naming the key and the file,
-before any trial, Ray Data task or replica would load it, and nothing in it runs (issue #43)."""
+`read_pretrained_files`: finetune.pretrained, predict.model, serve's MODEL_DIR; train.init_from
+where the pretraining plan reads it): a pytorch_model.bin holding pickled objects other than tensors
+is refused in one line naming the key and the file, before any trial, Ray Data task, replica or
+pretraining worker would load it, and nothing in it runs (issue #43)."""
 
 import shutil
 from pathlib import Path
@@ -42,4 +43,17 @@ def test_a_tensors_only_pytorch_bin_and_a_pickle_the_loader_never_reads_pass(tin
         "spiece.model",
         "pytorch_model.bin",
     }
+    assert not (tmp_path / "sentinel").exists()
+
+
+def test_a_pickled_pytorch_bin_as_train_init_from_is_refused_on_the_driver(tiny_pretrained, tmp_path):
+    """Pretraining's train.init_from: checked where the plan reads its architecture, before any worker
+    would load the weights (there the refusal was a worker's traceback)."""
+    from pipelines.config import load_config
+    from pipelines.train.plan import albert_config_of
+
+    folder = pickled_model_dir(tiny_pretrained, tmp_path / "model", tmp_path / "sentinel")
+    config = load_config(overrides=[f"run_dir={tmp_path / 'run'}", f"train.init_from={folder}"])
+    with pytest.raises(BadInput, match=rf"^train.init_from: {folder}/pytorch_model.bin: not loaded: "):
+        albert_config_of(config, 1000)
     assert not (tmp_path / "sentinel").exists()
