@@ -30,7 +30,8 @@ from ..finetuning.evaluate import evaluate_model
 from ..finetuning.trial import TrialData, check_pretrained, encode_task, read_pretrained_files
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import UNIT_MANIFEST, input_fingerprints, pretrained_dir, stage_fingerprint, unit_configs
-from ..storage import copy_tree, delete_tree, exists, join, read_json, write_text
+from ..storage import copy_tree, join, read_json, write_text
+from ..storage.contained import Contained
 from ..tracking import flat_params, scalars
 from .ray_runtime import init_ray
 from .stage_tracking import start_tracking
@@ -158,6 +159,8 @@ def build_finetune(run: StageRun) -> dict:
     if not tasks:
         return search_task(run.config, run.out, run.current, join(run.scratch, "tune"), run.resumed)
     inputs = input_fingerprints(run.config, "finetune")
+    # the task folders of the build and of the current output, reached through no link
+    building, previous = Contained(run.out, f"run_dir={run.config.run_dir}"), Contained(run.current, run.current)
     summary = {}
     for name, config in tasks.items():
         fingerprint = stage_fingerprint(config, "finetune", inputs)
@@ -169,14 +172,12 @@ def build_finetune(run: StageRun) -> dict:
             fields = built
         elif kept and kept.get("fingerprint") == fingerprint:
             print(f"finetune: task {name}: up to date in {current}; carried over, not searched again", flush=True)
-            if exists(out):
-                delete_tree(out)
-            copy_tree(current, out, last=[UNIT_MANIFEST])
+            building.delete(name)
+            copy_tree(previous.path(name), out, last=[UNIT_MANIFEST])
             fields = kept
         else:
             print(f"finetune: task {name}: searching", flush=True)
-            if exists(out):  # an unfinished attempt of another config
-                delete_tree(out)
+            building.delete(name)  # an unfinished attempt of another config
             fields = {
                 "fingerprint": fingerprint,
                 **search_task(config, out, current, join(run.scratch, "tasks", name), run.resumed, f"finetune {name}"),

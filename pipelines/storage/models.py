@@ -7,8 +7,6 @@ import io
 import json
 from typing import Any
 
-from albert_model.hf import LEGACY_WEIGHTS, load_legacy_weights, weights_file
-
 from ..errors import BadInput, MissingInput
 from . import exists, join, list_names, read_bytes
 
@@ -29,6 +27,8 @@ def check_weights(path: str, key: str) -> None:
     """BadInput naming `key` when the weights the loader would read are a pytorch_model.bin holding
     pickled objects other than tensors (checked on the driver, before any worker loads it; nothing in
     it runs, and no tensor is allocated)."""
+    from albert_model.hf import LEGACY_WEIGHTS, load_legacy_weights, weights_file  # torch: not for every command
+
     if weights_file(list_names(path)) == LEGACY_WEIGHTS:
         try:
             load_legacy_weights(io.BytesIO(read_bytes(join(path, LEGACY_WEIGHTS))), join(path, LEGACY_WEIGHTS), "meta")
