@@ -28,6 +28,10 @@ VOCAB_SIZE = 1000
 # tiny test run reports every step. Polled every 0.25 s, a 4-step pretraining takes ~25 s, not ~37.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
 
+# Commands without RAY_ADDRESS join this checkout's local head when it is up (make run leaves one):
+# the suite's never do, whatever runs on the machine (the test of joining names a head of its own).
+os.environ["ALBERT_RAY_LOCAL_DIR"] = tempfile.mkdtemp(prefix="albert-tests-no-local-head-")
+
 RAY_FIXTURES = {"ray_session", "head"}  # a Ray session in this process, or a Ray head of its own
 
 

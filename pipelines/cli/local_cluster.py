@@ -12,19 +12,15 @@ elsewhere does not find it). Its state (pid, ports, token) lives in `.ray-local/
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import json
 import os
 import random
 import secrets
-import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from pipelines.cli.run import preflight
@@ -32,9 +28,16 @@ from pipelines.config import load_config
 from pipelines.console import report_user_error
 from pipelines.errors import LeaseHeld, UserError
 from pipelines.rundir.lease import read_holder
+from pipelines.stages.local_head import (
+    REPO,
+    LocalHead,
+    head_temp_dir,
+    load_head,
+    local_dir,
+    state_file,
+    write_private,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-STATE_DIR = REPO / ".ray-local"
 RAY = str(Path(sys.executable).parent / "ray")
 PORT_NAMES = (
     "port",
@@ -73,100 +76,8 @@ def pick_ports() -> dict[str, int]:
             return {**ports, "min-worker-port": base, "max-worker-port": base + WORKER_PORTS - 1}
 
 
-@dataclass
-class LocalHead:
-    pid: int
-    """The `ray start --head --block` process; its process group holds the head's processes."""
-    ports: dict[str, int]
-    temp_dir: str
-    token: str
-
-    @property
-    def dashboard_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['dashboard-port']}"
-
-    def client_env(self) -> dict[str, str]:
-        """The environment for `ray job submit` (and other clients) against this head."""
-        return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, "RAY_ADDRESS": self.dashboard_url}
-
-    def responds(self) -> bool:
-        request = urllib.request.Request(
-            self.dashboard_url + "/api/version", headers={"Authorization": f"Bearer {self.token}"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-        except OSError:
-            return False
-        return self.responds()
-
-    def agent_listening(self) -> bool:
-        with socket.socket() as s:
-            s.settimeout(1)
-            return s.connect_ex(("127.0.0.1", self.ports["dashboard-agent-listen-port"])) == 0
-
-    def stop(self, timeout_s: float = 60) -> None:
-        """SIGTERM to `ray start --block` (it stops the processes it started), then SIGKILL to its
-        process group if anything is left."""
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, signal.SIGTERM)
-        deadline = time.time() + timeout_s
-        while time.time() < deadline and _group_alive(self.pid):
-            time.sleep(0.5)
-        if _group_alive(self.pid):
-            os.killpg(self.pid, signal.SIGKILL)
-            while _group_alive(self.pid) and time.time() < deadline + 10:
-                time.sleep(0.2)
-
-
-def _group_alive(pgid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):  # reap the leader if this process started it: a zombie
-        os.waitpid(pgid, os.WNOHANG)  # still counts as a group member
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def _state_file(state_dir: Path) -> Path:
-    return state_dir / "head.json"
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a secret (the head's token) readable by its owner alone from the first byte: the file
-    is created 0600, and an existing one is made 0600 before anything is written to it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        os.fchmod(fd, 0o600)
-        f.write(text)
-
-
-def load_head(state_dir: Path = STATE_DIR) -> LocalHead | None:
-    """The head this state dir started, if it is still up."""
-    try:
-        head = LocalHead(**json.loads(_state_file(state_dir).read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
-    return head if head.alive() else None
-
-
-def head_temp_dir(state_dir: Path) -> str:
-    """The Ray temp dir of the head a state dir starts: short (Ray's socket paths under it must stay
-    below 108 characters) and its own."""
-    return f"/tmp/ray-albert-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}"
-
-
 def start_head(
-    state_dir: Path = STATE_DIR,
+    state_dir: Path | None = None,
     num_cpus: int | None = None,
     timeout_s: float = 180,
     extra_args: tuple[str, ...] = (),
@@ -176,6 +87,7 @@ def start_head(
     """Start a head for this state dir and wait until it takes jobs. `extra_args` go to `ray start`
     (e.g. an autoscaling config), `extra_env` to every process of the cluster; `ports` as
     `pick_ports` gives them (picked here when None)."""
+    state_dir = state_dir or local_dir()
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     ports = ports or pick_ports()
     temp_dir = head_temp_dir(state_dir)
@@ -213,7 +125,7 @@ def start_head(
         )
     head = LocalHead(process.pid, ports, temp_dir, token)
     write_private(state_dir / "token", token)
-    write_private(_state_file(state_dir), json.dumps(asdict(head), indent=2))
+    write_private(state_file(state_dir), json.dumps(asdict(head), indent=2))
     deadline = time.time() + timeout_s
     # The job agent comes up seconds after the dashboard; jobs submitted before it fail.
     while not (head.responds() and head.agent_listening()):
@@ -334,7 +246,7 @@ def main(argv: list[str] | None = None, prog: str = "local_cluster") -> int:
     if head is None:
         print("starting this checkout's local Ray head ...", flush=True)
         head = start_head(num_cpus=args.num_cpus)
-    print(f"Ray dashboard: {head.dashboard_url} (token in {STATE_DIR / 'token'})", flush=True)
+    print(f"Ray dashboard: {head.dashboard_url} (token in {local_dir() / 'token'})", flush=True)
     if args.command == "start":
         return 0
     started = time.time()
@@ -342,7 +254,7 @@ def main(argv: list[str] | None = None, prog: str = "local_cluster") -> int:
     print(
         f"\n{'job SUCCEEDED' if rc == 0 else 'job FAILED'} after {(time.time() - started) / 60:.1f} min\n"
         + outputs_summary(run_dir)
-        + f"Ray dashboard:     {head.dashboard_url} (token in {STATE_DIR / 'token'}); the head keeps running, "
+        + f"Ray dashboard:     {head.dashboard_url} (token in {local_dir() / 'token'}); the head keeps running, "
         f"stop it with `{Path(sys.executable).parent / 'albert-ray'} local stop` (or `make stop`)",
         flush=True,
     )

@@ -16,6 +16,7 @@ from ..errors import BadInput, find_user_error
 from ..prep.corpus import InputFile, pack_units
 from ..storage import join
 from ..storage.contained import Contained
+from .local_head import load_head
 
 log = logging.getLogger(__name__)
 
@@ -26,20 +27,39 @@ TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
 
 
 def init_ray() -> None:
-    """Join the cluster named by RAY_ADDRESS (a `ray job submit` sets it) or start a local one. A
-    local one gets a token of its own in this process's environment, inherited by the cluster it
-    starts, rather than the ~/.ray/auth_token that Ray would write readable by every user (0644) when
-    none exists; a token you set (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) is used as
-    it is. (Its Prometheus metrics ports listen on the machine's address: docs/running.md, "Ports".)"""
+    """Join, in order: the cluster RAY_ADDRESS names (`ray job submit` sets it); this checkout's local
+    head when it is up (`albert-ray local start`, or the one `make run` leaves); else start a Ray of
+    this command's own. Says which in one line. A Ray of its own gets a token in this process's
+    environment, inherited by the cluster it starts, rather than the ~/.ray/auth_token that Ray would
+    write readable by every user (0644) when none exists; a token you set (RAY_AUTH_TOKEN,
+    RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) is used as it is. (Its Prometheus metrics ports listen on
+    the machine's address: docs/running.md, "Ports and the token".)"""
     if not ray.is_initialized():
-        local = not os.environ.get("RAY_ADDRESS")
-        if local and not (
-            os.environ.get(TOKEN_ENV)
-            or os.environ.get(TOKEN_PATH_ENV)
-            or os.path.exists(os.path.expanduser("~/.ray/auth_token"))
-        ):
-            os.environ[TOKEN_ENV] = secrets.token_hex(32)
-        ray.init(logging_level=logging.WARNING)
+        address = os.environ.get("RAY_ADDRESS")
+        head = None if address else load_head()
+        if address:
+            print(f"ray: joining the cluster at RAY_ADDRESS={address}", flush=True)
+            ray.init(logging_level=logging.WARNING)
+        elif head is not None:
+            print(f"ray: joining this checkout's local head (dashboard {head.dashboard_url})", flush=True)
+            # "auto" in the head's own temp dir: Ray finds the head there and, given its token, turns
+            # token auth on for this process itself, which it does for no explicit address (setting
+            # RAY_AUTH_MODE now, after Ray read its config at import, would not take)
+            os.environ[TOKEN_ENV] = head.token
+            ray.init(address="auto", _temp_dir=head.temp_dir, logging_level=logging.WARNING)
+        else:
+            print(
+                "ray: starting a Ray for this command alone (no RAY_ADDRESS, no local head: "
+                "`albert-ray local start` keeps one up for every command)",
+                flush=True,
+            )
+            if not (
+                os.environ.get(TOKEN_ENV)
+                or os.environ.get(TOKEN_PATH_ENV)
+                or os.path.exists(os.path.expanduser("~/.ray/auth_token"))
+            ):
+                os.environ[TOKEN_ENV] = secrets.token_hex(32)
+            ray.init(logging_level=logging.WARNING)
     ray.data.DataContext.get_current().enable_progress_bars = False
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from pipelines.cli.local_cluster import LocalHead, head_temp_dir, pick_ports, start_head
+from pipelines.cli.local_cluster import pick_ports, start_head
+from pipelines.stages.local_head import LocalHead, head_temp_dir
 
 from .checks import ray_start_env
 

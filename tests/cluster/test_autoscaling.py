@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from safetensors.torch import load as load_safetensors
 
-from pipelines.cli.local_cluster import LocalHead, submit
+from pipelines.cli.local_cluster import submit
+from pipelines.stages.local_head import LocalHead
 from pipelines.storage import exists, filesystem, read_bytes, read_jsonl, write_text
 from tests.faults import Faults
 

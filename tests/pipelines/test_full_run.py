@@ -163,14 +163,45 @@ OUTPUTS = [
 
 @pytest.fixture(scope="module")
 def head(tmp_path_factory, s3_endpoint):
-    from pipelines.cli.local_cluster import _group_alive, start_head
+    from pipelines.cli.local_cluster import start_head
+    from pipelines.stages.local_head import group_alive
 
     head = start_head(tmp_path_factory.mktemp("ray-head"), num_cpus=4)
     yield head
     # a 3 s grace, then SIGKILL to its process group: after jobs, `ray start --block` drains its node for
     # up to 30 s (an idle head stops in ~4 s); nothing of this throwaway head needs a graceful end
     head.stop(timeout_s=3)
-    assert not _group_alive(head.pid)  # this head, and only it: its own process group
+    assert not group_alive(head.pid)  # this head, and only it: its own process group
+
+
+@pytest.mark.slow
+def test_a_stage_command_joins_the_local_head_and_starts_no_ray_of_its_own(head, tmp_path):
+    """Issue #45: without RAY_ADDRESS a command uses the checkout's local head when it is up (here
+    the module's, named by ALBERT_RAY_LOCAL_DIR as `albert-ray local start` would record it), says
+    so, and runs as a driver of that cluster instead of paying for a Ray of its own."""
+    import subprocess
+    import sys
+    import urllib.request
+    from dataclasses import asdict
+
+    from pipelines.stages.local_head import LOCAL_DIR_ENV, state_file, write_private
+
+    local = tmp_path / "local"
+    local.mkdir()
+    write_private(state_file(local), json.dumps(asdict(head)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
+    command = [str(Path(sys.executable).parent / "albert-ray"), "vocab", "--config", TINY, f"run_dir={tmp_path}/run"]
+    done = subprocess.run(command, env={**env, LOCAL_DIR_ENV: str(local)}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"ray: joining this checkout's local head (dashboard {head.dashboard_url})" in done.stdout
+    assert "ray: starting a Ray" not in done.stdout and (tmp_path / "run" / "vocab" / "spiece.model").exists()
+    request = urllib.request.Request(
+        head.dashboard_url + "/api/jobs/", headers={"Authorization": f"Bearer {head.token}"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        jobs = json.load(response)
+    drivers = [j for j in jobs if j.get("type") == "DRIVER" and " vocab --config " in (j.get("entrypoint") or "")]
+    assert len(drivers) == 1 and drivers[0]["status"] == "SUCCEEDED", jobs
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import os
 import stat
 
-from pipelines.cli.local_cluster import write_private
+from pipelines.stages.local_head import write_private
 
 
 def test_the_token_is_never_readable_by_others(tmp_path):
