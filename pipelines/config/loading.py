@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,6 +74,38 @@ def _read_yaml(path: str) -> dict[Any, Any]:
     return raw or {}
 
 
+BASE = "base"
+"""A config file's key naming another config file it builds on (relative to its own folder)."""
+MAX_BASES = 8
+
+
+def _update(raw: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """`update`'s sections over `raw`'s, key by key (`_merge`); run_dir replaced."""
+    merged = dict(raw)
+    for name, value in update.items():
+        merged[name] = _merge(raw.get(name) or {}, value or {}, SECTIONS[name]) if name in SECTIONS else value
+    return merged
+
+
+def _read_config_file(path: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A config file with the file it names as `base` (and that one's, ...) under it: each section
+    merged key by key, a subsection (train.health) too, any other value (tune.space) replaced whole,
+    as overrides are merged."""
+    raw = _read_yaml(path)
+    base = raw.pop(BASE, None)
+    _check_keys(raw, where=f"{path}: ")
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{path}: base={base!r}: the path of a config file this one builds on")
+    base_path = os.path.normpath(os.path.join(os.path.dirname(path), os.path.expanduser(base)))
+    if os.path.realpath(base_path) in chain + (os.path.realpath(path),):
+        raise ConfigError(f"{path}: base={base!r} builds on itself ({' -> '.join((*chain, base_path))})")
+    if len(chain) >= MAX_BASES:
+        raise ConfigError(f"{path}: base={base!r}: more than {MAX_BASES} config files built on each other")
+    return _update(_read_config_file(base_path, (*chain, os.path.realpath(path))), raw)
+
+
 def _parse_override(text: str) -> dict[str, Any]:
     """`section.key=value` (or `run_dir=value`) as the nested mapping a YAML file would hold."""
     key, sep, value_text = text.partition("=")
@@ -100,14 +133,12 @@ def _parse_override(text: str) -> dict[str, Any]:
 def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -> Config:
     """The config from an optional YAML file, then `section.key=value` overrides in order, validated;
     a bad file, key or value raises ConfigError naming it."""
-    raw = _read_yaml(config_file) if config_file is not None else {}
-    _check_keys(raw, where=f"{config_file}: ")
+    raw = _read_config_file(config_file) if config_file is not None else {}
     updates = [_parse_override(text) for text in overrides]
     for update in updates:
         _check_keys(update)
     for update in updates:
-        for name, value in update.items():
-            raw[name] = _merge(raw.get(name) or {}, value, SECTIONS[name]) if name in SECTIONS else value
+        raw = _update(raw, update)
     values = {
         name: build_section(SECTIONS[name], value or {}) if name in SECTIONS else value for name, value in raw.items()
     }

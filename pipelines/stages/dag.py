@@ -50,13 +50,32 @@ class StageFailed(RuntimeError):
         self.stage, self.error = stage, error
 
 
+def unneeded(config: Config, stages: Sequence[str]) -> dict[str, str]:
+    """Of `stages` (in DAG order), those whose output none of the others needs: each stage that reads
+    it reads a path set in its place instead (finetune.pretrained for pretrain's output), does
+    without it (the report), or is itself unneeded. Stage -> the key that set a path in its place."""
+    dropped: dict[str, str] = {}
+    for name in reversed(stages):
+        readers = [s for s in stages if s not in dropped and name in STAGES[s].inputs]
+        replacing = [STAGES[s].input_override[1] for s in readers if name not in stage_inputs(config, s)]
+        gone = [dropped[s] for s in stages if s in dropped and name in STAGES[s].inputs]
+        needs = [s for s in readers if name in stage_inputs(config, s) and not STAGES[s].partial_inputs]
+        if (replacing or gone) and not needs:
+            dropped[name] = (replacing + gone)[0]
+    return dropped
+
+
 def select_stages(stages: str | None, force: str | None, config: Config | None = None) -> tuple[list[str], set[str]]:
     """The stages to run, in DAG order, and those forced: `force` and every selected stage after it.
     With a config, the default selection leaves out the stages it does not enable (predict without
-    predict.input), and naming such a stage is an error saying what to set."""
+    predict.input) and those none of the others needs (vocab, data and pretrain when
+    finetune.pretrained names the model to fine-tune), and naming a stage it does not enable is an
+    error saying what to set."""
     order = list(STAGES)
     if stages is None:
         selected = [s for s in order if config is None or enabled(config, s)]
+        if config is not None:
+            selected = [s for s in selected if s not in unneeded(config, selected)]
     else:
         selected = [s.strip() for s in stages.split(",") if s.strip()]
     unknown = [s for s in selected if s not in STAGES]
@@ -174,6 +193,8 @@ def plan_dag(
             predicted[name] = current
             have = "no output" if manifest is None else "has output"
             why = "not selected" if enabled(config, name) else f"not configured: {stage.enabled_by} is null"
+            if (key := unneeded(config, [s for s in STAGES if enabled(config, s)]).get(name)) is not None:
+                why = f"not needed: {key} is set, so no stage reads its output"
             plans.append(StagePlan(name, False, False, f"{why} ({have})", inputs, outputs, []))
             continue
         missing = [dep for dep in deps if predicted[dep] is None]

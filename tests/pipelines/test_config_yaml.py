@@ -3,6 +3,7 @@ nesting, duplicate keys, files that are not UTF-8 or too large are refused in on
 the file or the override (issue #27); anchors, aliases and merge keys within bounds still work."""
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,51 @@ def test_a_long_value_is_cut_short_in_the_error():
         r"tune.space\['finetune.lr'\]=\[0.001, .*\.\.\. \(\d+ characters\): finetune.lr=-1.0: must be > 0", str(e.value)
     )
     assert len(str(e.value)) < 400
+
+
+def test_a_config_builds_on_its_base(tmp_path):
+    """`base:` names a config file (relative to the one naming it) whose sections come first: each
+    section merged key by key, a subsection (train.health) too, tune.space replaced whole, as
+    command-line overrides merge; a chain of bases; overrides last."""
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "root.yaml").write_text(
+        "run_dir: runs/root\nvocab: {size: 900}\ntrain: {lr: 0.01, max_steps: 7, health: {max_rollbacks: 5}}\n"
+        "tune: {num_samples: 3, space: {finetune.lr: [0.1, 0.2], finetune.batch_size: 8}}\n"
+    )
+    (tmp_path / "presets" / "middle.yaml").write_text("base: root.yaml\ntrain: {max_steps: 9}\n")
+    (tmp_path / "top.yaml").write_text(
+        "base: presets/middle.yaml\nrun_dir: runs/top\ntrain: {health: {max_skipped_in_a_row: 4}}\n"
+        "tune: {space: {finetune.lr: [0.3, 0.4]}}\n"
+    )
+    config = load_config(str(tmp_path / "top.yaml"), ["train.lr=0.02"])
+    assert config.run_dir == "runs/top" and config.vocab.size == 900
+    assert (config.train.lr, config.train.max_steps) == (0.02, 9)
+    assert (config.train.health.max_rollbacks, config.train.health.max_skipped_in_a_row) == (5, 4)
+    assert config.tune.num_samples == 3 and config.tune.space == {"finetune.lr": [0.3, 0.4]}
+    assert load_config(str(tmp_path / "presets" / "middle.yaml")).run_dir == "runs/root"
+
+
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({"a.yaml": "base: a.yaml\n"}, r"a.yaml: base='a.yaml' builds on itself"),
+        ({"a.yaml": "base: b.yaml\n", "b.yaml": "base: a.yaml\n"}, r"b.yaml: base='a.yaml' builds on itself"),
+        ({"a.yaml": "base: missing.yaml\n"}, r"cannot read config file '.*missing.yaml'"),
+        ({"a.yaml": "base: [x]\n"}, r"a.yaml: base=\['x'\]: the path of a config file"),
+        ({"a.yaml": "base: b.yaml\n", "b.yaml": "trian: {lr: 1}\n"}, r"b.yaml: unknown config key 'trian'"),
+    ],
+)
+def test_a_bad_base_is_one_line_naming_the_file(tmp_path, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(str(tmp_path / "a.yaml"))
+
+
+def test_the_qa_demo_builds_on_make_runs_config_and_fine_tunes_its_model():
+    root = Path(__file__).resolve().parents[2] / "configs"
+    demo, default = load_config(str(root / "qa-demo.yaml")), load_config(str(root / "default.yaml"))
+    assert demo.finetune.pretrained == "runs/default/pretrain/hf" and demo.run_dir != default.run_dir
+    assert [getattr(demo, s) for s in ("corpus", "vocab", "data", "model", "train")] == [
+        getattr(default, s) for s in ("corpus", "vocab", "data", "model", "train")
+    ]

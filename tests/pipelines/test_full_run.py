@@ -93,6 +93,23 @@ def test_plan_predicts_what_runs(tmp_path):
     }
 
 
+def test_a_pretrained_model_to_fine_tune_leaves_out_the_stages_that_would_make_one(tmp_path, tiny_pretrained):
+    """Issue #45: with finetune.pretrained set (configs/qa-demo.yaml names make run's model), no stage
+    reads vocab, data or pretrain: the DAG leaves them out and says why; named, they still run."""
+    root = Path(__file__).resolve().parents[2] / "configs"
+    config = load_config(str(root / "qa-demo.yaml"), [f"run_dir={tmp_path}", f"finetune.pretrained={tiny_pretrained}"])
+    assert dag.select_stages(None, None, config) == (["finetune", "report"], set())
+    why = "not needed: finetune.pretrained is set, so no stage reads its output (no output)"
+    assert statuses(config) == {
+        "vocab": why,
+        "data": why,
+        "pretrain": why,
+        "finetune": "runs: no output yet",
+        "report": "runs: partial, without data, pretrain",
+    }
+    assert dag.select_stages("data,finetune", None, config)[0] == ["data", "finetune"]
+
+
 def test_plan_names_missing_inputs(tmp_path):
     config = load_config(TINY, [f"run_dir={tmp_path}"])
     plan = statuses(config, stages="pretrain,report")
