@@ -28,6 +28,7 @@ from pipelines.config import load_config
 from pipelines.console import report_user_error
 from pipelines.errors import LeaseHeld, UserError
 from pipelines.rundir.lease import read_holder
+from pipelines.rundir.registry import STAGES, config_value
 from pipelines.stages.local_head import (
     REPO,
     LocalHead,
@@ -179,18 +180,29 @@ def submit(
     return rc, "".join(lines)
 
 
-def absolute_run_dir(argv: list[str]) -> tuple[list[str], str]:
-    """full_run's arguments with a relative run_dir made absolute (the job runs in a copy of the
-    working directory, so a relative run_dir would vanish with it), and that run_dir."""
+def absolute_paths(argv: list[str]) -> tuple[list[str], str]:
+    """full_run's arguments with its relative local paths made absolute against the checkout: the
+    run_dir and every path a stage reads or publishes to (finetune.pretrained=runs/default/pretrain/hf
+    in configs/qa-demo.yaml). The job runs in a copy of the working directory without runs/ (it is
+    .rayignore'd), where they would name nothing. Returns the arguments and the run_dir."""
     args = argparse.ArgumentParser(add_help=False)
     args.add_argument("--config")
     known, rest = args.parse_known_args(argv)
     overrides = [a for a in rest if "=" in a and not a.startswith("-")]
-    run_dir = load_config(known.config, overrides).run_dir
-    if "://" in run_dir:
-        return argv, run_dir
-    absolute = str((REPO / os.path.expanduser(run_dir)).resolve())  # an absolute path stays itself
-    return ([*argv, f"run_dir={absolute}"] if absolute != run_dir else argv), absolute
+    config = load_config(known.config, overrides)
+
+    def absolute(path: str) -> str:
+        return path if "://" in path else str((REPO / os.path.expanduser(path)).resolve())
+
+    keys = ["run_dir", *dict.fromkeys(k for s in STAGES.values() for k in (*s.input_paths, s.publish) if k)]
+    added = []
+    for key in keys:
+        value = config_value(config, key)
+        if isinstance(value, str) and absolute(value) != value:
+            added.append(f"{key}={absolute(value)}")
+        elif isinstance(value, list) and [absolute(v) for v in value] != value:
+            added.append(f"{key}={json.dumps([absolute(v) for v in value])}")
+    return [*argv, *added], absolute(config.run_dir)
 
 
 def check_before_submitting(full_run_args: list[str], run_dir: str) -> None:
@@ -239,7 +251,7 @@ def main(argv: list[str] | None = None, prog: str = "local_cluster") -> int:
         return 0 if head else 1
     if args.command == "run":
         try:  # a bad config, a refused run_dir or a held lease stops here, before a head starts
-            full_run_args, run_dir = absolute_run_dir(rest)
+            full_run_args, run_dir = absolute_paths(rest)
             check_before_submitting(full_run_args, run_dir)
         except UserError as e:
             return report_user_error(prog, e)

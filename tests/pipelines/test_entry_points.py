@@ -238,8 +238,10 @@ def test_make_run_checks_everything_before_a_head_starts(tmp_path, monkeypatch, 
     assert local_cluster.main(["run", "--config", TINY, f"run_dir={run}"]) == 2
     assert "is in use by" in one_error_line(capsys, "local_cluster")
     home = os.path.expanduser("~")  # the job runs in a copy of the checkout: every run_dir goes absolute
-    assert local_cluster.absolute_run_dir(["run_dir=~/albert-runs/x"])[1] == f"{home}/albert-runs/x"
-    assert local_cluster.absolute_run_dir(["--config", TINY])[1] == str(REPO / "runs" / "tiny")
+    assert local_cluster.absolute_paths(["run_dir=~/albert-runs/x"])[1] == f"{home}/albert-runs/x"
+    assert local_cluster.absolute_paths(["--config", TINY])[1] == str(REPO / "runs" / "tiny")
+    demo = local_cluster.absolute_paths(["--config", str(REPO / "configs" / "qa-demo.yaml")])[0]
+    assert f"finetune.pretrained={REPO}/runs/default/pretrain/hf" in demo and f"run_dir={REPO}/runs/qa-demo" in demo
 
 
 def test_the_real_commands(tmp_path):
