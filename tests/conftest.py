@@ -32,6 +32,9 @@ os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
 # the suite's never do, whatever runs on the machine (the test of joining names a head of its own).
 os.environ["ALBERT_RAY_LOCAL_DIR"] = tempfile.mkdtemp(prefix="albert-tests-no-local-head-")
 
+# hypothesis keeps what it learns in .hypothesis/ of the working directory: not in the checkout
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="albert-tests-hypothesis-"))
+
 RAY_FIXTURES = {"ray_session", "head"}  # a Ray session in this process, or a Ray head of its own
 
 

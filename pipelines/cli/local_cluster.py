@@ -141,6 +141,19 @@ def start_head(
     return head
 
 
+UPLOAD_NOTE = "Ignoring upload to cluster for these files"
+"""Ray's packaging logs this line at INFO for every ignore file it reads (.gitignore, .rayignore, and
+each tool's own in .ruff_cache/ and the like), three times an upload: what is left out of the upload
+is ours to set (.gitignore, .rayignore), so the job's log does not repeat it."""
+
+
+def _upload_env(head: LocalHead) -> dict[str, str]:
+    """The `ray job submit` client's environment. Ray's default excludes (.git, .venv, venv,
+    __pycache__) are emptied: .rayignore and .gitignore leave those out already, and with the default
+    list Ray warns once per folder that it is "now ignored by default" in every job's log."""
+    return {**head.client_env(), "RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES": ""}
+
+
 def submit(
     head: LocalHead,
     entrypoint: list[str],
@@ -164,13 +177,13 @@ def submit(
     ]
     for attempt in range(attempts):
         process = subprocess.Popen(
-            command, env=head.client_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+            command, env=_upload_env(head), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
         assert process.stdout is not None
         lines = []
         for line in process.stdout:
             lines.append(line)
-            if echo:
+            if echo and UPLOAD_NOTE not in line:
                 sys.stdout.write(line)
                 sys.stdout.flush()
         rc = process.wait()

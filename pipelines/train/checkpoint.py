@@ -15,10 +15,12 @@ allowlist of DCP's metadata classes and weights_only=True.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import random
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +71,17 @@ def _alone() -> bool:
     return world_size() == 1
 
 
+@contextlib.contextmanager
+def single_process_quietly():
+    """DCP warns "torch.distributed is disabled ... assuming the intent is to save (load) in a single
+    process" whenever it runs without a process group, even when no_dist=True asks for exactly that
+    (torch/distributed/checkpoint/state_dict_saver.py): a UserWarning in the job's log at every
+    checkpoint of a one-worker run. That warning alone is silenced, around the call that asked."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized", UserWarning)
+        yield
+
+
 def save_checkpoint(
     directory: str,
     model: torch.nn.Module,
@@ -79,7 +92,8 @@ def save_checkpoint(
 ) -> None:
     os.makedirs(directory, exist_ok=True)
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory, no_dist=_alone())
+    with single_process_quietly():
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=directory, no_dist=_alone())
     this_rank = rank()
     plain, tensors = _rng_state()
     with open(os.path.join(directory, f"rng_rank{this_rank}.json"), "w") as f:
@@ -98,7 +112,8 @@ def load_checkpoint(directory: str, model: torch.nn.Module, optimizer: torch.opt
     total follows the new schedule (a resume with the same total gets the same value)."""
     model_state, optimizer_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optimizer": optimizer_state}
-    load_state(state, directory, no_dist=_alone())
+    with single_process_quietly():
+        load_state(state, directory, no_dist=_alone())
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     with open(os.path.join(directory, TRAIN_STATE)) as f:
         train_state = json.load(f)
