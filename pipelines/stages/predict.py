@@ -26,13 +26,13 @@ from ray.data.datasource import FileBasedDatasource
 
 from ..config import Config
 from ..finetuning.metrics import compute_metrics
-from ..finetuning.trial import materialize, read_pretrained_files
 from ..inference.predictor import Predictor, model_kind
 from ..inference.reading import random_access, stream_rows
 from ..inference.table_files import input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
 from ..storage import arrow_filesystem, join, key_relpath
+from ..storage.models import materialize, read_model_files
 from .ray_runtime import init_ray
 
 log = logging.getLogger(__name__)
@@ -155,9 +155,7 @@ def build_predict(run: StageRun) -> dict:
     columns = {"text": pc.text_column, "pair": pc.text_pair_column, "id_column": pc.id_column, "label": pc.label_column}
     tables = input_tables(pc.input, columns)
     model = predict_model(config)
-    files = read_pretrained_files(
-        model, "predict.model", "; the default {run_dir}/finetune/best needs the finetune stage"
-    )
+    files = read_model_files(model, "predict.model", "; the default {run_dir}/finetune/best needs the finetune stage")
     kind, names = model_kind(json.loads(files["config.json"]), model)
     init_ray()
     cluster = ray.cluster_resources()

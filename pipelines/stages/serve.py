@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, UserError, one_line
-from ..finetuning.trial import materialize, read_pretrained_files
 from ..inference.predictor import Predictor, model_kind
+from ..storage.models import materialize, read_model_files
 from .ray_runtime import gpu_capacity
 
 log = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ class PredictEndpoint:
 def read_model(model_dir: str, max_seq_length: int | None) -> tuple[dict[str, bytes], str, list[str] | None]:
     """The model folder's files (local or s3://) and its kind and labels, checked before anything
     starts: a missing folder, an export predict does not serve, a length over its positions."""
-    files = read_pretrained_files(model_dir, "MODEL_DIR", "")
+    files = read_model_files(model_dir, "MODEL_DIR")
     config = json.loads(files["config.json"])
     kind, labels = model_kind(config, model_dir)
     positions = int(config.get("max_position_embeddings", 512))

@@ -1,14 +1,25 @@
-"""transformers ALBERT directories, local or s3:// (a finetune.pretrained, a train.init_from, the
-pretrain stage's export): the check that a path is one, and its config.json."""
+"""Model folders in transformers' ALBERT layout, local or s3:// (a finetune.pretrained, a
+train.init_from, the pretrain stage's hf/, a fine-tuned export, a predict.model, serve's MODEL_DIR):
+the check that a path is one, its config.json, its files read on the driver (a pickled
+pytorch_model.bin refused there, before any worker loads it) and written to a local folder where a
+model loads, and a fine-tuned model written as an export with its tokenizer. torch is imported only
+where weights are checked or written: the command line reads configs without it."""
 
 from __future__ import annotations
 
 import io
 import json
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput, MissingInput
 from . import exists, join, list_names, read_bytes
+
+if TYPE_CHECKING:
+    from torch import nn
+
+TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json")
+"""The tokenizer's files in a model folder: SentencePiece's model and transformers' settings."""
 
 
 def require_model_dir(path: str, key: str, hint: str = "") -> None:
@@ -23,17 +34,94 @@ def read_model_config(path: str, key: str) -> dict[str, Any]:
     return json.loads(read_bytes(join(path, "config.json")))
 
 
+def refuse_pickled_weights(data: bytes, path: str, key: str) -> None:
+    """BadInput naming `key` when `data`, the pytorch_model.bin at `path`, holds pickled objects other
+    than tensors; nothing in it runs, and no tensor is allocated."""
+    from albert_model.hf import load_legacy_weights  # torch: not for every command
+
+    try:
+        load_legacy_weights(io.BytesIO(data), path, "meta")
+    except ValueError as e:
+        raise BadInput(f"{key}: {e}") from None
+
+
 def check_weights(path: str, key: str) -> None:
-    """BadInput naming `key` when the weights the loader would read are a pytorch_model.bin holding
-    pickled objects other than tensors (checked on the driver, before any worker loads it; nothing in
-    it runs, and no tensor is allocated)."""
-    from albert_model.hf import LEGACY_WEIGHTS, load_legacy_weights, weights_file  # torch: not for every command
+    """refuse_pickled_weights for the weights the loader would read from `path`, when they are a
+    pytorch_model.bin (checked on the driver, before any worker loads it)."""
+    from albert_model.hf import LEGACY_WEIGHTS, weights_file
 
     if weights_file(list_names(path)) == LEGACY_WEIGHTS:
-        try:
-            load_legacy_weights(io.BytesIO(read_bytes(join(path, LEGACY_WEIGHTS))), join(path, LEGACY_WEIGHTS), "meta")
-        except ValueError as e:
-            raise BadInput(f"{key}: {e}") from None
+        refuse_pickled_weights(read_bytes(join(path, LEGACY_WEIGHTS)), join(path, LEGACY_WEIGHTS), key)
 
 
-__all__ = ["check_weights", "read_model_config", "require_model_dir"]
+def read_model_files(directory: str, key: str, hint: str = "") -> dict[str, bytes]:
+    """config.json, the weights (single or sharded safetensors, or pytorch_model.bin) and the
+    tokenizer's files, local or s3://, by name: what a model is loaded from on any node (see
+    `materialize`). Errors name `key`; a pytorch_model.bin the loader would read is checked here to
+    hold tensors only, on the driver, not in every trial, worker or replica."""
+    from albert_model.hf import LEGACY_WEIGHTS, WEIGHT_FILES, weights_file
+
+    require_model_dir(directory, key, hint)
+    names = list_names(directory)
+    if "spiece.model" not in names:
+        raise MissingInput(f"{key}: {directory} has no spiece.model (the tokenizer)")
+    wanted = [
+        n
+        for n in names
+        if n in ("config.json", *TOKENIZER_FILES, *WEIGHT_FILES)
+        or (n.startswith("model-") and n.endswith(".safetensors"))
+    ]
+    files = {n: read_bytes(join(directory, n)) for n in wanted}
+    if weights_file(files) == LEGACY_WEIGHTS:
+        refuse_pickled_weights(files[LEGACY_WEIGHTS], join(directory, LEGACY_WEIGHTS), key)
+    return files
+
+
+def materialize(files: dict[str, bytes], directory: str) -> str:
+    """A model folder's files (read_model_files) written to a local folder; returns it."""
+    os.makedirs(directory, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+    return directory
+
+
+def save_model(
+    model: nn.Module,
+    pretrained_dir: str,
+    directory: str,
+    label_names: list[str] | None,
+    problem_type: str | None,
+    max_seq_length: int,
+) -> None:
+    """A fine-tuned model as an export in transformers' layout, its head's class, with the local
+    pretrained folder's tokenizer (its casing kept) cutting at `max_seq_length`, the length it was
+    fine-tuned at."""
+    from albert_model.hf import save_hf_pretrained
+
+    settings_file = os.path.join(pretrained_dir, "tokenizer_config.json")
+    settings = None
+    if os.path.exists(settings_file):
+        with open(settings_file) as f:
+            settings = json.load(f)
+    save_hf_pretrained(
+        model,
+        directory,
+        spiece_model=os.path.join(pretrained_dir, "spiece.model"),
+        id2label=dict(enumerate(label_names)) if label_names is not None else None,
+        problem_type=problem_type,
+        max_seq_length=max_seq_length,
+        tokenizer_settings=settings,
+    )
+
+
+__all__ = [
+    "TOKENIZER_FILES",
+    "check_weights",
+    "materialize",
+    "read_model_config",
+    "read_model_files",
+    "refuse_pickled_weights",
+    "require_model_dir",
+    "save_model",
+]

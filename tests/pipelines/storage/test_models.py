@@ -1,0 +1,93 @@
+"""Model folders (pipelines/storage/models.py). As every entry reads one on the driver
+(`read_model_files`: finetune.pretrained, predict.model, serve's MODEL_DIR; train.init_from where the
+pretraining plan reads it): a pytorch_model.bin holding pickled objects other than tensors is
+refused in one line naming the key and the file, before any trial, Ray Data task, replica or
+pretraining worker would load it, and nothing in it runs (issue #43). As a fine-tuned export is
+written (`save_model`): transformers loads its tokenizer with the pretrained casing, the segment ids
+and the fine-tuning's length (issue #44)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+
+from albert_model import AlbertConfig, AlbertForSequenceClassification
+from pipelines.errors import BadInput
+from pipelines.finetuning.tokenizer import PairTokenizer
+from pipelines.storage.models import read_model_files, save_model
+from tests.conftest import VOCAB_SIZE
+from tests.pickled_weights import pickled_model_dir
+
+
+@pytest.mark.parametrize("key", ["finetune.pretrained", "predict.model", "MODEL_DIR"])
+def test_a_pickled_pytorch_bin_is_refused_naming_the_key_and_the_file(tiny_pretrained, tmp_path, key):
+    folder = pickled_model_dir(tiny_pretrained, tmp_path / "model", tmp_path / "sentinel")
+    with pytest.raises(BadInput) as refused:
+        read_model_files(str(folder), key)
+    message = str(refused.value)
+    assert message.startswith(f"{key}: {folder}/pytorch_model.bin: not loaded: it holds pickled objects other than ")
+    assert message.endswith("convert it to safetensors") and "\n" not in message
+    assert not (tmp_path / "sentinel").exists()
+
+
+def test_a_tensors_only_pytorch_bin_and_a_pickle_the_loader_never_reads_pass(tiny_pretrained, tmp_path):
+    """What the loader will read is checked: a tensors-only pytorch_model.bin passes, and a pickled
+    one beside model.safetensors (which the loader reads instead) is left unread."""
+    beside = pickled_model_dir(tiny_pretrained, tmp_path / "beside", tmp_path / "sentinel")
+    shutil.copy(Path(tiny_pretrained) / "model.safetensors", beside / "model.safetensors")
+    assert "model.safetensors" in read_model_files(str(beside), "predict.model")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for name in ("config.json", "spiece.model"):
+        shutil.copy(beside / name, plain / name)
+    torch.save(load_file(str(beside / "model.safetensors")), plain / "pytorch_model.bin")
+    assert set(read_model_files(str(plain), "predict.model")) == {
+        "config.json",
+        "spiece.model",
+        "pytorch_model.bin",
+    }
+    assert not (tmp_path / "sentinel").exists()
+
+
+def test_a_pickled_pytorch_bin_as_train_init_from_is_refused_on_the_driver(tiny_pretrained, tmp_path):
+    """Pretraining's train.init_from: checked where the plan reads its architecture, before any worker
+    would load the weights (there the refusal was a worker's traceback)."""
+    from pipelines.config import load_config
+    from pipelines.train.plan import albert_config_of
+
+    folder = pickled_model_dir(tiny_pretrained, tmp_path / "model", tmp_path / "sentinel")
+    config = load_config(overrides=[f"run_dir={tmp_path / 'run'}", f"train.init_from={folder}"])
+    with pytest.raises(BadInput, match=rf"^train.init_from: {folder}/pytorch_model.bin: not loaded: "):
+        albert_config_of(config, 1000)
+    assert not (tmp_path / "sentinel").exists()
+
+
+def test_a_fine_tuned_export_keeps_the_pretrained_casing_and_feeds_segment_ids_at_its_length(tiny_pretrained, tmp_path):
+    """The pretrained folder's tokenizer settings (here cased, as a hub model's may be, with its own
+    model_max_length) are kept, with the segment ids among the inputs and the fine-tuning's length."""
+    pretrained = tmp_path / "pretrained"
+    pretrained.mkdir()
+    shutil.copy(Path(tiny_pretrained) / "spiece.model", pretrained)
+    cased = {
+        "tokenizer_class": "AlbertTokenizer",
+        "do_lower_case": False,
+        "keep_accents": False,
+        "model_max_length": 512,
+    }
+    (pretrained / "tokenizer_config.json").write_text(json.dumps(cased))
+    model = AlbertForSequenceClassification(AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE, num_labels=2))
+    save_model(model, str(pretrained), str(tmp_path / "export"), ["no", "yes"], None, 24)
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "export")
+    ours = PairTokenizer(str(tmp_path / "export"))
+    pair = ("Shares in BP ROSE after the Bank reported profits.", "The Minister said the vote would be next week.")
+    assert not ours.lowercase and ours.pieces("ROSE") != ours.pieces("rose")
+    encoded = tokenizer(*pair, truncation=True)
+    assert (encoded["input_ids"], encoded["token_type_ids"]) == ours.encode(*pair, 24)
+    assert tokenizer.model_max_length == 24 and 1 in encoded["token_type_ids"]
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "export")
+    assert theirs.config.id2label == {0: "no", 1: "yes"}
