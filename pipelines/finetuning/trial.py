@@ -22,7 +22,7 @@ from albert_model.config import AlbertConfig
 
 from ..config import FinetuneSection, config_to_dict
 from ..errors import BadInput, ConfigError, MissingInput
-from ..storage.models import materialize, save_model
+from ..storage.models import ModelUsage, materialize, save_model
 from ..train.build import build_optimizer
 from .families import task_family
 from .family import EncodedTask
@@ -268,7 +268,8 @@ def fit_trial(
         rng_states = worker_rng_states(device, world)  # after the evaluation, which draws nothing
         if rank == 0:
             checkpoint = os.path.join(checkpoint_root, f"epoch_{epoch + 1}")
-            save_model(model, pretrained_dir, checkpoint, task.label_names, family.problem_type, cfg.max_seq_length)
+            usage = ModelUsage(family.name, cfg.max_seq_length, evaluation.usage)
+            save_model(model, pretrained_dir, checkpoint, task.label_names, family.problem_type, usage)
             write_predictions(evaluation.files, os.path.join(checkpoint, PREDICTIONS))
             save_trainer_state(checkpoint, epoch + 1, optimizer, schedule, rng_states)
         report(metrics, checkpoint)

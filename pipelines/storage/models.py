@@ -2,14 +2,17 @@
 train.init_from, the pretrain stage's hf/, a fine-tuned export, a predict.model, serve's MODEL_DIR):
 the check that a path is one, its config.json, its files read on the driver (a pickled
 pytorch_model.bin refused there, before any worker loads it) and written to a local folder where a
-model loads, and a fine-tuned model written as an export with its tokenizer. torch is imported only
-where weights are checked or written: the command line reads configs without it."""
+model loads, and a fine-tuned model written as an export with its tokenizer and the record of how
+it is applied (ModelUsage, config.json's `albert_ray`), which predict, serve and the ONNX export
+take their defaults from. torch is imported only where weights are checked or written: the command
+line reads configs without it."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BadInput, MissingInput
@@ -20,6 +23,42 @@ if TYPE_CHECKING:
 
 TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json")
 """The tokenizer's files in a model folder: SentencePiece's model and transformers' settings."""
+RECORD = "albert_ray"
+"""config.json's key holding a fine-tuned export's ModelUsage: transformers keeps it as a config
+attribute (saved again with the model) and reads nothing in it; our loader ignores it."""
+
+
+@dataclass(frozen=True)
+class ModelUsage:
+    """How a fine-tuned export is applied to give the answers its fine-tuning's evaluation gave
+    (docs/model.md#how-an-export-is-applied)."""
+
+    task: str
+    """The family that fine-tuned it (finetune.task)."""
+    max_seq_length: int
+    """Tokens per input, [CLS] and [SEP]s included (finetune.max_seq_length; QA: per window)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """The family's post-processing settings (its evaluation's `usage`): QA's windows, answer
+    search and no-answer threshold; token classification's tag scheme and tagged piece."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "max_seq_length": self.max_seq_length, **self.settings}
+
+
+def read_usage(config: dict[str, Any], where: str) -> ModelUsage | None:
+    """The ModelUsage a model folder's config.json records; None where it records none (a pretraining
+    export, a model fine-tuned elsewhere or before the record existed). A malformed record is BadInput
+    naming `where`."""
+    record = config.get(RECORD)
+    if record is None:
+        return None
+    task, length = (record.get(k) if isinstance(record, dict) else None for k in ("task", "max_seq_length"))
+    if not isinstance(task, str) or not task or type(length) is not int or length < 4:
+        raise BadInput(
+            f"{where}: config.json's {RECORD} is not a record of fine-tuning ({{task: a name, max_seq_length: "
+            f"4 or more, ...}}): {json.dumps(record)[:200]}"
+        )
+    return ModelUsage(task, length, {k: v for k, v in record.items() if k not in ("task", "max_seq_length")})
 
 
 def require_model_dir(path: str, key: str, hint: str = "") -> None:
@@ -92,10 +131,10 @@ def save_model(
     directory: str,
     label_names: list[str] | None,
     problem_type: str | None,
-    max_seq_length: int,
+    usage: ModelUsage,
 ) -> None:
-    """A fine-tuned model as an export in transformers' layout, its head's class, with the local
-    pretrained folder's tokenizer (its casing kept) cutting at `max_seq_length`, the length it was
+    """A fine-tuned model as an export in transformers' layout, its head's class, recording `usage`,
+    with the local pretrained folder's tokenizer (its casing kept) cutting at the length it was
     fine-tuned at."""
     from albert_model.hf import save_hf_pretrained
 
@@ -110,17 +149,21 @@ def save_model(
         spiece_model=os.path.join(pretrained_dir, "spiece.model"),
         id2label=dict(enumerate(label_names)) if label_names is not None else None,
         problem_type=problem_type,
-        max_seq_length=max_seq_length,
+        extra_config={RECORD: usage.to_json()},
+        max_seq_length=usage.max_seq_length,
         tokenizer_settings=settings,
     )
 
 
 __all__ = [
+    "RECORD",
     "TOKENIZER_FILES",
+    "ModelUsage",
     "check_weights",
     "materialize",
     "read_model_config",
     "read_model_files",
+    "read_usage",
     "refuse_pickled_weights",
     "require_model_dir",
     "save_model",

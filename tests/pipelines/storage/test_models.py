@@ -4,10 +4,12 @@ pretraining plan reads it): a pytorch_model.bin holding pickled objects other th
 refused in one line naming the key and the file, before any trial, Ray Data task, replica or
 pretraining worker would load it, and nothing in it runs (issue #43). As a fine-tuned export is
 written (`save_model`): transformers loads its tokenizer with the pretrained casing, the segment ids
-and the fine-tuning's length (issue #44)."""
+and the fine-tuning's length, and keeps the record of how it is applied without a word about it
+(issue #44)."""
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from safetensors.torch import load_file
 from albert_model import AlbertConfig, AlbertForSequenceClassification
 from pipelines.errors import BadInput
 from pipelines.finetuning.tokenizer import PairTokenizer
-from pipelines.storage.models import read_model_files, save_model
+from pipelines.storage.models import RECORD, ModelUsage, read_model_files, read_usage, save_model
 from tests.conftest import VOCAB_SIZE
 from tests.pickled_weights import pickled_model_dir
 
@@ -80,7 +82,7 @@ def test_a_fine_tuned_export_keeps_the_pretrained_casing_and_feeds_segment_ids_a
     }
     (pretrained / "tokenizer_config.json").write_text(json.dumps(cased))
     model = AlbertForSequenceClassification(AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE, num_labels=2))
-    save_model(model, str(pretrained), str(tmp_path / "export"), ["no", "yes"], None, 24)
+    save_model(model, str(pretrained), str(tmp_path / "export"), ["no", "yes"], None, ModelUsage("classification", 24))
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "export")
     ours = PairTokenizer(str(tmp_path / "export"))
@@ -91,3 +93,39 @@ def test_a_fine_tuned_export_keeps_the_pretrained_casing_and_feeds_segment_ids_a
     assert tokenizer.model_max_length == 24 and 1 in encoded["token_type_ids"]
     theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "export")
     assert theirs.config.id2label == {0: "no", 1: "yes"}
+
+
+def test_the_record_is_read_back_and_transformers_keeps_it_without_a_word(tiny_pretrained, tmp_path, capfd):
+    usage = ModelUsage("question_answering", 96, {"doc_stride": 48, "null_threshold": -1.5})
+    model = AlbertForSequenceClassification(AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE, num_labels=2))
+    save_model(model, tiny_pretrained, str(tmp_path / "export"), ["no", "yes"], None, usage)
+    config = json.loads((tmp_path / "export" / "config.json").read_text())
+    assert config[RECORD] == {
+        "task": "question_answering",
+        "max_seq_length": 96,
+        "doc_stride": 48,
+        "null_threshold": -1.5,
+    }
+    assert read_usage(config, "export") == usage
+    assert read_usage({"architectures": ["AlbertForPreTraining"]}, "hf") is None
+
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "export")
+    said = capfd.readouterr()
+    assert RECORD not in said.out + said.err and not [w for w in caught if RECORD in str(w.message)]
+    assert theirs.config.albert_ray == config[RECORD]
+    theirs.save_pretrained(tmp_path / "saved_again")
+    assert json.loads((tmp_path / "saved_again" / "config.json").read_text())[RECORD] == config[RECORD]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [[], {"max_seq_length": 128}, {"task": "", "max_seq_length": 128}, {"task": "x", "max_seq_length": "128"},
+     {"task": "x", "max_seq_length": 2}, {"task": "x", "max_seq_length": True}],
+)  # fmt: skip
+def test_a_malformed_record_is_one_line_naming_the_folder(record):
+    with pytest.raises(BadInput) as refused:
+        read_usage({RECORD: record}, "models/x")
+    assert str(refused.value).startswith(f"models/x: config.json's {RECORD} is not a record of fine-tuning")
