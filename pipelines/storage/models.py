@@ -61,6 +61,25 @@ def read_usage(config: dict[str, Any], where: str) -> ModelUsage | None:
     return ModelUsage(task, length, {k: v for k, v in record.items() if k not in ("task", "max_seq_length")})
 
 
+def applied_length(
+    config: dict[str, Any], explicit: int | None, key: str, where: str, fallback: int | None = None
+) -> int:
+    """Tokens per input a model folder (its config.json: `config`) is applied with: `explicit`, the
+    value of `key`; else the length it was fine-tuned at (its ModelUsage); else `fallback`; else 512
+    capped by its position embeddings. One beyond them is BadInput naming where it came from."""
+    positions = int(config.get("max_position_embeddings", 512))
+    usage = read_usage(config, where)
+    if explicit:
+        length, source = explicit, key
+    elif usage is not None:
+        length, source = usage.max_seq_length, f"{where}/config.json's {RECORD}.max_seq_length"
+    else:
+        length, source = fallback or min(512, positions), key
+    if length > positions:
+        raise BadInput(f"{source}={length} exceeds {where}'s max_position_embeddings={positions}")
+    return length
+
+
 def require_model_dir(path: str, key: str, hint: str = "") -> None:
     """MissingInput naming `key` unless `path` holds a config.json."""
     if not exists(join(path, "config.json")):
@@ -159,6 +178,7 @@ __all__ = [
     "RECORD",
     "TOKENIZER_FILES",
     "ModelUsage",
+    "applied_length",
     "check_weights",
     "materialize",
     "read_model_config",

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from albert_model import AlbertConfig, AlbertForSequenceClassification
 from pipelines.errors import BadInput
 from pipelines.finetuning.tokenizer import PairTokenizer
-from pipelines.storage.models import RECORD, ModelUsage, read_model_files, read_usage, save_model
+from pipelines.storage.models import RECORD, ModelUsage, applied_length, read_model_files, read_usage, save_model
 from tests.conftest import VOCAB_SIZE
 from tests.pickled_weights import pickled_model_dir
 
@@ -129,3 +129,20 @@ def test_a_malformed_record_is_one_line_naming_the_folder(record):
     with pytest.raises(BadInput) as refused:
         read_usage({RECORD: record}, "models/x")
     assert str(refused.value).startswith(f"models/x: config.json's {RECORD} is not a record of fine-tuning")
+
+
+def test_the_applied_length_is_the_setting_else_the_fine_tuning_s_else_512_within_the_positions():
+    """predict.max_seq_length and serve's --max-seq-length win; without them, the length the model
+    was fine-tuned at (issue #44: the BBC model, fine-tuned at 128, was served at 512); without its
+    record, the caller's fallback (predict: the run's fine-tuning stage), then 512 capped by the positions."""
+    recorded = {"max_position_embeddings": 512, RECORD: {"task": "classification", "max_seq_length": 128}}
+    assert applied_length(recorded, 64, "predict.max_seq_length", "m") == 64
+    assert applied_length(recorded, None, "predict.max_seq_length", "m", fallback=256) == 128
+    assert applied_length({"max_position_embeddings": 512}, None, "k", "m", fallback=256) == 256
+    assert applied_length({"max_position_embeddings": 512}, None, "k", "m") == 512
+    assert applied_length({"max_position_embeddings": 128}, None, "k", "m") == 128
+    with pytest.raises(BadInput, match=r"^--max-seq-length=600 exceeds m's max_position_embeddings=512$"):
+        applied_length(recorded, 600, "--max-seq-length", "m")
+    beyond = {"max_position_embeddings": 64, RECORD: {"task": "classification", "max_seq_length": 128}}
+    with pytest.raises(BadInput, match=rf"^m/config.json's {RECORD}.max_seq_length=128 exceeds m's max_position_"):
+        applied_length(beyond, None, "--max-seq-length", "m")
