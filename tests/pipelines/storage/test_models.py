@@ -36,6 +36,19 @@ def test_a_pickled_pytorch_bin_is_refused_naming_the_key_and_the_file(tiny_pretr
     assert not (tmp_path / "sentinel").exists()
 
 
+def test_a_folder_on_s3_reads_as_the_same_folder_locally(tiny_pretrained, s3_endpoint):
+    """The model's files, whatever else the folder holds, by name; a folder on S3 as its local copy."""
+    from pipelines.storage import filesystem, write_bytes
+
+    filesystem("s3://models/x")[0].mkdir("models")
+    for file in Path(tiny_pretrained).iterdir():
+        write_bytes(f"s3://models/tiny/{file.name}", file.read_bytes())
+    write_bytes("s3://models/tiny/notes/README.md", b"a folder beside the model's files")
+    local = read_model_files(tiny_pretrained, "predict.model")
+    assert sorted(local) == ["config.json", "model.safetensors", "spiece.model", "tokenizer_config.json"]
+    assert read_model_files("s3://models/tiny", "predict.model") == local
+
+
 def test_a_tensors_only_pytorch_bin_and_a_pickle_the_loader_never_reads_pass(tiny_pretrained, tmp_path):
     """What the loader will read is checked: a tensors-only pytorch_model.bin passes, and a pickled
     one beside model.safetensors (which the loader reads instead) is left unread."""
