@@ -4,8 +4,9 @@ pretraining plan reads it): a pytorch_model.bin holding pickled objects other th
 refused in one line naming the key and the file, before any trial, Ray Data task, replica or
 pretraining worker would load it, and nothing in it runs (issue #43). As a fine-tuned export is
 written (`save_model`): transformers loads its tokenizer with the pretrained casing, the segment ids
-and the fine-tuning's length, and keeps the record of how it is applied without a word about it
-(issue #44)."""
+and the fine-tuning's length, and keeps the record of how it is applied without a word about it;
+predict and serve take their length from that record and read folders without the trial (issue
+#44). A folder on S3 reads as its local copy."""
 
 import json
 import shutil
@@ -159,3 +160,18 @@ def test_the_applied_length_is_the_setting_else_the_fine_tuning_s_else_512_withi
     beyond = {"max_position_embeddings": 64, RECORD: {"task": "classification", "max_seq_length": 128}}
     with pytest.raises(BadInput, match=rf"^m/config.json's {RECORD}.max_seq_length=128 exceeds m's max_position_"):
         applied_length(beyond, None, "--max-seq-length", "m")
+
+
+def test_predict_and_serve_read_model_folders_without_the_trial():
+    """Issue #44: reading a model folder lived in finetuning/trial.py, so predict and serve imported
+    the trial (and its training loop); nothing they import, however indirectly, is the trial now."""
+    from tests.test_structure import ROOT, import_graph
+
+    graph = import_graph(ROOT)
+    for entry in ("pipelines.stages.predict", "pipelines.stages.serve", "pipelines.cli.serve"):
+        reached, todo = set(), [entry]
+        while todo:
+            for module in graph[todo.pop()] - reached:
+                reached.add(module)
+                todo.append(module)
+        assert "pipelines.storage.models" in reached and "pipelines.finetuning.trial" not in reached, entry
