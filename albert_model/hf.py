@@ -190,6 +190,25 @@ def _load_checked(model: nn.Module, state: dict[str, torch.Tensor], directory: P
     model.load_state_dict(state, strict=False)
 
 
+MODEL_INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
+"""What the tokenizer returns, as tokenizer_config.json names it: transformers 5's AlbertTokenizer
+leaves token_type_ids out unless told (transformers#48128), and a text pair then feeds the model
+all-zero segment ids."""
+UNCASED = {"do_lower_case": True, "keep_accents": False, "remove_space": True}
+"""The tokenizer settings of a vocabulary trained on normalised text (pipelines/prep/text.py)."""
+
+
+def tokenizer_config(model_max_length: int, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """tokenizer_config.json for transformers' AlbertTokenizer: `settings` (a pretrained folder's,
+    which keeps its casing) or UNCASED, with the model's inputs and the length it was trained at."""
+    return {
+        "tokenizer_class": "AlbertTokenizer",
+        **(settings if settings is not None else UNCASED),
+        "model_input_names": list(MODEL_INPUT_NAMES),
+        "model_max_length": model_max_length,
+    }
+
+
 def save_hf_pretrained(
     model: nn.Module,
     directory: str | os.PathLike,
@@ -197,11 +216,16 @@ def save_hf_pretrained(
     id2label: dict[int, str] | None = None,
     problem_type: str | None = None,
     extra_config: dict[str, Any] | None = None,
+    max_seq_length: int | None = None,
+    tokenizer_settings: dict[str, Any] | None = None,
 ) -> Path:
-    """Write config.json, model.safetensors (and spiece.model) that transformers loads.
-    `problem_type` (transformers' key: "single_label_classification", "multi_label_classification"
-    or "regression") tells a sequence classifier's loss there. `extra_config`: keys of our own for
-    config.json (transformers keeps them as attributes, our loader ignores them)."""
+    """Write config.json, model.safetensors (and spiece.model with its tokenizer_config.json) that
+    transformers loads. `problem_type` (transformers' key: "single_label_classification",
+    "multi_label_classification" or "regression") tells a sequence classifier's loss there.
+    `extra_config`: keys of our own for config.json (transformers keeps them as attributes, our
+    loader ignores them). `max_seq_length`: the length the model was trained at, the tokenizer's
+    `model_max_length` (its position embeddings' when None); `tokenizer_settings`: see
+    `tokenizer_config`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config: AlbertConfig = model.config
@@ -223,24 +247,21 @@ def save_hf_pretrained(
 
     if spiece_model is not None:
         shutil.copyfile(spiece_model, directory / "spiece.model")
-        tokenizer_config = {
-            "tokenizer_class": "AlbertTokenizer",
-            "do_lower_case": True,
-            "keep_accents": False,
-            "remove_space": True,
-            "model_max_length": config.max_position_embeddings,
-        }
-        (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
+        settings = tokenizer_config(max_seq_length or config.max_position_embeddings, tokenizer_settings)
+        (directory / "tokenizer_config.json").write_text(json.dumps(settings, indent=2) + "\n")
     return directory
 
 
 __all__ = [
     "LEGACY_WEIGHTS",
+    "MODEL_INPUT_NAMES",
+    "UNCASED",
     "WEIGHT_FILES",
     "apply_pretrained_encoder",
     "load_hf_pretrained",
     "load_legacy_weights",
     "save_hf_pretrained",
     "to_hf_state_dict",
+    "tokenizer_config",
     "weights_file",
 ]

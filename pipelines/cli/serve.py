@@ -9,6 +9,7 @@ multi-label) behind an HTTP endpoint on Ray Serve, until Ctrl-C (or SIGTERM) shu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import time
@@ -83,7 +84,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--max-seq-length",
         metavar="L",
         type=positive(int),
-        help="tokens per text (pair); by default 512, or the model's positions where fewer",
+        help="tokens per text (pair); by default the length the model was fine-tuned at (its config.json's "
+        "albert_ray.max_seq_length), else 512 or the model's positions where fewer",
     )
     return parser
 
@@ -118,14 +120,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             batch_wait_ms=args.batch_wait_ms,
             max_seq_length=args.max_seq_length,
         )
-        files, kind, labels = read_model(args.model_dir, options.max_seq_length)
+        model = read_model(args.model_dir, options.max_seq_length)
+        options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
         init_ray()
-        url = start_endpoint(args.model_dir, files, options)
+        url = start_endpoint(args.model_dir, model.files, options)
         previous = signal.signal(signal.SIGTERM, interrupt)
         try:
             example = json.dumps({"text": "A sentence to classify."})
             print(
-                f"serving {args.model_dir} ({kind}" + (f": {', '.join(labels)}" if labels else "") + f") at {url}\n"
+                f"serving {args.model_dir} ({model.kind}"
+                + (f": {', '.join(model.labels)}" if model.labels else "")
+                + f"; {model.max_seq_length} tokens) at {url}\n"
                 f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'\n"
                 f"  curl -s {url}    # the model's kind, labels and max_seq_length\n"
                 "Ctrl-C stops it.",

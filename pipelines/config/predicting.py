@@ -37,8 +37,9 @@ class PredictSection(Section):
     label_delimiter: str = "|"
     """multi-label: what separates the classes in a text label cell."""
     max_seq_length: int | None = None
-    """Tokens per row, [CLS] and [SEP]s included; null: the run's fine-tuning finetune.max_seq_length
-    for the run's own model, else 512 capped by the model's position embeddings."""
+    """Tokens per row, [CLS] and [SEP]s included; null: the length the model was fine-tuned at, as
+    its config.json records it (albert_ray.max_seq_length); without that record, the run's
+    finetune.max_seq_length for the run's own model, else 512 capped by the model's positions."""
     output: str | None = field(default=None, metadata=setting("where a copy goes"))
     """A folder (local or s3://, outside the run_dir) that the committed predictions are also
     published to: predictions/*.parquet, config.yaml and manifest.json, with a marker listing them.

@@ -41,6 +41,7 @@ from albert_model import (
 from albert_model.hf import load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
+from ..storage.models import RECORD
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # protobuf's 2 GiB limit on one message, less room for the graph itself: heavier weights go beside
@@ -52,6 +53,10 @@ CHECK_SHAPES = ((3, 17), (2, 40))
 _EXAMPLE_SHAPE = (2, 8)
 OPSETS = range(18, 23)  # measured with torch 2.13 and onnxruntime 1.32 (docs/model.md#onnx)
 _EXAMPLE_CHOICES, _CHECK_CHOICES = 3, 4  # multiple choice: (batch, choices, sequence)
+USAGE_KEYS = (RECORD, "id2label", "problem_type")
+"""config.json's keys on how the model is applied (the record of its fine-tuning, its labels, a
+sequence classifier's problem type), kept in the ONNX file's metadata as JSON: a runtime holding
+only the file applies it as the folder says."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,8 @@ class ExportableModel:
     architecture: str
     head: HeadExport
     model: nn.Module
+    usage: dict[str, str]
+    """The folder's USAGE_KEYS that it has, each as JSON."""
 
     @property
     def config(self) -> AlbertConfig:
@@ -135,14 +142,16 @@ def load_exportable(directory: str | os.PathLike) -> ExportableModel:
         model = load_hf_pretrained(directory, head.model_class)
     except ValueError as e:
         raise BadInput(f"{directory}: {e}") from e
-    return ExportableModel(directory, architecture, head, model.eval())
+    usage = {key: json.dumps(hf_config[key], sort_keys=True) for key in USAGE_KEYS if key in hf_config}
+    return ExportableModel(directory, architecture, head, model.eval(), usage)
 
 
 def export_onnx(
     exportable: ExportableModel, output: str | os.PathLike, opset: int | None = None, force: bool = False
 ) -> OnnxExport:
     """Write the model to `output` (refusing an existing file unless `force`), its shared weights
-    stored once; `opset` None is torch's default. The file appears only once complete."""
+    stored once and the folder's usage in its metadata; `opset` None is torch's default. The file
+    appears only once complete."""
     output = check_target(output, exportable.directory, opset, force)
     output.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -151,6 +160,7 @@ def export_onnx(
     # text per node, and there are nodes per application of the shared layer: as much as the
     # tiny model's weights. It names local paths too.
     ClearMetadataAndDocStringPass()(program.model)
+    program.model.metadata_props.update(exportable.usage)
     removed = _deduplicate_initializers(program.model)
     written = _save(program.model, output)
     return OnnxExport(
@@ -325,6 +335,7 @@ __all__ = [
     "HEADS",
     "INPUT_NAMES",
     "OPSETS",
+    "USAGE_KEYS",
     "ExportableModel",
     "HeadExport",
     "OnnxExport",

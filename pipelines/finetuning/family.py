@@ -52,6 +52,11 @@ class Evaluation:
 
     metrics: dict[str, float]
     files: dict[str, str] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    """What applying the model as this evaluation did needs beyond its labels and
+    finetune.max_seq_length (JSON values): the post-processing's settings, QA's windows, answer
+    search and the no-answer threshold it chose, token classification's tags. Recorded in the
+    checkpoint's config.json (pipelines/storage/models.py `ModelUsage`)."""
 
 
 class TaskFamily(Protocol):

@@ -30,6 +30,28 @@ IGNORED = -100
 """The target of a position that is not a word's first piece (torch's and transformers' ignore index)."""
 OUTSIDE = "O"
 """The tag predicted for a word cut off by finetune.max_seq_length (counted in the metrics)."""
+WORD_START = "first_piece"
+"""Where a word's tag is read (and trained): its first piece, each word tokenized alone."""
+
+
+def tag_scheme(sentences: Sequence[Sequence[str]]) -> str:
+    """How the tags mark entities: IOBES where some tag is S- or E-; IOB1 where an I- opens an entity
+    (at a sentence's start, after O or after another type: B- then only separates adjacent entities
+    of one type, as in CoNLL-2003's original files); IOB2 where every entity opens with B-; none where
+    no tag has these prefixes (parts of speech). conlleval reads each by the same rules."""
+    prefixes, opened_by_inside = set(), False
+    for tags in sentences:
+        before = (OUTSIDE, "")
+        for tag in tags:
+            prefix, _, kind = tag.partition("-")
+            prefixes.add(prefix)
+            opened_by_inside |= prefix == "I" and (before[0] == OUTSIDE or before[1] != kind)
+            before = (prefix, kind)
+    if prefixes & {"S", "E"}:
+        return "IOBES"
+    if prefixes & {"B", "I"}:
+        return "IOB1" if opened_by_inside else "IOB2"
+    return "none"
 
 
 @dataclass(frozen=True)
@@ -40,6 +62,8 @@ class TaggedSentences:
     tokens: list[list[str]]
     tags: list[list[str]]
     starts: list[list[int]]
+    scheme: str
+    """The tag scheme of the training and eval tags (tag_scheme)."""
 
 
 def encode_words(tokenizer: PairTokenizer, words: Sequence[str], max_length: int) -> tuple[list[int], list[int]]:
@@ -113,7 +137,9 @@ class TokenClassificationFamily:
             train_targets=train_targets,
             eval=eval_features,
             eval_targets=eval_targets,
-            reference=TaggedSentences(evaluation.tokens, evaluation.tags, eval_starts),
+            reference=TaggedSentences(
+                evaluation.tokens, evaluation.tags, eval_starts, tag_scheme([*train.tags, *evaluation.tags])
+            ),
             label_names=names,
             num_labels=len(names),
             accounting=splits.accounting,
@@ -145,7 +171,8 @@ class TokenClassificationFamily:
         lines = []
         for words, gold, tags in zip(reference.tokens, reference.tags, predicted):
             lines += [f"{w} {g} {p}\n" for w, g, p in zip(words, gold, tags)] + ["\n"]
-        return Evaluation(metrics, {"predictions.conll": "".join(lines)})
+        usage = {"tag_scheme": reference.scheme, "word_start": WORD_START}
+        return Evaluation(metrics, {"predictions.conll": "".join(lines)}, usage)
 
 
 def eval_loss(scores: np.ndarray, targets: np.ndarray) -> float:
@@ -160,4 +187,4 @@ def eval_loss(scores: np.ndarray, targets: np.ndarray) -> float:
 
 TOKEN_CLASSIFICATION_FAMILY = TokenClassificationFamily()
 
-__all__ = ["TOKEN_CLASSIFICATION_FAMILY", "TaggedSentences", "TokenClassificationFamily", "encode_words"]
+__all__ = ["TOKEN_CLASSIFICATION_FAMILY", "TaggedSentences", "TokenClassificationFamily", "encode_words", "tag_scheme"]

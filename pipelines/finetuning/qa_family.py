@@ -181,6 +181,7 @@ class QuestionAnsweringFamily:
         metrics: dict[str, float] = {"eval_loss": _eval_loss(scores, task.eval_targets, ref.windows)}
         answers = predicted.answers
         files = {}
+        threshold = None  # SQuAD v1.1: every question is answered
         if ref.version_2:
             searched = squad_scores(ref.golds, answers, na_probs=predicted.null_odds)
             threshold = float(searched["best_f1_thresh"])
@@ -190,7 +191,14 @@ class QuestionAnsweringFamily:
         scored = squad_scores(ref.golds, answers)
         metrics.update({k: float(scored[k]) for k in REPORTED if k in scored})
         files["predictions.json"] = json.dumps(answers, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-        return Evaluation(metrics, files)
+        usage = {
+            "max_query_length": cfg.max_query_length,
+            "doc_stride": cfg.doc_stride,
+            "n_best_size": cfg.n_best_size,
+            "max_answer_length": cfg.max_answer_length,
+            "null_threshold": threshold,
+        }
+        return Evaluation(metrics, files, usage)
 
 
 def _eval_loss(scores: np.ndarray, targets: np.ndarray, windows: Sequence[Window]) -> float:

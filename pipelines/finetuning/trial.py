@@ -5,7 +5,6 @@ holds the training state a killed trial continues from."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
 import tempfile
@@ -20,12 +19,10 @@ import torch.distributed as dist
 from torch import nn
 
 from albert_model.config import AlbertConfig
-from albert_model.hf import LEGACY_WEIGHTS, WEIGHT_FILES, load_legacy_weights, save_hf_pretrained, weights_file
 
 from ..config import FinetuneSection, config_to_dict
 from ..errors import BadInput, ConfigError, MissingInput
-from ..storage import filesystem
-from ..storage.models import require_model_dir
+from ..storage.models import ModelUsage, materialize, save_model
 from ..train.build import build_optimizer
 from .families import task_family
 from .family import EncodedTask
@@ -67,34 +64,6 @@ def trial_finetune(base: FinetuneSection, overrides: dict[str, Any]) -> Finetune
     return dataclasses.replace(base, **values)
 
 
-def read_pretrained_files(
-    directory: str,
-    key: str = "finetune.pretrained",
-    hint: str = "; the default {run_dir}/pretrain/hf needs the pretrain stage",
-) -> dict[str, bytes]:
-    """config.json, the weights (single or sharded safetensors, or pytorch_model.bin), spiece.model
-    and tokenizer_config.json, local or s3://; errors name `key`. A pytorch_model.bin that the loader
-    would read is checked here, on the driver, to hold tensors only."""
-    fs, root = filesystem(directory)
-    require_model_dir(directory, key, hint)
-    names = {os.path.basename(p) for p in fs.ls(root, detail=False)}
-    if "spiece.model" not in names:
-        raise MissingInput(f"{key}: {directory} has no spiece.model (the tokenizer)")
-    wanted = [
-        n
-        for n in names
-        if n in ("config.json", "spiece.model", "tokenizer_config.json", *WEIGHT_FILES)
-        or (n.startswith("model-") and n.endswith(".safetensors"))
-    ]
-    files = {n: fs.cat_file(f"{root}/{n}") for n in sorted(wanted)}
-    if weights_file(files) == LEGACY_WEIGHTS:  # refused here, not in every trial, worker or replica
-        try:
-            load_legacy_weights(io.BytesIO(files[LEGACY_WEIGHTS]), f"{directory}/{LEGACY_WEIGHTS}", "meta")
-        except ValueError as e:
-            raise BadInput(f"{key}: {e}") from None
-    return files
-
-
 def check_pretrained(cfg: FinetuneSection, files: dict[str, bytes], directory: str) -> None:
     """The pretrained config.json is an ALBERT config whose position embedding covers
     finetune.max_seq_length: checked once by the driver, since every trial would fail on it."""
@@ -116,32 +85,6 @@ def encode_task(cfg: FinetuneSection, files: dict[str, bytes]) -> TrialData:
     with tempfile.TemporaryDirectory() as local:
         tokenizer = PairTokenizer(materialize(files, local))
     return TrialData(cfg.task, task_family(cfg.task).encode(cfg, tokenizer), tokenizer.pad_id, files)
-
-
-def materialize(files: dict[str, bytes], directory: str) -> str:
-    """Write the pretrained directory's files to a local folder; returns it."""
-    os.makedirs(directory, exist_ok=True)
-    for name, data in files.items():
-        with open(os.path.join(directory, name), "wb") as f:
-            f.write(data)
-    return directory
-
-
-def save_model(
-    model: nn.Module,
-    pretrained_dir: str,
-    directory: str,
-    label_names: list[str] | None,
-    problem_type: str | None = None,
-) -> None:
-    """transformers' layout of the model's head class with the pretrained tokenizer files."""
-    id2label = dict(enumerate(label_names)) if label_names is not None else None
-    spiece = os.path.join(pretrained_dir, "spiece.model")
-    save_hf_pretrained(model, directory, spiece_model=spiece, id2label=id2label, problem_type=problem_type)
-    tokenizer_config = os.path.join(pretrained_dir, "tokenizer_config.json")
-    if os.path.exists(tokenizer_config):  # keep the pretrained casing (save_hf_pretrained assumes uncased)
-        with open(tokenizer_config, "rb") as src, open(os.path.join(directory, "tokenizer_config.json"), "wb") as dst:
-            dst.write(src.read())
 
 
 PREDICTIONS = "predictions"
@@ -325,7 +268,8 @@ def fit_trial(
         rng_states = worker_rng_states(device, world)  # after the evaluation, which draws nothing
         if rank == 0:
             checkpoint = os.path.join(checkpoint_root, f"epoch_{epoch + 1}")
-            save_model(model, pretrained_dir, checkpoint, task.label_names, family.problem_type)
+            usage = ModelUsage(family.name, cfg.max_seq_length, evaluation.usage)
+            save_model(model, pretrained_dir, checkpoint, task.label_names, family.problem_type, usage)
             write_predictions(evaluation.files, os.path.join(checkpoint, PREDICTIONS))
             save_trainer_state(checkpoint, epoch + 1, optimizer, schedule, rng_states)
         report(metrics, checkpoint)
@@ -338,9 +282,6 @@ __all__ = [
     "check_pretrained",
     "encode_task",
     "fit_trial",
-    "materialize",
-    "read_pretrained_files",
-    "save_model",
     "PREDICTIONS",
     "trial_finetune",
 ]

@@ -3,12 +3,11 @@ AlbertForSequenceClassification) applied to texts: its predictions as the fine-t
 scores them (a class name, a number, or a list of classes) and the probabilities behind them.
 
 Rows are encoded as fine-tuning encodes them (PairTokenizer: AlbertTokenizer's ids, longest-first
-truncation) and sorted by length before batching, so a batch pads to its own longest row."""
+truncation, by default at the length the model was fine-tuned at) and sorted by length before
+batching, so a batch pads to its own longest row."""
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,20 +18,13 @@ from torch import nn
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification
 
-from ..errors import BadInput, MissingInput
+from ..errors import BadInput
 from ..finetuning.tokenizer import PairTokenizer, pad_batch
+from ..storage.models import applied_length, read_model_config
 
 SERVED = {"AlbertForSequenceClassification"}
 """The architectures predict serves; the other families' exports are refused by name."""
 KINDS = ("classification", "regression", "multi_label")
-
-
-def read_config(model_dir: str) -> dict[str, Any]:
-    path = os.path.join(model_dir, "config.json")
-    if not os.path.exists(path):
-        raise MissingInput(f"{model_dir}: no config.json (predict.model is a transformers ALBERT folder)")
-    with open(path) as f:
-        return json.load(f)
 
 
 def model_kind(config: dict[str, Any], model_dir: str) -> tuple[str, list[str] | None]:
@@ -72,12 +64,10 @@ class Predictor:
     def load(
         cls, model_dir: str, max_seq_length: int | None = None, batch_size: int = 64, device: str | None = None
     ) -> Predictor:
-        config = read_config(model_dir)
+        """The local folder's model; `max_seq_length` None: storage.models.applied_length's default."""
+        config = read_model_config(model_dir, "model")
         kind, names = model_kind(config, model_dir)
-        positions = int(config.get("max_position_embeddings", 512))
-        length = max_seq_length or min(512, positions)
-        if length > positions:
-            raise BadInput(f"predict.max_seq_length={length} exceeds {model_dir}'s max_position_embeddings={positions}")
+        length = applied_length(config, max_seq_length, "max_seq_length", model_dir)
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model = load_hf_pretrained(model_dir, AlbertForSequenceClassification).to(target).eval()
         return cls(model, PairTokenizer(model_dir), kind, names, length, batch_size, target)
@@ -118,4 +108,4 @@ class Predictor:
         return self.outputs(self.logits(self.encode(texts, pairs)))
 
 
-__all__ = ["KINDS", "SERVED", "Predictor", "model_kind", "read_config"]
+__all__ = ["KINDS", "SERVED", "Predictor", "model_kind"]

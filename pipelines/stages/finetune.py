@@ -27,11 +27,12 @@ from ..config import Config, config_to_dict, searched_overrides, tune_metric
 from ..errors import BadInput
 from ..finetuning import results
 from ..finetuning.evaluate import evaluate_model
-from ..finetuning.trial import TrialData, check_pretrained, encode_task, read_pretrained_files
+from ..finetuning.trial import TrialData, check_pretrained, encode_task
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import UNIT_MANIFEST, input_fingerprints, pretrained_dir, stage_fingerprint, unit_configs
 from ..storage import copy_tree, join, read_json, write_text
 from ..storage.contained import Contained
+from ..storage.models import read_model_files
 from ..tracking import flat_params, scalars
 from .ray_runtime import init_ray
 from .stage_tracking import start_tracking
@@ -56,7 +57,9 @@ def search_task(
             getattr(config.finetune, key.partition(".")[2]),
         )
     pretrained = pretrained_dir(config)
-    files = read_pretrained_files(pretrained)
+    files = read_model_files(
+        pretrained, "finetune.pretrained", "; the default {run_dir}/pretrain/hf needs the pretrain stage"
+    )
     check_pretrained(config.finetune, files, pretrained)  # before any table is read or trial started
     data = encode_task(config.finetune, files)
     task = data.encoded

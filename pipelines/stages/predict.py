@@ -26,13 +26,13 @@ from ray.data.datasource import FileBasedDatasource
 
 from ..config import Config
 from ..finetuning.metrics import compute_metrics
-from ..finetuning.trial import materialize, read_pretrained_files
 from ..inference.predictor import Predictor, model_kind
 from ..inference.reading import random_access, stream_rows
 from ..inference.table_files import input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
 from ..storage import arrow_filesystem, join, key_relpath
+from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import init_ray
 
 log = logging.getLogger(__name__)
@@ -46,12 +46,15 @@ def predict_model(config: Config) -> str:
     return config.predict.model or join(stage_dir(config, "finetune"), "best")
 
 
-def sequence_length(config: Config) -> int | None:
-    """predict.max_seq_length, or for the run's own model the fine-tuning stage's."""
-    if config.predict.max_seq_length or config.predict.model:
-        return config.predict.max_seq_length
-    manifest = read_manifest_at(stage_dir(config, "finetune")) or {}
-    return (manifest.get("config") or {}).get("finetune", {}).get("max_seq_length")
+def sequence_length(config: Config, model_config: dict[str, Any], model: str) -> int:
+    """predict.max_seq_length; else the length the model was fine-tuned at, as its folder records it;
+    else, for the run's own model exported before that record, the fine-tuning stage's; else 512
+    capped by its position embeddings (storage.models.applied_length)."""
+    fallback = None
+    if not config.predict.model:
+        manifest = read_manifest_at(stage_dir(config, "finetune")) or {}
+        fallback = (manifest.get("config") or {}).get("finetune", {}).get("max_seq_length")
+    return applied_length(model_config, config.predict.max_seq_length, "predict.max_seq_length", model, fallback)
 
 
 class TableRows(FileBasedDatasource):
@@ -76,7 +79,7 @@ class TableRows(FileBasedDatasource):
 class PredictRows:
     """A Ray Data actor holding the model: a block of rows in, their predictions out."""
 
-    def __init__(self, files: dict[str, bytes], max_seq_length: int | None, batch_size: int, root: str, cpus: float):
+    def __init__(self, files: dict[str, bytes], max_seq_length: int, batch_size: int, root: str, cpus: float):
         torch.set_num_threads(max(1, int(cpus)))
         self.work = tempfile.mkdtemp(prefix="albert-predict-")
         self.predictor = Predictor.load(materialize(files, self.work), max_seq_length, batch_size)
@@ -155,10 +158,10 @@ def build_predict(run: StageRun) -> dict:
     columns = {"text": pc.text_column, "pair": pc.text_pair_column, "id_column": pc.id_column, "label": pc.label_column}
     tables = input_tables(pc.input, columns)
     model = predict_model(config)
-    files = read_pretrained_files(
-        model, "predict.model", "; the default {run_dir}/finetune/best needs the finetune stage"
-    )
-    kind, names = model_kind(json.loads(files["config.json"]), model)
+    files = read_model_files(model, "predict.model", "; the default {run_dir}/finetune/best needs the finetune stage")
+    model_config = json.loads(files["config.json"])
+    kind, names = model_kind(model_config, model)
+    length = sequence_length(config, model_config, model)
     init_ray()
     cluster = ray.cluster_resources()
     gpus = int(cluster.get("GPU", 0))
@@ -169,7 +172,7 @@ def build_predict(run: StageRun) -> dict:
         PredictRows,
         fn_constructor_kwargs={
             "files": files,
-            "max_seq_length": sequence_length(config),
+            "max_seq_length": length,
             "batch_size": pc.batch_size,
             "root": tables.root,
             "cpus": cpus,
@@ -196,6 +199,7 @@ def build_predict(run: StageRun) -> dict:
         "input": pc.input,
         "kind": kind,
         "label_names": names,
+        "max_seq_length": length,
         "rows": {"read": total, "predicted": total - sum(reasons.values()), "rejected": dict(reasons)},
         "rejection_examples": examples,
         "files": {

@@ -113,6 +113,7 @@ def plan_pretraining(config: Config, out_dir: str, gpus: tuple[int, int | None])
         data_dir=data_dir,
         out_dir=out_dir,
         spiece_model=join(stage_dir(config, "vocab"), "spiece.model"),
+        max_seq_length=written["max_seq_length"],
         sentence_objective=objective,
     )
 

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, UserError, one_line
-from ..finetuning.trial import materialize, read_pretrained_files
 from ..inference.predictor import Predictor, model_kind
+from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,8 @@ class ServeOptions:
     batch_wait_ms: float = 10.0
     """How long a batch waits to fill before it runs anyway."""
     max_seq_length: int | None = None
-    """Tokens per text pair (longest-first truncation); by default 512 capped by the model's positions."""
+    """Tokens per text pair (longest-first truncation); by default the length the model was fine-tuned
+    at (its config.json's record), else 512 capped by its position embeddings."""
 
 
 def json_type(value: Any) -> str:
@@ -205,16 +206,25 @@ class PredictEndpoint:
         return JSONResponse(answers if listed else answers[0])
 
 
-def read_model(model_dir: str, max_seq_length: int | None) -> tuple[dict[str, bytes], str, list[str] | None]:
-    """The model folder's files (local or s3://) and its kind and labels, checked before anything
-    starts: a missing folder, an export predict does not serve, a length over its positions."""
-    files = read_pretrained_files(model_dir, "MODEL_DIR", "")
+@dataclass(frozen=True)
+class ServedModel:
+    """A model folder read and checked before anything starts."""
+
+    files: dict[str, bytes]
+    """Its files (storage.models.read_model_files), which every replica loads."""
+    kind: str
+    labels: list[str] | None
+    max_seq_length: int
+    """The length it is applied at: --max-seq-length, or its default (storage.models.applied_length)."""
+
+
+def read_model(model_dir: str, max_seq_length: int | None) -> ServedModel:
+    """The model folder (local or s3://), checked before anything starts: a missing folder, an export
+    predict does not serve, a length over its positions."""
+    files = read_model_files(model_dir, "MODEL_DIR")
     config = json.loads(files["config.json"])
     kind, labels = model_kind(config, model_dir)
-    positions = int(config.get("max_position_embeddings", 512))
-    if max_seq_length and max_seq_length > positions:
-        raise BadInput(f"--max-seq-length {max_seq_length} exceeds {model_dir}'s max_position_embeddings={positions}")
-    return files, kind, labels
+    return ServedModel(files, kind, labels, applied_length(config, max_seq_length, "--max-seq-length", model_dir))
 
 
 def replica_gpus(options: ServeOptions) -> float:
@@ -283,6 +293,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "PredictEndpoint",
     "ServeOptions",
+    "ServedModel",
     "parse_request",
     "read_model",
     "start_endpoint",

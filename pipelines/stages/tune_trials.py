@@ -17,8 +17,9 @@ import torch
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from ..config import Config, FinetuneSection, TuneSection
-from ..finetuning.trial import TrialData, fit_trial, materialize, trial_finetune
+from ..finetuning.trial import TrialData, fit_trial, trial_finetune
 from ..storage import join
+from ..storage.models import materialize
 from .ray_runtime import check_train_snapshot, keep_ray_info_off_the_console, quiet_train_run
 from .search_records import CONTINUES, finetune_keys
 

@@ -42,6 +42,7 @@ def export(plan: PretrainPlan, state: dict, final: dict) -> None:
             model,
             os.path.join(tmp, "hf"),
             spiece_model=spiece,
+            max_seq_length=plan.max_seq_length,
             extra_config={"sentence_objective": plan.sentence_objective},
         )
         if plan.sentence_objective == "none":

@@ -45,6 +45,8 @@ class PretrainPlan:
     """Where the run writes: the folder being built (metrics, checkpoints, export)."""
     spiece_model: str | None
     """The vocabulary, copied into the export (None: an export without a tokenizer)."""
+    max_seq_length: int
+    """The data's data.max_seq_length: the exported tokenizer's model_max_length."""
     initial_checkpoint: str | None = None
     """The complete output's checkpoint that a raised train.max_steps continues from."""
     tracking: TrackingPlan | None = None

@@ -1,6 +1,7 @@
 """Checkpoint parity against the real transformers ALBERT, in both directions."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,3 +179,31 @@ def test_missing_and_unexpected_weights_are_named(tmp_path):
         load_hf_pretrained(tmp_path / "pre", AlbertForSequenceClassification)
     with pytest.raises(FileNotFoundError, match="config.json"):
         load_hf_pretrained(tmp_path / "nowhere")
+
+
+PAIR = ("The minister said the vote would take place next week.", "Shares rose after the bank reported profits.")
+
+
+@pytest.mark.parametrize("tokenizer_class", ["AutoTokenizer", "AlbertTokenizer"])
+def test_the_exported_tokenizer_feeds_segment_ids_and_cuts_at_the_training_length(
+    tiny_pretrained, tmp_path, tokenizer_class
+):
+    """transformers 5's AlbertTokenizer leaves token_type_ids out of its outputs unless
+    tokenizer_config.json names them (transformers#48128): a text pair was fed all-zero segment ids.
+    Loaded as the README shows, an export's tokenizer gives fine-tuning's ids and segment ids, and
+    truncates at the length the model was trained at."""
+    from pipelines.finetuning.tokenizer import PairTokenizer
+    from tests.conftest import VOCAB_SIZE
+
+    spiece = Path(tiny_pretrained) / "spiece.model"
+    model = AlbertForSequenceClassification(make_config(vocab_size=VOCAB_SIZE, max_position_embeddings=64))
+    folder = save_hf_pretrained(model, tmp_path / "export", spiece_model=spiece, max_seq_length=24)
+    tokenizer = getattr(transformers, tokenizer_class).from_pretrained(folder)
+    ours = PairTokenizer(str(folder))
+    ids, types = ours.encode(*PAIR, 1000)
+    assert 1 in types and len(ids) > 24
+    encoded = tokenizer(*PAIR)
+    assert (encoded["input_ids"], encoded["token_type_ids"]) == (ids, types)
+    assert tokenizer.model_max_length == 24
+    cut = tokenizer(*PAIR, truncation=True)
+    assert (cut["input_ids"], cut["token_type_ids"]) == ours.encode(*PAIR, 24)

@@ -15,8 +15,10 @@ from pipelines.config import load_config
 from pipelines.finetuning.qa_demo import bbc_qa_examples
 from pipelines.finetuning.qa_tables import flat_row
 from pipelines.finetuning.squad_metrics import read_squad_golds, squad_scores
+from pipelines.finetuning.tokenizer import PairTokenizer
 from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
 from pipelines.storage import filesystem, write_text
+from pipelines.storage.models import ModelUsage, read_usage
 
 # stage_fingerprint at 9188c23 (before the question-answering keys existed) of a finetune stage with
 # finetune.pretrained=model, a folder of fixed content: the classification and regression
@@ -167,6 +169,21 @@ def test_a_squad_v2_search_writes_the_official_files_and_transformers_loads_the_
     model, info = transformers.AlbertForQuestionAnswering.from_pretrained(f"{out}/best", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     assert "f1" in capsys.readouterr().out
+
+    # the export says how it is applied (issue #44): the windows, the answer search and the
+    # no-answer threshold its evaluation chose; its tokenizer feeds the question and context's
+    # segment ids, as the README loads it
+    assert read_usage(exported, f"{out}/best") == ModelUsage(
+        "question_answering",
+        96,
+        {"max_query_length": 32, "doc_stride": 48, "n_best_size": 20, "max_answer_length": 30}
+        | {"null_threshold": metrics["null_threshold"]},
+    )
+    tokenizer = transformers.AutoTokenizer.from_pretrained(f"{out}/best")
+    question, context = held[0].question, held[0].context[:300]
+    encoded = tokenizer(question, context)
+    expected = PairTokenizer(f"{out}/best").encode(question, context, 1000)
+    assert (encoded["input_ids"], encoded["token_type_ids"]) == expected and tokenizer.model_max_length == 96
 
 
 def test_a_qa_config_is_checked_before_any_work():

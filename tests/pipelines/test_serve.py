@@ -1,10 +1,12 @@
-"""`albert-ray serve` (pipelines/cli/serve.py over pipelines/stages/serve.py): a classification
-export behind Ray Serve on a free local port, called over real HTTP while the command waits for
-Ctrl-C. Answers equal the Predictor's on the same texts, texts from concurrent callers share
-batches, malformed requests are 400s naming the field and leave the replica serving, a body over
-the limit is a 413 before it is read whole (from its Content-Length, or as it streams), GET
-describes the model, and Ctrl-C shuts Serve down and frees the port. The command's errors known
-before anything starts are one line and exit status 2."""
+"""`albert-ray serve` (pipelines/cli/serve.py over pipelines/stages/serve.py): the shared suite's
+MNLI classifier (`family_suite`, fine-tuned at 32 tokens) behind Ray Serve on a free local port,
+called over real HTTP while the command waits for Ctrl-C. Without --max-seq-length it is applied at
+the length it was fine-tuned at, with transformers' probabilities for pairs cut there (issue #44:
+serve applied a model at 512 where predict applied it at 128). Answers equal the Predictor's on the
+same texts, texts from concurrent callers share batches, malformed requests are 400s naming the
+field and leave the replica serving, a body over the limit is a 413 before it is read whole (from
+its Content-Length, or as it streams), GET describes the model, and Ctrl-C shuts Serve down and
+frees the port. The command's errors known before anything starts are one line and exit status 2."""
 
 import http.client
 import json
@@ -16,8 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
+import transformers
 
 from albert_model import AlbertConfig
 from albert_model.hf import save_hf_pretrained
@@ -27,7 +31,11 @@ from pipelines.inference.predictor import Predictor
 from tests.conftest import VOCAB_SIZE, free_port
 from tests.pickled_weights import pickled_model_dir
 
+from .family_tasks import GLUE
+
 LABELS = ["business", "politics", "sport"]
+MNLI = ["contradiction", "entailment", "neutral"]
+"""The served model's labels."""
 TEXTS = [
     "Shares rose after the bank reported strong profits.",
     "The minister said the vote would take place next week.",
@@ -93,14 +101,14 @@ def check_limits(url: str, port: int, model: str) -> None:
         assert status == 400 and answer == {"error": "body: JSON nested deeper than 32 levels"}, (deep[:50], answer)
     brackets = '"[{' * 1000  # text, not nesting
     status, answer = call(url, {"text": brackets})
-    assert status == 200 and answer["labels"] == LABELS
+    assert status == 200 and answer["labels"] == MNLI
     status, answer = call(url, {"text": TEXTS[0]})
     assert status == 200
-    assert_same(answer, Predictor.load(model, 64, device="cpu").predict([TEXTS[0]])[0])
+    assert_same(answer, Predictor.load(model, 32, device="cpu").predict([TEXTS[0]])[0])
 
 
 def assert_same(answer: dict, expected: dict) -> None:
-    assert answer["prediction"] == expected["prediction"] and answer["labels"] == LABELS
+    assert answer["prediction"] == expected["prediction"] and answer["labels"] == MNLI
     assert answer["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-6)
 
 
@@ -116,8 +124,9 @@ def refuses_connections(port: int, wait_s: float = 10.0) -> bool:
 
 
 def check_endpoint(url: str, model: str) -> None:
-    """Answers as the Predictor's, batched across callers; malformed requests refused; GET describes."""
-    predictor = Predictor.load(model, 64, device="cpu")
+    """Answers as the Predictor's at the fine-tuning's length, batched across callers, and as
+    transformers' on pairs cut at that length; malformed requests refused; GET describes."""
+    predictor = Predictor.load(model, 32, device="cpu")
     status, answer = call(url, {"text": TEXTS[0]})
     assert status == 200
     assert_same(answer, predictor.predict([TEXTS[0]])[0])
@@ -165,38 +174,61 @@ def check_endpoint(url: str, model: str) -> None:
     assert {k: info[k] for k in ("model", "kind", "labels", "max_seq_length", "max_batch_size")} == {
         "model": model,
         "kind": "classification",
-        "labels": LABELS,
-        "max_seq_length": 64,
+        "labels": MNLI,
+        "max_seq_length": 32,
         "max_batch_size": 8,
     }
 
+    rows = [line.split("\t") for line in (GLUE / "MNLI" / "dev_matched.tsv").read_text().splitlines()]
+    pairs = [(row[rows[0].index("sentence1")], row[rows[0].index("sentence2")]) for row in rows[1:]]
+    status, answers = call(url, {"inputs": [{"text": a, "text_pair": b} for a, b in pairs]})
+    assert status == 200
+    np.testing.assert_allclose(
+        [a["probabilities"] for a in answers], transformers_probabilities(model, pairs, 32), atol=1e-5
+    )
 
-def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(ray_session, classifier, monkeypatch, capsys):
+
+def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, monkeypatch, capsys):
     from ray import serve
 
     from pipelines.cli import serve as command
     from pipelines.cli.command import main
 
+    model = str(family_suite[1] / "finetune" / "mnli" / "best")
     port = free_port()
     url = f"http://127.0.0.1:{port}/predict"
 
     def serving(seconds: float) -> None:  # the command's wait: the checks while it serves, then Ctrl-C
-        check_endpoint(url, classifier)
-        check_limits(url, port, classifier)
+        check_endpoint(url, model)
+        check_limits(url, port, model)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
-    # a long batch wait, so that callers arriving together surely share a batch
-    argv = ["--port", str(port), "--max-batch-size", "8", "--batch-wait-ms", "300", "--max-seq-length", "64"]
+    # a long batch wait, so that callers arriving together surely share a batch; no --max-seq-length
+    argv = ["--port", str(port), "--max-batch-size", "8", "--batch-wait-ms", "300"]
     try:
-        assert main(["serve", classifier, *argv]) == 0
+        capsys.readouterr()
+        assert main(["serve", model, *argv]) == 0
         out = capsys.readouterr().out
-        assert out.startswith(f"serving {classifier} (classification: business, politics, sport) at {url}\n")
+        assert out.startswith(f"serving {model} (classification: {', '.join(MNLI)}; 32 tokens) at {url}\n")
         assert f"curl -s {url} -H 'Content-Type: application/json'" in out and out.endswith("stopped\n")
         assert serve.status().applications == {}
         assert refuses_connections(port)
     finally:
         serve.shutdown()  # a no-op when the command shut down; the session's Ray serves the other tests
+
+
+def transformers_probabilities(model: str, pairs: list[tuple[str, str]], length: int) -> np.ndarray:
+    """transformers' classifier on the pairs as its tokenizer cuts them at `length`, with their segment ids."""
+    theirs = transformers.AlbertForSequenceClassification.from_pretrained(model).eval()
+    tokenizer = transformers.AlbertTokenizer.from_pretrained(model)
+    texts, others = [a for a, _ in pairs], [b for _, b in pairs]
+    assert max(len(ids) for ids in tokenizer(texts, others)["input_ids"]) > length  # some pair is cut
+    batch = tokenizer(
+        texts, others, truncation=True, max_length=length, padding=True, return_tensors="pt", return_token_type_ids=True
+    )
+    with torch.no_grad():
+        return torch.softmax(theirs(**batch).logits, -1).numpy()
 
 
 def test_request_checks_name_the_field():
@@ -233,6 +265,15 @@ def test_the_command_refuses_a_missing_folder_and_an_unserved_export_in_one_line
     err = capsys.readouterr().err
     assert err.startswith(f"albert-ray serve: error: {tiny_pretrained}: a AlbertForPreTraining export; predict serves")
     assert err.count("\n") == 1
+
+
+def test_a_length_beyond_the_model_positions_is_one_line_before_serve_starts(classifier, capsys):
+    from pipelines.cli.command import main
+
+    assert main(["serve", classifier, "--max-seq-length", "600"]) == 2
+    assert capsys.readouterr().err == (
+        f"albert-ray serve: error: --max-seq-length=600 exceeds {classifier}'s max_position_embeddings=512\n"
+    )
 
 
 def test_the_command_refuses_a_port_in_use_before_serve_starts(ray_session, classifier, capsys):

@@ -4,6 +4,7 @@ once per application), named inputs and outputs with dynamic axes, outputs withi
 on onnxruntime's CPU provider at two shapes with padding; identical copies stored once; weights
 too heavy for one protobuf message beside the file. The command: test_export_command.py."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +24,11 @@ from albert_model import (
 )
 from albert_model.hf import save_hf_pretrained
 from pipelines.export.onnx import check_inputs, export_onnx, load_exportable, max_abs_difference
+from pipelines.storage.models import RECORD
 
 CONFIG = AlbertConfig.from_preset("tiny", vocab_size=1000).replace(num_hidden_layers=12, num_labels=3)
 LAYER = "albert.encoder.albert_layer_groups.0.albert_layers.0."
+LABELS = ["sport", "politics", "business"]
 SHAPES = ((3, 17), (2, 40))  # (batch, sequence); the export traced (2, 8)
 HEADS = {
     "AlbertForSequenceClassification": (AlbertForSequenceClassification, ("logits",)),
@@ -57,10 +60,27 @@ def copies(model: onnx.ModelProto, matrix: np.ndarray) -> int:
 def exported(request, tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
     model_class, _ = HEADS[request.param]
-    problem = {"problem_type": "multi_label_classification"} if model_class is AlbertForSequenceClassification else {}
-    folder = save(root, model_class, **problem)
+    kwargs = {}
+    if model_class is AlbertForSequenceClassification:  # multi-label, with a fine-tuned export's record
+        record = {"task": "multi_label", "max_seq_length": 64}
+        labels = dict(enumerate(LABELS))
+        kwargs = {"problem_type": "multi_label_classification", "id2label": labels, "extra_config": {RECORD: record}}
+    folder = save(root, model_class, **kwargs)
     exportable = load_exportable(folder)
     return folder, exportable, export_onnx(exportable, root / "model.onnx")
+
+
+def test_the_file_carries_how_the_folder_says_the_model_is_applied(exported):
+    """Issue #44: the record of its fine-tuning, its labels and problem type, as config.json holds
+    them, are the ONNX file's metadata (onnxruntime's custom_metadata_map), so a runtime holding only
+    the file applies the model as the folder says; keys the folder lacks stay out."""
+    folder, _, done = exported
+    config = json.loads((folder / "config.json").read_text())
+    metadata = onnxruntime.InferenceSession(str(done.path)).get_modelmeta().custom_metadata_map
+    assert {key: json.loads(value) for key, value in metadata.items()} == {
+        key: config[key] for key in (RECORD, "id2label", "problem_type") if key in config
+    }
+    assert (RECORD in metadata) == (config["architectures"] == ["AlbertForSequenceClassification"])
 
 
 def test_the_shared_layer_is_stored_once(exported):

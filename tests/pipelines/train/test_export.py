@@ -2,6 +2,7 @@
 with the same weights and logits, and says which objective trained its sentence head."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,7 +29,7 @@ def test_each_objective_exports_and_imports_exactly(objective, tmp_path):
     plan = PretrainPlan(
         albert=config, train=TrainSection(), use_gpu=False, precision="fp32", masking=None, max_predictions=2,
         n_train=8, n_validation=8, batches_per_epoch=1, data_dir=str(tmp_path), out_dir=str(tmp_path),
-        spiece_model=None, sentence_objective=objective,
+        spiece_model=None, max_seq_length=16, sentence_objective=objective,
     )  # fmt: skip
     export(plan, model.state_dict(), {"step": 1, "mlm_loss": 1.0})
     hf_dir = tmp_path / "hf"
@@ -46,3 +47,23 @@ def test_each_objective_exports_and_imports_exactly(objective, tmp_path):
         mine, hf = ours.eval()(ids, types), theirs.eval()(input_ids=ids, token_type_ids=types)
     torch.testing.assert_close(mine.mlm_logits, hf.prediction_logits, atol=1e-5, rtol=0)
     torch.testing.assert_close(mine.sop_logits, hf.sop_logits, atol=1e-5, rtol=0)
+
+
+def test_the_export_tokenizer_feeds_segment_ids_and_cuts_at_the_data_length(tiny_pretrained, tmp_path):
+    """transformers loads pretrain/hf's tokenizer with the segment ids among its outputs (issue #44:
+    transformers 5 leaves them out unless told) and data.max_seq_length as its model_max_length."""
+    from pipelines.finetuning.tokenizer import PairTokenizer
+
+    hf = AlbertConfig.from_hf_dict(json.loads((Path(tiny_pretrained) / "config.json").read_text()))
+    plan = PretrainPlan(
+        albert=hf, train=TrainSection(), use_gpu=False, precision="fp32", masking=None, max_predictions=2,
+        n_train=8, n_validation=8, batches_per_epoch=1, data_dir=str(tmp_path), out_dir=str(tmp_path),
+        spiece_model=str(Path(tiny_pretrained) / "spiece.model"), max_seq_length=20,
+    )  # fmt: skip
+    export(plan, AlbertForPreTraining(hf).state_dict(), {"step": 1})
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    pair = ("The first segment of a pair, long enough to be cut.", "The second one, which is about as long.")
+    encoded = tokenizer(*pair, truncation=True)
+    assert tokenizer.model_max_length == 20
+    assert (encoded["input_ids"], encoded["token_type_ids"]) == PairTokenizer(str(tmp_path / "hf")).encode(*pair, 20)
+    assert 1 in encoded["token_type_ids"]

@@ -158,6 +158,7 @@ def make_plan(out_dir: Path, data_dir: Path, world: int, objective: str = "sop",
         data_dir=str(data_dir),
         out_dir=str(out_dir),
         spiece_model=None,
+        max_seq_length=32,  # the examples are at most 19 tokens
         sentence_objective=objective,
     )
 
