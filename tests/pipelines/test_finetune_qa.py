@@ -12,9 +12,9 @@ import pytest
 import transformers
 
 from pipelines.config import load_config
-from pipelines.finetuning.qa_demo import bbc_qa_examples
-from pipelines.finetuning.qa_tables import flat_row
-from pipelines.finetuning.squad_metrics import read_squad_golds, squad_scores
+from pipelines.finetuning.families.question_answering.demo import bbc_qa_examples
+from pipelines.finetuning.families.question_answering.metrics import read_squad_golds, squad_scores
+from pipelines.finetuning.families.question_answering.reading import flat_row
 from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
 from pipelines.storage import filesystem, write_text
 

@@ -1,8 +1,8 @@
 """The extractive question-answering family (SQuAD v1.1 and v2.0), as ALBERT's run_squad and
 transformers' run_qa do it: `[CLS] question [SEP] window [SEP]` features over doc-stride windows
-(qa_features), a start/end head at every position (transformers' AlbertForQuestionAnswering), the
+(features.py), a start/end head at every position (transformers' AlbertForQuestionAnswering), the
 loss the mean of the start and end cross-entropies, and evaluation by n-best post-processing over a
-question's windows (qa_postprocess) and the official script's exact and F1 (squad_metrics).
+question's windows (postprocess.py) and the official script's exact and F1 (metrics.py).
 
 For SQuAD v2.0 (a file that says so, or any unanswerable question) the no-answer threshold is the
 one with the best F1 on the eval set (the official script's `best_f1_thresh`), chosen at every
@@ -22,21 +22,21 @@ import torch.nn.functional as F
 
 from albert_model.model import AlbertForQuestionAnswering
 
-from ..config import TUNE_METRICS, FinetuneSection
-from ..config.tuning import QA
-from ..errors import BadInput
-from .family import EncodedTask, Evaluation
-from .loop import collate
-from .qa_demo import bbc_qa_examples
-from .qa_features import QAExample, QAFeature, RejectedExample, qa_windows
-from .qa_postprocess import Window, postprocess
-from .qa_tables import QAReadResult, golds_of, read_qa_file
-from .squad_metrics import squad_scores
-from .tables import BBC_NEWS, seeded_hash
-from .tokenizer import PairTokenizer
+from ....config import TUNE_METRICS, FinetuneSection
+from ....config.tuning import QA
+from ....errors import BadInput
+from ...family import EncodedTask, Evaluation
+from ...loop import collate
+from ...tables import BBC_NEWS, seeded_hash
+from ...tokenizer import PairTokenizer
+from .demo import bbc_qa_examples
+from .features import QAExample, QAFeature, RejectedExample, qa_windows
+from .metrics import squad_scores
+from .postprocess import Window, postprocess
+from .reading import QAReadResult, golds_of, read_qa_file
 
 DEMO = f"{BBC_NEWS} (cloze questions)"
-"""The embedded task's source name: qa_demo's questions from the BBC News articles (seed 0)."""
+"""The embedded task's source name: demo.py's questions from the BBC News articles (seed 0)."""
 REPORTED = ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
 
 

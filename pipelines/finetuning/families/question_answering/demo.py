@@ -24,10 +24,10 @@ import random
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from ..storage import write_text
-from .qa_features import QAExample
-from .qa_tables import flat_row
-from .tables import bbc_news_examples
+from ....storage import write_text
+from ...tables import bbc_news_examples
+from .features import QAExample
+from .reading import flat_row
 
 Span = tuple[int, int]
 
@@ -169,7 +169,7 @@ def bbc_qa_examples(
 
 
 def write_jsonl(examples: Iterable[QAExample], path: str) -> None:
-    """The examples as flat jsonl rows (qa_tables.flat_row), local or s3://, written whole at once."""
+    """The examples as flat jsonl rows (reading.flat_row), local or s3://, written whole at once."""
     write_text(path, "".join(json.dumps(flat_row(e), ensure_ascii=False) + "\n" for e in examples))
 
 

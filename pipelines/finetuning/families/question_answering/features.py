@@ -12,8 +12,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .qa_postprocess import Window
-from .tokenizer import PairTokenizer
+from ...tokenizer import PairTokenizer
+from .postprocess import Window
 
 Span = tuple[int, int]
 
@@ -34,7 +34,7 @@ class QAExample:
 class QAFeature:
     """One window of an example: `input_ids` and `token_type_ids` unpadded (pad_batch pads them);
     `offsets[t]` is the (start, end) span in the ORIGINAL context of context token t, None for
-    [CLS], question and [SEP] tokens, as `qa_postprocess.Window` expects. `start_position` and
+    [CLS], question and [SEP] tokens, as `postprocess.Window` expects. `start_position` and
     `end_position` are the token positions (inclusive) of the first answer, (0, 0) ([CLS]) when the
     example has no answer or the answer is not wholly inside this window."""
 

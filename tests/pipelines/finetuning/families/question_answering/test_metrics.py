@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipelines.finetuning.squad_metrics import (
+from pipelines.finetuning.families.question_answering.metrics import (
     exact_match,
     normalize_answer,
     question_scores,

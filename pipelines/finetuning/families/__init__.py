@@ -3,11 +3,11 @@ its metrics in config/tuning.py's TUNE_METRICS, which validates tune.metric befo
 
 from __future__ import annotations
 
-from .choice_family import MULTIPLE_CHOICE_FAMILY
-from .family import TaskFamily
-from .ner_family import TOKEN_CLASSIFICATION_FAMILY
-from .qa_family import QUESTION_ANSWERING
-from .sequence_family import CLASSIFICATION, MULTI_LABEL_CLASSIFICATION, REGRESSION
+from ..choice_family import MULTIPLE_CHOICE_FAMILY
+from ..family import TaskFamily
+from ..ner_family import TOKEN_CLASSIFICATION_FAMILY
+from ..sequence_family import CLASSIFICATION, MULTI_LABEL_CLASSIFICATION, REGRESSION
+from .question_answering.training import QUESTION_ANSWERING
 
 FAMILIES: dict[str, TaskFamily] = {
     f.name: f

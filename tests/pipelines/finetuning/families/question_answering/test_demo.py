@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from pipelines.finetuning.qa_demo import BLANK, bbc_qa_examples, write_jsonl
-from pipelines.finetuning.qa_features import reject_reason
-from pipelines.finetuning.qa_tables import golds_of, read_qa_file
+from pipelines.finetuning.families.question_answering.demo import BLANK, bbc_qa_examples, write_jsonl
+from pipelines.finetuning.families.question_answering.features import reject_reason
+from pipelines.finetuning.families.question_answering.reading import golds_of, read_qa_file
 
 # Measured on the 2-core dev machine, the full set with the corpus read: 1.6 s idle, 5-7 s beside a running suite.
 BUILD_SECONDS = 60

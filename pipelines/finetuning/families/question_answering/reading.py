@@ -13,7 +13,7 @@ An id is a string (an integer is taken as its decimal string); `answer_start` is
 character index in the context. Rejection reasons: `malformed_json` (a jsonl line), `missing_field`
 (absent or null), `wrong_type`, `malformed_answers` (texts and starts of different lengths, answers on
 an impossible question, none on a possible one), `empty_id`, `empty_question`, `empty_context`,
-`empty_answer`, `answer_start_mismatch` (qa_features.reject_reason), `duplicate_id` (an id an earlier
+`empty_answer`, `answer_start_mismatch` (features.reject_reason), `duplicate_id` (an id an earlier
 usable question has). A SQuAD article or paragraph whose questions cannot be reached (no
 `paragraphs` or `qas` list) counts as one rejected row, named by its JSON path."""
 
@@ -29,10 +29,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import BadInput, MissingInput
-from ..storage import filesystem
-from .qa_features import QAExample, reject_reason
-from .tables import file_format
+from ....errors import BadInput, MissingInput
+from ....storage import filesystem
+from ...tables import file_format
+from .features import QAExample, reject_reason
 
 FORMATS = {".jsonl": "jsonl", ".json": "squad", ".parquet": "parquet"}
 FLAT_FIELDS = ("id", "question", "context", "answers")
@@ -286,7 +286,7 @@ def flat_row(example: QAExample) -> dict[str, Any]:
 
 
 def golds_of(examples: Iterable[QAExample]) -> dict[str, list[str]]:
-    """Question id -> its answer texts ([] when unanswerable), as squad_metrics.read_squad_golds."""
+    """Question id -> its answer texts ([] when unanswerable), as metrics.read_squad_golds."""
     golds: dict[str, list[str]] = {}
     for example in examples:
         if example.id in golds:

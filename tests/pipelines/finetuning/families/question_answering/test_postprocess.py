@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from pipelines.finetuning.qa_postprocess import Window, postprocess
+from pipelines.finetuning.families.question_answering.postprocess import Window, postprocess
 
 QUESTION_TOKENS = 3
 LOW = -10.0

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.errors import BadInput, MissingInput
-from pipelines.finetuning.qa_features import QAExample
-from pipelines.finetuning.qa_tables import flat_row, golds_of, read_qa_file
-from pipelines.finetuning.squad_metrics import read_squad_golds
+from pipelines.finetuning.families.question_answering.features import QAExample
+from pipelines.finetuning.families.question_answering.metrics import read_squad_golds
+from pipelines.finetuning.families.question_answering.reading import flat_row, golds_of, read_qa_file
 from pipelines.storage import filesystem
 
 CONTEXT = "Marie Curie won the Nobel Prize in 1903 and again in 1911."

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from transformers import AlbertTokenizer
 
-from pipelines.finetuning.qa_features import (
+from pipelines.finetuning.families.question_answering.features import (
     QAExample,
     RejectedExample,
     piece_spans,
@@ -19,7 +19,7 @@ from pipelines.finetuning.qa_features import (
     reject_reason,
     window_starts,
 )
-from pipelines.finetuning.qa_postprocess import postprocess
+from pipelines.finetuning.families.question_answering.postprocess import postprocess
 from pipelines.finetuning.tables import bbc_news_examples
 from pipelines.finetuning.tokenizer import PairTokenizer
 
