@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from ..choice_family import MULTIPLE_CHOICE_FAMILY
 from ..family import TaskFamily
-from ..ner_family import TOKEN_CLASSIFICATION_FAMILY
 from ..sequence_family import CLASSIFICATION, MULTI_LABEL_CLASSIFICATION, REGRESSION
 from .question_answering.training import QUESTION_ANSWERING
+from .token_classification.training import TOKEN_CLASSIFICATION_FAMILY
 
 FAMILIES: dict[str, TaskFamily] = {
     f.name: f

@@ -9,11 +9,11 @@ import io
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..config import FinetuneSection
-from ..errors import BadInput, MissingInput
-from ..storage import filesystem
-from .labels import label_name
-from .tables import Accounted, file_format, read_table, seeded_sample, split_by_group
+from ....config import FinetuneSection
+from ....errors import BadInput, MissingInput
+from ....storage import filesystem
+from ...labels import label_name
+from ...tables import Accounted, file_format, read_table, seeded_sample, split_by_group
 
 FORMATS = {".conll": "conll", ".txt": "conll", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 

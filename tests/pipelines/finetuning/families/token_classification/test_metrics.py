@@ -4,7 +4,7 @@ conll_scores on 300 random IOB1/IOB2 cases: a check run once while writing this,
 
 import pytest
 
-from pipelines.finetuning.conll_metrics import conll_scores, split_tag
+from pipelines.finetuning.families.token_classification.metrics import conll_scores, split_tag
 
 
 def scores(gold, predicted):

@@ -15,16 +15,16 @@ import torch.nn.functional as F
 
 from albert_model.heads import AlbertForTokenClassification
 
-from ..config import TUNE_METRICS, FinetuneSection
-from ..config.tuning import TOKEN_CLASSIFICATION
-from ..errors import BadInput
-from .conll_metrics import conll_scores
-from .family import EncodedTask, Evaluation
-from .labels import sorted_names
-from .loop import collate
-from .ner_tables import Sentences, read_sentences, sample_sentences, split_sentences
-from .splits import train_and_eval
-from .tokenizer import PairTokenizer
+from ....config import TUNE_METRICS, FinetuneSection
+from ....config.tuning import TOKEN_CLASSIFICATION
+from ....errors import BadInput
+from ...family import EncodedTask, Evaluation
+from ...labels import sorted_names
+from ...loop import collate
+from ...splits import train_and_eval
+from ...tokenizer import PairTokenizer
+from .metrics import conll_scores
+from .reading import Sentences, read_sentences, sample_sentences, split_sentences
 
 IGNORED = -100
 """The target of a position that is not a word's first piece (torch's and transformers' ignore index)."""
