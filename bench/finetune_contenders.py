@@ -69,9 +69,10 @@ def make_batch(
       second segment (question_answering);
     - token_classification: [CLS] ids [SEP], token types 0; `labels` [B, S] a tag in [0, NUM_LABELS)
       at each word's first piece (position 1 and then a piece in WORD_START), IGNORED (-100) at
-      [CLS], [SEP], the words' other pieces and the padding, as the token classification family's encode_split lays them out;
+      [CLS], [SEP], the words' other pieces and the padding, as token classification's
+      encode_split lays them out;
     - multiple_choice: CHOICES sequences per question, each [CLS] ids [SEP] ids [SEP] of its own
-      length, the inputs [B, CHOICES, S] (choice_family.collate); `labels` the right choice's index."""
+      length, the inputs [B, CHOICES, S] (multiple choice's collate); `labels` the right choice's index."""
     rng = np.random.default_rng(seed)
     rows = batch_size * CHOICES if task == "multiple_choice" else batch_size
     lengths = rng.integers(seq // 2, seq + 1, rows) if padded else np.full(rows, seq)

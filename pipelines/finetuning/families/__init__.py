@@ -3,9 +3,9 @@ its metrics in config/tuning.py's TUNE_METRICS, which validates tune.metric befo
 
 from __future__ import annotations
 
-from ..choice_family import MULTIPLE_CHOICE_FAMILY
 from ..family import TaskFamily
 from ..sequence_family import CLASSIFICATION, MULTI_LABEL_CLASSIFICATION, REGRESSION
+from .multiple_choice.training import MULTIPLE_CHOICE_FAMILY
 from .question_answering.training import QUESTION_ANSWERING
 from .token_classification.training import TOKEN_CLASSIFICATION_FAMILY
 

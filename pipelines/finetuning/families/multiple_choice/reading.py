@@ -16,10 +16,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import FinetuneSection
-from ..errors import BadInput, MissingInput
-from ..storage import filesystem
-from .tables import Accounted, read_table, seeded_sample, split_by_group
+from ....config import FinetuneSection
+from ....errors import BadInput, MissingInput
+from ....storage import filesystem
+from ...tables import Accounted, read_table, seeded_sample, split_by_group
 
 SWAG_COLUMNS = ("sent1", "sent2", "ending0")
 

@@ -1,7 +1,7 @@
 """The multiple-choice family (SWAG, RACE, or any question with a fixed number of answers): each
 choice is scored from its own `[CLS] context [SEP] question choice [SEP]`, as transformers'
 run_swag pairs them (AlbertForMultipleChoice: one score per choice from [CLS]), the choices of a
-question compete in one softmax, and the metric is accuracy. The readers: choice_tables.py."""
+question compete in one softmax, and the metric is accuracy. The readers: reading.py."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import torch.nn.functional as F
 
 from albert_model.heads import AlbertForMultipleChoice
 
-from ..config import TUNE_METRICS, FinetuneSection
-from ..config.tuning import MULTIPLE_CHOICE
-from ..errors import BadInput
-from .choice_tables import Questions, read_questions, sample_questions, split_questions
-from .family import EncodedTask, Evaluation
-from .loop import collate as single_collate
-from .splits import train_and_eval
-from .tokenizer import PairTokenizer
+from ....config import TUNE_METRICS, FinetuneSection
+from ....config.tuning import MULTIPLE_CHOICE
+from ....errors import BadInput
+from ...family import EncodedTask, Evaluation
+from ...loop import collate as single_collate
+from ...splits import train_and_eval
+from ...tokenizer import PairTokenizer
+from .reading import Questions, read_questions, sample_questions, split_questions
 
 Choices = list[tuple[list[int], list[int]]]
 """One question's features: (input_ids, token_type_ids) per choice."""
