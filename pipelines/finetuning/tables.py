@@ -234,11 +234,11 @@ def table_examples(
     text_column: str,
     label_column: str,
     text_pair_column: str | None,
-    regression: bool,
+    numeric: bool,
     column_names: list[str] | None = None,
 ) -> Examples:
     """A table's rows as examples; csv/tsv records with the wrong number of fields, empty texts and
-    missing labels are rejected and counted, a regression target that is no number is an error
+    missing labels are rejected and counted, with `numeric` a label that is no number is an error
     naming the file, column and row. `column_names`: finetune.column_names (read_rows)."""
     table = read_rows(path, column_names)
     texts = _column(table.columns, path, text_column, "finetune.text_column")
@@ -263,7 +263,7 @@ def table_examples(
         elif label is None or label == "":
             out.reject(row, "missing_label")
         else:
-            if regression:
+            if numeric:
                 label = _number(label, path, label_column, row)
             out.texts.append(text)
             out.labels.append(label)

@@ -4,9 +4,11 @@ its metrics in config/tuning.py's TUNE_METRICS, which validates tune.metric befo
 from __future__ import annotations
 
 from ..family import TaskFamily
-from ..sequence_family import CLASSIFICATION, MULTI_LABEL_CLASSIFICATION, REGRESSION
+from .classification.training import CLASSIFICATION
+from .multi_label.training import MULTI_LABEL
 from .multiple_choice.training import MULTIPLE_CHOICE_FAMILY
 from .question_answering.training import QUESTION_ANSWERING
+from .regression.training import REGRESSION
 from .token_classification.training import TOKEN_CLASSIFICATION_FAMILY
 
 FAMILIES: dict[str, TaskFamily] = {
@@ -14,7 +16,7 @@ FAMILIES: dict[str, TaskFamily] = {
     for f in (
         CLASSIFICATION,
         REGRESSION,
-        MULTI_LABEL_CLASSIFICATION,
+        MULTI_LABEL,
         TOKEN_CLASSIFICATION_FAMILY,
         MULTIPLE_CHOICE_FAMILY,
         QUESTION_ANSWERING,

@@ -15,17 +15,8 @@ import transformers
 from pipelines.config import FinetuneSection
 from pipelines.errors import BadInput
 from pipelines.finetuning.families import task_family
-from pipelines.finetuning.labels import label_set
-from pipelines.finetuning.task import load_task
-
-
-def test_a_label_cell_is_a_list_or_text_split_at_the_delimiter():
-    assert label_set(["sport", "politics", "sport"], "|") == ["sport", "politics"]
-    assert label_set(" sport | politics ||", "|") == ["sport", "politics"]
-    assert label_set("sport;tech", ";") == ["sport", "tech"]
-    assert label_set([1, 2.0, "3"], "|") == ["1", "2", "3"]  # 2.0 in a jsonl is the class "2", as in classification
-    assert label_set([], "|") == [] and label_set(np.array(["a", "b"]), "|") == ["a", "b"]
-    assert label_set(7, "|") == ["7"]
+from pipelines.finetuning.families._sequence.task import load_task
+from pipelines.finetuning.families.multi_label.training import MULTI_LABEL
 
 
 def write_jsonl(path, rows):
@@ -49,7 +40,7 @@ def test_jsonl_lists_and_delimited_csv_give_the_same_targets(tmp_path):
         eval_path=str(tmp_path / "eval.csv"),
         label_column="labels",
     )
-    task = load_task(cfg)
+    task = load_task(cfg, MULTI_LABEL)
     assert task.label_names == ["business", "politics", "sport", "tech"]
     assert task.train.texts == [rows[i]["text"] for i in (0, 1, 2, 5)]
     assert task.train_targets.tolist() == [[1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 0], [1, 0, 0, 1]]
@@ -67,7 +58,7 @@ def test_a_parquet_list_column_is_read_and_an_unseen_class_is_refused_by_row(tmp
     cfg = FinetuneSection(
         task="multi_label", train_path=str(tmp_path / "train.parquet"), label_column="tags", eval_fraction=0.34
     )
-    task = load_task(cfg)
+    task = load_task(cfg, MULTI_LABEL)
     assert task.label_names == ["a", "b"] and len(task.train) + len(task.eval) == 3
     cfg = FinetuneSection(
         task="multi_label",
@@ -76,13 +67,13 @@ def test_a_parquet_list_column_is_read_and_an_unseen_class_is_refused_by_row(tmp
         label_column="tags",
     )
     with pytest.raises(BadInput, match=r"eval\.jsonl: column 'tags' has 1 labels .*'c' \(row 1\).*classes are a, b"):
-        load_task(cfg)
+        load_task(cfg, MULTI_LABEL)
 
 
 def test_a_training_set_without_any_class_is_refused(tmp_path):
     write_jsonl(tmp_path / "train.jsonl", [{"text": f"t{i}", "label": []} for i in range(5)])
     with pytest.raises(BadInput, match="holds no class in the training examples"):
-        load_task(FinetuneSection(task="multi_label", train_path=str(tmp_path / "train.jsonl")))
+        load_task(FinetuneSection(task="multi_label", train_path=str(tmp_path / "train.jsonl")), MULTI_LABEL)
 
 
 def test_the_loss_is_transformers_multi_label_loss(tmp_path, tiny_pretrained):
