@@ -1,5 +1,5 @@
 """The two sides of bench/finetune_speed.py: our fine-tuning step and transformers' Trainer step on
-the same weights and host batch, for each task of pipelines/finetuning/families.py's FAMILIES (what
+the same weights and host batch, for each task of pipelines/finetuning/families/'s FAMILIES (what
 each side runs is in that script's docstring):
 
 - classification, regression, multi_label: our AlbertForSequenceClassification and the sequence

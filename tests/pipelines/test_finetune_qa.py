@@ -171,11 +171,12 @@ def test_a_squad_v2_search_writes_the_official_files_and_transformers_loads_the_
 
 def test_a_qa_config_is_checked_before_any_work():
     from pipelines.errors import ConfigError
+    from pipelines.finetuning.families.checks import check_config
 
     with pytest.raises(ConfigError, match="tune.metric=accuracy: not a question_answering metric"):
-        load_config(overrides=["finetune.task=question_answering", "tune.metric=accuracy"])
+        check_config(load_config(overrides=["finetune.task=question_answering", "tune.metric=accuracy"]))
     with pytest.raises(ConfigError, match="finetune.max_query_length=64: leaves no context"):
-        load_config(overrides=["finetune.task=question_answering", "finetune.max_seq_length=64"])
+        check_config(load_config(overrides=["finetune.task=question_answering", "finetune.max_seq_length=64"]))
     with pytest.raises(ConfigError, match="finetune.doc_stride=0: must be >= 1"):
         load_config(overrides=["finetune.task=question_answering", "finetune.doc_stride=0"])
     root = Path(__file__).resolve().parents[2] / "configs"

@@ -13,9 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from albert_model.model import AlbertForSequenceClassification
-
-from ....config import TUNE_METRICS, FinetuneSection
+from ....config import FinetuneSection
 from ...family import EncodedTask, Evaluation
 from ...loop import collate
 from ...tables import Examples
@@ -24,8 +22,8 @@ from .task import load_task, refuse_embedded
 
 
 class SequenceFamily:
-    name: str
-    model_class: type = AlbertForSequenceClassification
+    model_class: type
+    """AlbertForSequenceClassification: its Family's head."""
     problem_type: str | None = None
     """transformers infers the loss from num_labels (1: regression) and the labels' dtype; a family
     whose loss it would not infer says it (config.json's `problem_type`)."""
@@ -35,10 +33,6 @@ class SequenceFamily:
     numeric = False
     """The label column holds numbers (one that is not is an error naming the row)."""
     collate = staticmethod(collate)
-
-    @property
-    def metrics(self) -> tuple[str, ...]:
-        return TUNE_METRICS[self.name]
 
     def embedded(self, cfg: FinetuneSection) -> Examples:
         """The task without finetune.train_path."""

@@ -15,11 +15,12 @@ from ...labels import encode_labels, label_names
 from ...tables import Examples, bbc_news_examples
 from .._sequence.task import refuse_embedded
 from .._sequence.training import SequenceFamily
+from . import FAMILY
 from .metrics import classification_metrics
 
 
 class ClassificationFamily(SequenceFamily):
-    name = "classification"
+    model_class = FAMILY.model_class
     target_dtype = torch.long
     stratified = True
 

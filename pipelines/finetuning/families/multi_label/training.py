@@ -14,12 +14,13 @@ from ....config import FinetuneSection
 from ....errors import BadInput
 from ...tables import Examples
 from .._sequence.training import SequenceFamily
+from . import FAMILY
 from .labels import encode_label_sets, label_set, multi_label_names
 from .metrics import multi_label_metrics
 
 
 class MultiLabelFamily(SequenceFamily):
-    name = "multi_label"
+    model_class = FAMILY.model_class
     # a sigmoid per class: from num_labels > 1 transformers would infer one softmax over them
     problem_type = "multi_label_classification"
 

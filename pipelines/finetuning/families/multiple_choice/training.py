@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from albert_model.heads import AlbertForMultipleChoice
-
-from ....config import TUNE_METRICS, FinetuneSection
-from ....config.tuning import MULTIPLE_CHOICE
+from ....config import FinetuneSection
 from ....errors import BadInput
 from ...family import EncodedTask, Evaluation
 from ...loop import collate as single_collate
 from ...splits import train_and_eval
 from ...tokenizer import PairTokenizer
+from . import FAMILY
 from .reading import Questions, read_questions, sample_questions, split_questions
 
 Choices = list[tuple[list[int], list[int]]]
@@ -65,17 +62,11 @@ def collate(
     return {k: v.pin_memory() for k, v in batch.items()} if pin else batch
 
 
-@dataclass(frozen=True)
 class MultipleChoiceFamily:
-    name: str = MULTIPLE_CHOICE
-    model_class: type = AlbertForMultipleChoice
+    model_class = FAMILY.model_class
     problem_type = None
     target_dtype = torch.long
     collate = staticmethod(collate)
-
-    @property
-    def metrics(self) -> tuple[str, ...]:
-        return TUNE_METRICS[self.name]
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
         splits = train_and_eval(
@@ -120,6 +111,6 @@ class MultipleChoiceFamily:
         return Evaluation(metrics, {"predictions.jsonl": "".join(lines)})
 
 
-MULTIPLE_CHOICE_FAMILY = MultipleChoiceFamily()
+MULTIPLE_CHOICE = MultipleChoiceFamily()
 
-__all__ = ["MULTIPLE_CHOICE_FAMILY", "MultipleChoiceFamily", "collate", "encode_question"]
+__all__ = ["MULTIPLE_CHOICE", "MultipleChoiceFamily", "collate", "encode_question"]

@@ -20,15 +20,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from albert_model.model import AlbertForQuestionAnswering
-
-from ....config import TUNE_METRICS, FinetuneSection
-from ....config.tuning import QA
+from ....config import FinetuneSection
 from ....errors import BadInput
 from ...family import EncodedTask, Evaluation
 from ...loop import collate
 from ...tables import BBC_NEWS, seeded_hash
 from ...tokenizer import PairTokenizer
+from . import FAMILY
 from .demo import bbc_qa_examples
 from .features import QAExample, QAFeature, RejectedExample, qa_windows
 from .metrics import squad_scores
@@ -92,15 +90,10 @@ def sample_questions(examples: list[QAExample], cap: int | None, seed: int) -> t
 
 
 class QuestionAnsweringFamily:
-    name = QA
-    model_class = AlbertForQuestionAnswering
+    model_class = FAMILY.model_class
     problem_type = None
     target_dtype = torch.long
     collate = staticmethod(collate)  # a window is one padded sequence; targets are (start, end) rows
-
-    @property
-    def metrics(self) -> tuple[str, ...]:
-        return TUNE_METRICS[QA]
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
         if cfg.train_path is None:

@@ -11,11 +11,12 @@ import torch.nn.functional as F
 from ....config import FinetuneSection
 from ...tables import Examples
 from .._sequence.training import SequenceFamily
+from . import FAMILY
 from .metrics import regression_metrics
 
 
 class RegressionFamily(SequenceFamily):
-    name = "regression"
+    model_class = FAMILY.model_class
     numeric = True
 
     def targets(self, cfg: FinetuneSection, train: Examples, evaluation: Examples) -> tuple[None, list, list]:

@@ -13,16 +13,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from albert_model.heads import AlbertForTokenClassification
-
-from ....config import TUNE_METRICS, FinetuneSection
-from ....config.tuning import TOKEN_CLASSIFICATION
+from ....config import FinetuneSection
 from ....errors import BadInput
 from ...family import EncodedTask, Evaluation
 from ...labels import sorted_names
 from ...loop import collate
 from ...splits import train_and_eval
 from ...tokenizer import PairTokenizer
+from . import FAMILY
 from .metrics import conll_scores
 from .reading import Sentences, read_sentences, sample_sentences, split_sentences
 
@@ -74,16 +72,10 @@ def encode_split(tokenizer: PairTokenizer, sentences: Sentences, ids: dict[str, 
     return features, targets, starts
 
 
-@dataclass(frozen=True)
 class TokenClassificationFamily:
-    name: str = TOKEN_CLASSIFICATION
-    model_class: type = AlbertForTokenClassification
+    model_class = FAMILY.model_class
     problem_type = None
     target_dtype = torch.long
-
-    @property
-    def metrics(self) -> tuple[str, ...]:
-        return TUNE_METRICS[self.name]
 
     @staticmethod
     def collate(encoded, indices, pad_id, targets=None, pin=False, widths=()) -> dict[str, torch.Tensor]:
@@ -158,6 +150,6 @@ def eval_loss(scores: np.ndarray, targets: np.ndarray) -> float:
     return float(F.cross_entropy(logits[tagged], gold[tagged]))
 
 
-TOKEN_CLASSIFICATION_FAMILY = TokenClassificationFamily()
+TOKEN_CLASSIFICATION = TokenClassificationFamily()
 
-__all__ = ["TOKEN_CLASSIFICATION_FAMILY", "TaggedSentences", "TokenClassificationFamily", "encode_words"]
+__all__ = ["TOKEN_CLASSIFICATION", "TaggedSentences", "TokenClassificationFamily", "encode_words"]

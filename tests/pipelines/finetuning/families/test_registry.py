@@ -1,22 +1,55 @@
-"""The task families: one per finetune.task, each exporting to a transformers class, and the
-contract the trial loop relies on, family by family."""
+"""The task families: the registry's six, each a folder of its own name declaring its metrics, its
+keys and its head (exported as the transformers class of that name); and the contract the trial
+loop relies on, family by family."""
+
+from pathlib import Path
 
 import pytest
 import transformers
 
-from pipelines.config import TUNE_METRICS
-from pipelines.config.tuning import FINETUNE_TASKS
-from pipelines.finetuning.families import FAMILIES
+import pipelines.finetuning.families as registry
+from pipelines.config import FinetuneSection
+from pipelines.finetuning.families import FAMILIES, task_family, unread_keys
 from pipelines.finetuning.results import SUMMARY_METRICS
 
+FOLDER = Path(registry.__file__).parent
 
-def test_every_task_is_a_family_with_its_metrics_and_a_transformers_class():
-    assert sorted(FAMILIES) == sorted(FINETUNE_TASKS)
+
+def test_each_family_is_the_folder_of_its_name_and_each_folder_a_family():
+    folders = {p.name for p in FOLDER.iterdir() if (p / "__init__.py").exists() and not p.name.startswith("_")}
+    assert (
+        folders
+        == set(FAMILIES)
+        == {
+            "classification",
+            "regression",
+            "multi_label",
+            "token_classification",
+            "multiple_choice",
+            "question_answering",
+        }
+    )
     for name, family in FAMILIES.items():
-        assert family.name == name and family.metrics == TUNE_METRICS[name]
-        assert hasattr(transformers, family.model_class.__name__)
+        assert family.name == name and family.training.startswith(f"{registry.__name__}.{name}.")
+
+
+def test_every_family_has_its_metrics_keys_and_a_transformers_class():
+    for name, family in FAMILIES.items():
+        assert family.metrics and len(set(family.metrics)) == len(family.metrics), name
+        assert hasattr(transformers, family.architecture) and family.model_class.__name__ == family.architecture
+        assert task_family(name).model_class is family.model_class
+        assert set(family.keys) <= set(FinetuneSection.__dataclass_fields__), name
         # the trials' table keeps every metric a search may rank by (a missing one: no trial "reported" it)
         assert set(family.metrics) <= set(SUMMARY_METRICS), name
+
+
+def test_the_keys_a_family_does_not_read_are_the_other_families_own():
+    assert unread_keys("question_answering") >= {"finetune.label_column", "finetune.classifier_dropout"}
+    assert "finetune.doc_stride" not in unread_keys("question_answering")
+    assert unread_keys("classification") >= {"finetune.doc_stride", "finetune.tags_column", "finetune.label_delimiter"}
+    assert "finetune.label_column" not in unread_keys("multiple_choice") | unread_keys("regression")
+    assert "finetune.label_delimiter" not in unread_keys("multi_label")
+    assert not any(key.startswith(("finetune.lr", "finetune.max_seq_length")) for key in unread_keys("regression"))
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -27,7 +60,7 @@ def test_a_family_batch_goes_through_its_model_loss_and_scores(name):
 
     from tests.albert_model.test_model import tiny
 
-    family = FAMILIES[name]
+    family = task_family(name)
     torch.manual_seed(0)
     model = family.model_class(
         tiny(num_labels=3 if name in ("classification", "multi_label", "token_classification") else 1)
@@ -56,7 +89,7 @@ def test_a_family_batch_goes_through_its_model_loss_and_scores(name):
 def test_a_family_loss_is_fp32_for_bf16_outputs(name):
     import torch
 
-    family = FAMILIES[name]
+    family = task_family(name)
     logits = torch.randn(2, 5, dtype=torch.bfloat16)
     if name == "question_answering":
         from albert_model.model import AlbertQuestionAnsweringOutput
