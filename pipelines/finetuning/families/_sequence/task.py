@@ -1,6 +1,6 @@
 """A sequence family's task: train and eval examples from a table (or the embedded BBC News
-articles), their targets and class names as the family reads its label column, and the account of
-every input row (used, rejected with a reason, or left out by a subsample cap)."""
+articles) through splits.py, their targets and class names as the family reads its label column,
+and the account of every input row (used, rejected with a reason, or left out by a subsample cap)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from ....config import FinetuneSection
 from ....errors import BadInput
+from ...splits import Units, train_and_eval
 from ...tables import BBC_NEWS, Examples, sample_indices, split_indices, table_examples
 
 
@@ -40,20 +41,6 @@ class Task:
         return len(self.label_names) if self.label_names is not None else 1
 
 
-def _require_rows(examples: Examples, cfg: FinetuneSection) -> None:
-    if not len(examples):
-        raise BadInput(
-            f"{examples.source}: no usable rows in column {cfg.text_column!r} / {cfg.label_column!r} "
-            f"(of {examples.read} rows, rejected: {dict(examples.rejected)})"
-        )
-
-
-def _cap(examples: Examples, cap: int | None, cfg: FinetuneSection, stratify: bool) -> tuple[Examples, int]:
-    if cap is None or cap >= len(examples):
-        return examples, 0
-    return examples.select(sample_indices(examples, cap, cfg.seed, stratify)), len(examples) - cap
-
-
 def read_table_of(cfg: FinetuneSection, path: str, numeric: bool) -> Examples:
     """A table's examples with the task's columns (finetune.text_column, ... , column_names)."""
     return table_examples(
@@ -75,39 +62,24 @@ def refuse_embedded(cfg: FinetuneSection) -> Examples:
 
 
 def load_task(cfg: FinetuneSection, family: LabelColumn) -> Task:
-    """Read, split, subsample and encode the configured task. Splits and subsamples are stratified
-    by class where the family says so (classification: a multi-label row has several classes)."""
+    """Read, split and subsample the configured task (splits.train_and_eval) and its targets. Splits
+    and subsamples are stratified by class where the family says so (classification: a multi-label
+    row has several classes), and copies of a text stay on one side."""
     stratify = family.stratified
-    source = family.embedded(cfg) if cfg.train_path is None else read_table_of(cfg, cfg.train_path, family.numeric)
-    _require_rows(source, cfg)
-    sources = [source]
-    if cfg.eval_path is None:
-        train_idx, eval_idx = split_indices(source, cfg.eval_fraction, cfg.seed, stratify=stratify)
-        train, evaluation = source.select(train_idx), source.select(eval_idx)
-        eval_from = f"{cfg.eval_fraction:g} of {source.source} (seed {cfg.seed}" + (
-            ", stratified)" if stratify else ")"
-        )
-        if not len(train) or not len(evaluation):
-            raise BadInput(
-                f"{source.source}: {len(source)} usable rows are too few to hold out "
-                f"finetune.eval_fraction={cfg.eval_fraction:g}"
-            )
-    else:
-        train = source
-        evaluation = read_table_of(cfg, cfg.eval_path, family.numeric)
-        _require_rows(evaluation, cfg)
-        sources.append(evaluation)
-        eval_from = cfg.eval_path
-    train, train_unsampled = _cap(train, cfg.max_train_examples, cfg, stratify)
-    evaluation, eval_unsampled = _cap(evaluation, cfg.max_eval_examples, cfg, stratify)
-    names, train_targets, eval_targets = family.targets(cfg, train, evaluation)
-    accounting = {
-        "inputs": [s.summary() for s in sources],
-        "eval_from": eval_from,
-        "train": {"used": len(train), "unsampled": train_unsampled},
-        "eval": {"used": len(evaluation), "unsampled": eval_unsampled},
-    }
-    return Task(train, evaluation, train_targets, eval_targets, names, accounting)
+    splits = train_and_eval(
+        cfg,
+        Units(
+            read=lambda path: read_table_of(cfg, path, family.numeric),
+            held_out=lambda source, fraction, seed: split_indices(source, fraction, seed, stratify=stratify),
+            sample=lambda chosen, k, seed: sample_indices(chosen, k, seed, stratify),
+            unit="rows",
+            where=f" in column {cfg.text_column!r} / {cfg.label_column!r}",
+            held_out_as="{fraction:g} of {source} (seed {seed}" + (", stratified)" if stratify else ")"),
+            embedded=lambda: family.embedded(cfg),
+        ),
+    )
+    names, train_targets, eval_targets = family.targets(cfg, splits.train, splits.evaluation)
+    return Task(splits.train, splits.evaluation, train_targets, eval_targets, names, splits.accounting)
 
 
 __all__ = ["LabelColumn", "Task", "load_task", "refuse_embedded"]

@@ -178,11 +178,9 @@ def split_questions(questions: Questions, fraction: float, seed: int) -> tuple[l
     return split_by_group([c or q for c, q in zip(questions.contexts, questions.questions)], fraction, seed)
 
 
-def sample_questions(questions: Questions, k: int | None, seed: int) -> tuple[Questions, int]:
-    """A seeded subsample of `k` questions (None or more than there are: all); and how many were left out."""
-    if k is None or k >= len(questions):
-        return questions, 0
-    return questions.select(seeded_sample(questions.questions, k, seed)), len(questions) - k
+def sample_questions(questions: Questions, k: int, seed: int) -> list[int]:
+    """The indices, in order, of a seeded subsample of `k` questions."""
+    return seeded_sample(questions.questions, k, seed)
 
 
 __all__ = ["Questions", "choice_index", "read_questions", "sample_questions", "split_questions"]

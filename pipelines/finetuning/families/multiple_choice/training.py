@@ -16,7 +16,7 @@ from ....config import FinetuneSection
 from ....errors import BadInput
 from ...family import EncodedTask, Evaluation
 from ...loop import collate as single_collate
-from ...splits import train_and_eval
+from ...splits import Units, train_and_eval
 from ...tokenizer import PairTokenizer
 from . import FAMILY
 from .reading import Questions, read_questions, sample_questions, split_questions
@@ -69,9 +69,14 @@ class MultipleChoiceFamily:
     collate = staticmethod(collate)
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
-        splits = train_and_eval(
-            cfg, lambda path: read_questions(path, cfg), split_questions, sample_questions, "questions", ", by context"
+        units = Units(
+            lambda path: read_questions(path, cfg),
+            split_questions,
+            sample_questions,
+            "questions",
+            held_out_as="{fraction:g} of {source} (seed {seed}, by context)",
         )
+        splits = train_and_eval(cfg, units)
         train, evaluation = splits.train, splits.evaluation
         counts = {len(train.choices[0]), len(evaluation.choices[0])}
         if len(counts) > 1:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from ....errors import BadInput, MissingInput
 from ....storage import filesystem
-from ...tables import file_format
+from ...tables import Accounted, file_format
 from .features import QAExample, reject_reason
 
 FORMATS = {".jsonl": "jsonl", ".json": "squad", ".parquet": "parquet"}
@@ -41,13 +41,13 @@ MAX_NAMED = 5
 
 
 @dataclass
-class QAReadResult:
+class QAReadResult(Accounted):
     """One file's usable questions, in file order, and what was left out and why."""
 
     source: str
     examples: list[QAExample] = field(default_factory=list)
     rejected: Counter = field(default_factory=Counter)
-    rejected_examples: dict[str, list[str]] = field(default_factory=dict)
+    rejection_examples: dict[str, list[str]] = field(default_factory=dict)
     """Reason -> up to MAX_NAMED `"<file> <where>: <what>"` lines; where is a JSON path such as
     `data[3].paragraphs[0].qas[5]`, a jsonl `line 7` (1-based) or a parquet `row 3` (0-based)."""
     version_2: bool = False
@@ -57,23 +57,20 @@ class QAReadResult:
     def read(self) -> int:
         return len(self.examples) + sum(self.rejected.values())
 
-    def reject(self, where: str, reason: str, detail: str) -> None:
-        self.rejected[reason] += 1
-        named = self.rejected_examples.setdefault(reason, [])
-        if len(named) < MAX_NAMED:
-            named.append(f"{self.source} {where}: {detail}")
+    def __len__(self) -> int:
+        return len(self.examples)
 
-    def summary(self) -> dict[str, Any]:
-        """The file's account for a manifest: read = usable + sum(rejected)."""
-        return {
-            "source": self.source,
-            "read": self.read,
-            "usable": len(self.examples),
-            "unanswerable": sum(not e.answers for e in self.examples),
-            "version_2": self.version_2,
-            "rejected": dict(self.rejected),
-            "rejection_examples": self.rejected_examples,
-        }
+    def select(self, indices: list[int]) -> QAReadResult:
+        """The questions at `indices`, in that order (the file's account stays with `self`)."""
+        return QAReadResult(self.source, [self.examples[i] for i in indices], version_2=self.version_2)
+
+    def name_rejection(self, place: str, reason: str, detail: str) -> None:
+        named = self.rejection_examples.setdefault(reason, [])
+        if len(named) < MAX_NAMED:
+            named.append(f"{self.source} {place}: {detail}")
+
+    def details(self) -> dict[str, Any]:
+        return {"unanswerable": sum(not e.answers for e in self.examples), "version_2": self.version_2}
 
 
 class _Bad(Exception):

@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from ....config import FinetuneSection
-from ....errors import BadInput
 from ...family import EncodedTask, Evaluation
 from ...loop import collate
+from ...splits import Units, train_and_eval
 from ...tables import BBC_NEWS, seeded_hash
 from ...tokenizer import PairTokenizer
 from . import FAMILY
@@ -66,27 +66,18 @@ def _featurize(source: QAReadResult, tokenizer: PairTokenizer, cfg: FinetuneSect
     return features
 
 
-def _require(source: QAReadResult) -> None:
-    if not source.examples:
-        raise BadInput(f"{source.source}: no usable questions (of {source.read}, rejected: {dict(source.rejected)})")
-
-
-def split_by_context(
-    examples: Sequence[QAExample], fraction: float, seed: int
-) -> tuple[list[QAExample], list[QAExample]]:
-    """A seeded (train, eval) split with `fraction` of the distinct contexts in eval: the questions
-    on one context stay on one side, so no eval context was read in training."""
+def split_by_context(examples: Sequence[QAExample], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """The (train, eval) indices of a seeded split with `fraction` of the distinct contexts in eval:
+    the questions on one context stay on one side, so no eval context was read in training."""
     contexts = sorted({e.context for e in examples}, key=lambda c: seeded_hash(seed, "split", c))
     held = set(contexts[: round(fraction * len(contexts))])
-    return [e for e in examples if e.context not in held], [e for e in examples if e.context in held]
+    train = [i for i, e in enumerate(examples) if e.context not in held]
+    return train, [i for i, e in enumerate(examples) if e.context in held]
 
 
-def sample_questions(examples: list[QAExample], cap: int | None, seed: int) -> tuple[list[QAExample], int]:
-    """A seeded subsample of `cap` questions in their order, and how many were left out."""
-    if cap is None or cap >= len(examples):
-        return examples, 0
-    chosen = set(sorted(range(len(examples)), key=lambda i: seeded_hash(seed, "sample", examples[i].id))[:cap])
-    return [e for i, e in enumerate(examples) if i in chosen], len(examples) - cap
+def sample_questions(examples: Sequence[QAExample], k: int, seed: int) -> list[int]:
+    """The indices, in order, of a seeded subsample of `k` questions."""
+    return sorted(sorted(range(len(examples)), key=lambda i: seeded_hash(seed, "sample", examples[i].id))[:k])
 
 
 class QuestionAnsweringFamily:
@@ -96,32 +87,28 @@ class QuestionAnsweringFamily:
     collate = staticmethod(collate)  # a window is one padded sequence; targets are (start, end) rows
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
-        if cfg.train_path is None:
-            source = QAReadResult(DEMO, examples=bbc_qa_examples(seed=0))
-        else:
-            source = read_qa_file(cfg.train_path)
-        features = _featurize(source, tokenizer, cfg)
-        _require(source)
-        sources = [source]
-        if cfg.eval_path is None:
-            train, evaluation = split_by_context(source.examples, cfg.eval_fraction, cfg.seed)
-            eval_from = f"{cfg.eval_fraction:g} of {source.source} by context (seed {cfg.seed})"
-            if not train or not evaluation:
-                raise BadInput(
-                    f"{source.source}: {len({e.context for e in source.examples})} contexts are too few to "
-                    f"hold out finetune.eval_fraction={cfg.eval_fraction:g}"
-                )
-        else:
-            held = read_qa_file(cfg.eval_path)
-            features.update(_featurize(held, tokenizer, cfg))
-            _require(held)
-            sources.append(held)
-            train, evaluation, eval_from = source.examples, held.examples, cfg.eval_path
-        train, train_unsampled = sample_questions(train, cfg.max_train_examples, cfg.seed)
-        evaluation, eval_unsampled = sample_questions(evaluation, cfg.max_eval_examples, cfg.seed)
+        features: dict[str, list[QAFeature]] = {}
+
+        def featurized(source: QAReadResult) -> QAReadResult:
+            features.update(_featurize(source, tokenizer, cfg))
+            return source
+
+        splits = train_and_eval(
+            cfg,
+            Units(
+                read=lambda path: featurized(read_qa_file(path)),
+                held_out=lambda source, fraction, seed: split_by_context(source.examples, fraction, seed),
+                sample=lambda chosen, k, seed: sample_questions(chosen.examples, k, seed),
+                unit="questions",
+                held_out_as="{fraction:g} of {source} by context (seed {seed})",
+                embedded=lambda: featurized(QAReadResult(DEMO, examples=bbc_qa_examples(seed=0))),
+                too_few=lambda source: f"{len({e.context for e in source.examples})} contexts",
+            ),
+        )
+        train, evaluation = splits.train.examples, splits.evaluation.examples
         train_features = [f for e in train for f in features[e.id]]
         eval_features = [f for e in evaluation for f in features[e.id]]
-        version_2 = any(s.version_2 for s in sources) or any(not e.answers for e in (*train, *evaluation))
+        version_2 = any(s.version_2 for s in splits.sources) or any(not e.answers for e in (*train, *evaluation))
 
         def targets(chosen: list[QAFeature]) -> np.ndarray:
             return np.asarray([(f.start_position, f.end_position) for f in chosen], np.int64).reshape(-1, 2)
@@ -138,10 +125,9 @@ class QuestionAnsweringFamily:
                 version_2,
             ),
             accounting={
-                "inputs": [s.summary() for s in sources],
-                "eval_from": eval_from,
-                "train": {"used": len(train), "unsampled": train_unsampled, "features": len(train_features)},
-                "eval": {"used": len(evaluation), "unsampled": eval_unsampled, "features": len(eval_features)},
+                **splits.accounting,
+                "train": {**splits.accounting["train"], "features": len(train_features)},
+                "eval": {**splits.accounting["eval"], "features": len(eval_features)},
                 "version_2": version_2,
             },
             truncated={

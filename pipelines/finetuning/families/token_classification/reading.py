@@ -127,11 +127,17 @@ def split_sentences(sentences: Sentences, fraction: float, seed: int) -> tuple[l
     return split_by_group([tuple(tokens) for tokens in sentences.tokens], fraction, seed)
 
 
-def sample_sentences(sentences: Sentences, k: int | None, seed: int) -> tuple[Sentences, int]:
-    """A seeded subsample of `k` sentences (None or more than there are: all); and how many were left out."""
-    if k is None or k >= len(sentences):
-        return sentences, 0
-    return sentences.select(seeded_sample([tuple(t) for t in sentences.tokens], k, seed)), len(sentences) - k
+def sample_sentences(sentences: Sentences, k: int, seed: int) -> list[int]:
+    """The indices, in order, of a seeded subsample of `k` sentences."""
+    return seeded_sample([tuple(t) for t in sentences.tokens], k, seed)
 
 
-__all__ = ["FORMATS", "Sentences", "read_conll", "read_sentences", "read_token_table", "sample_sentences"]
+__all__ = [
+    "FORMATS",
+    "Sentences",
+    "read_conll",
+    "read_sentences",
+    "read_token_table",
+    "sample_sentences",
+    "split_sentences",
+]

@@ -18,7 +18,7 @@ from ....errors import BadInput
 from ...family import EncodedTask, Evaluation
 from ...labels import sorted_names
 from ...loop import collate
-from ...splits import train_and_eval
+from ...splits import Units, train_and_eval
 from ...tokenizer import PairTokenizer
 from . import FAMILY
 from .metrics import conll_scores
@@ -87,9 +87,8 @@ class TokenClassificationFamily:
         return {k: v.pin_memory() for k, v in batch.items()} if pin else batch
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
-        splits = train_and_eval(
-            cfg, lambda path: read_sentences(path, cfg), split_sentences, sample_sentences, "sentences"
-        )
+        units = Units(lambda path: read_sentences(path, cfg), split_sentences, sample_sentences, "sentences")
+        splits = train_and_eval(cfg, units)
         train, evaluation = splits.train, splits.evaluation
         names = sorted_names({t for tags in train.tags for t in tags})
         ids = {name: i for i, name in enumerate(names)}

@@ -80,7 +80,7 @@ def test_squad_v1_reads_good_questions_and_counts_each_bad_kind(tmp_path):
         "malformed_answers": 1,
         "empty_context": 1,
     }
-    named = result.rejected_examples
+    named = result.rejection_examples
     assert named["missing_field"] == [
         f"{path} data[0].paragraphs[0].qas[2] (id 'q3'): no 'question'",
         f"{path} data[1]: no 'paragraphs'",
@@ -125,7 +125,7 @@ def test_squad_v2_unanswerable_questions_ignore_plausible_answers(tmp_path):
     assert [(e.id, e.answers) for e in result.examples] == [("a1", (("1903", 35),)), ("u1", ())]
     assert result.version_2
     assert dict(result.rejected) == {"malformed_answers": 1, "wrong_type": 1}
-    assert result.rejected_examples["malformed_answers"] == [
+    assert result.rejection_examples["malformed_answers"] == [
         f"{path} data[0].paragraphs[0].qas[2] (id 'u2'): 'is_impossible' is true but it has 1 answers"
     ]
     assert result.summary()["unanswerable"] == 1
@@ -199,7 +199,7 @@ def test_flat_jsonl_rows_are_named_by_line(tmp_path):
         "duplicate_id": 1,
         "empty_answer": 1,
     }
-    named = result.rejected_examples
+    named = result.rejection_examples
     assert named["malformed_json"][0].startswith(f"{path} line 4: not JSON (")
     assert named["wrong_type"] == [
         f"{path} line 5: the row is a list, not an object",
@@ -217,7 +217,7 @@ def test_flat_parquet_rows_are_named_by_row(tmp_path):
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "dev.parquet")
     result = read_qa_file(str(tmp_path / "dev.parquet"))
     assert [(e.id, e.answers) for e in result.examples] == [("p1", (("1903", 35),)), ("p3", ())]
-    assert result.rejected_examples == {
+    assert result.rejection_examples == {
         "answer_start_mismatch": [
             f"{tmp_path}/dev.parquet row 1 (id 'p2'): answer '1911' at 0, where the context has 'Mari'"
         ]
@@ -248,6 +248,6 @@ def test_squad_json_and_jsonl_on_s3(s3_endpoint):
     assert [e.id for e in on_s3.examples] == ["s1", "s2"] and on_s3.version_2
     rows = read_qa_file("s3://qa-tables/train.jsonl")
     assert [e.id for e in rows.examples] == ["j1"]
-    assert rows.rejected_examples == {
+    assert rows.rejection_examples == {
         "duplicate_id": ["s3://qa-tables/train.jsonl line 2 (id 'j1'): id 'j1' is already used at line 1"]
     }
