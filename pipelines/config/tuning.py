@@ -27,8 +27,9 @@ SPACE_RANGES = ("loguniform", "uniform", "randint")
 
 @dataclass(config=STRICT)
 class FinetuneSection(Section):
-    """Fine-tuning a pretrained ALBERT on one task: text classification or regression on a table, or
-    extractive question answering (SQuAD v1.1/v2.0)."""
+    """Fine-tuning a pretrained ALBERT on one task of a task family (finetune.task: classification,
+    regression or multi-label classification of a table, token classification, multiple choice,
+    extractive question answering); docs/finetuning.md#task-families lists them."""
 
     SECTION: ClassVar[str] = "finetune"
 

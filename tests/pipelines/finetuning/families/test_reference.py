@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipelines.config import FinetuneSection, TuneSection, field_docs
 from pipelines.finetuning.families import FAMILIES
 from pipelines.finetuning.families.reference import COMMAND, families_table
 
@@ -28,3 +29,12 @@ def test_the_table_has_a_row_per_family_with_its_head_and_metrics():
         check=True,
     )
     assert out.stdout == families_table()
+
+
+def test_the_config_keys_docs_name_every_family_and_its_metrics():
+    """finetune.task's and tune.metric's docs (--help, docs/config.md) list the choices in prose: the
+    config layer lies below the registry, so this holds them to it."""
+    task, metric = field_docs(FinetuneSection)["task"], field_docs(TuneSection)["metric"]
+    for family in FAMILIES.values():
+        assert family.name in task and family.name in metric, family.name
+        assert all(m in metric for m in family.metrics), family.name
