@@ -1,5 +1,5 @@
 """The two sides of bench/finetune_speed.py: our fine-tuning step and transformers' Trainer step on
-the same weights and host batch, for each task of pipelines/finetuning/families.py's FAMILIES (what
+the same weights and host batch, for each task of pipelines/finetuning/families/'s FAMILIES (what
 each side runs is in that script's docstring):
 
 - classification, regression, multi_label: our AlbertForSequenceClassification and the sequence
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from albert_model import AlbertConfig, AlbertForQuestionAnswering  # noqa: E402
 from albert_model.hf import to_hf_state_dict  # noqa: E402
 from pipelines.finetuning.families import task_family  # noqa: E402
+from pipelines.finetuning.families.token_classification.training import IGNORED  # noqa: E402
 from pipelines.finetuning.loop import GraphedModel, build_schedule, finetune_step  # noqa: E402
-from pipelines.finetuning.ner_family import IGNORED  # noqa: E402
 from pipelines.train.build import build_optimizer  # noqa: E402
 from pipelines.train.parallel import apply_compile  # noqa: E402
 
@@ -69,9 +69,10 @@ def make_batch(
       second segment (question_answering);
     - token_classification: [CLS] ids [SEP], token types 0; `labels` [B, S] a tag in [0, NUM_LABELS)
       at each word's first piece (position 1 and then a piece in WORD_START), IGNORED (-100) at
-      [CLS], [SEP], the words' other pieces and the padding, as ner_family.encode_split lays them out;
+      [CLS], [SEP], the words' other pieces and the padding, as token classification's
+      encode_split lays them out;
     - multiple_choice: CHOICES sequences per question, each [CLS] ids [SEP] ids [SEP] of its own
-      length, the inputs [B, CHOICES, S] (choice_family.collate); `labels` the right choice's index."""
+      length, the inputs [B, CHOICES, S] (multiple choice's collate); `labels` the right choice's index."""
     rng = np.random.default_rng(seed)
     rows = batch_size * CHOICES if task == "multiple_choice" else batch_size
     lengths = rng.integers(seq // 2, seq + 1, rows) if padded else np.full(rows, seq)

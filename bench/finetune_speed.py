@@ -10,7 +10,7 @@ with finetune.compile (the layer groups compiled by apply_compile) and with fine
 (GraphedModel: the whole model compiled with mode="reduce-overhead", its forward and backward
 replayed as CUDA graphs).
 
-Tasks (--finetune-tasks, the names of pipelines/finetuning/families.py's FAMILIES), each side its
+Tasks (--finetune-tasks, the names of pipelines/finetuning/families/'s FAMILIES), each side its
 model of the task from the same initial weights:
 - classification: AlbertForSequenceClassification, 5 labels, cross-entropy (the last layer runs
   only at [CLS] in ours);

@@ -73,6 +73,7 @@ PARALLEL_SAFE = (
     "tests/pipelines/test_stages.py",
     "tests/pipelines/test_storage.py",
     "tests/pipelines/test_suite_config.py",
+    "tests/test_family_names.py",
     "tests/test_structure.py",
 )
 

@@ -170,13 +170,15 @@ def test_the_layer_check_finds_a_violation(tmp_path, monkeypatch):
 def test_the_command_line_and_the_data_workers_start_without_torch():
     """torch's import (~2 s on a 2-core machine) is paid only where a model runs: not by the command
     line nor by the vocab and data stages' Ray Data workers, which import the config (and so
-    albert_model's config); the model classes still import from albert_model on first use. A Tune
+    albert_model's config), nor by the task families' registry, against which every command checks
+    its config; the model classes still import from albert_model on first use. A Tune
     trial's import chain (the families and their metrics) leaves out scikit-learn and scipy (1-2 s
     of each trial process's start; the metrics are numpy's, checked equal to theirs in test_metrics)."""
     import subprocess
 
     code = (
         "import sys; import pipelines.cli.command, pipelines.stages.vocab, pipelines.stages.data; "
+        "import pipelines.finetuning.families.checks, pipelines.rundir.registry; "
         "assert 'torch' not in sys.modules, 'torch imported'; "
         "from albert_model import AlbertForPreTraining; assert 'torch' in sys.modules; "
         "import albert_model; assert AlbertForPreTraining is albert_model.model.AlbertForPreTraining; "

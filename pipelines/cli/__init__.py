@@ -1,7 +1,7 @@
 """The entry points: `albert-ray` (command.py; `python -m pipelines.cli` where it is not installed),
-`run` (run.py), one command per stage (`stage_main` below: logging, config from argv, run, say
-where), `restore`, `local`. An expected error (pipelines.errors.UserError) is one line on stderr
-and exit status 2 (pipelines/console.py)."""
+`run` (run.py), one command per stage (`stage_main` below: logging, config from argv and checked
+against the task families, run, say where), `restore`, `local`. An expected error
+(pipelines.errors.UserError) is one line on stderr and exit status 2 (pipelines/console.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from ..config import build_arg_parser, parse_cli
 from ..console import guarded, report_user_error, setup_logging
+from ..finetuning.families.checks import check_config
 
 
 def stage_main(name: str, description: str, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -27,6 +28,7 @@ def stage_main(name: str, description: str, argv: Sequence[str] | None = None, p
 
     def main() -> int:
         config, args = parse_cli(argv, parser)
+        check_config(config)
         outcome = run_stage(config, name, force=args.force)
         print(f"{description.rstrip('.')}: {'up to date in' if outcome.skipped else 'written to'} {outcome.path}")
         return 0

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from ..config import parse_cli
 from ..console import guarded, setup_logging
+from ..finetuning.families.checks import check_config
 from ..rundir.generations import restore
 from ..rundir.registry import STAGES
 
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray restore") ->
 
     def run() -> int:
         config, args = parse_cli(argv, parser)
+        check_config(config)
         print(
             f"restored: {restore(config, args.stage)} is the previous output again; the replaced one is in "
             f"_previous/{args.stage}",

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from ..config import Config, build_arg_parser, parse_cli
 from ..console import report_user_error, setup_logging
 from ..errors import UserError, find_user_error, one_line
+from ..finetuning.families.checks import check_config
 from ..rundir.ownership import check_input_paths, check_run_dir
 from ..rundir.registry import STAGES, stage_dir
 from ..stages.dag import RunDirView, StageFailed, format_plan, plan_dag, run_all, select_stages
@@ -37,9 +38,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 def preflight(
     argv: Sequence[str] | None, prog: str | None = None
 ) -> tuple[Config, argparse.Namespace, list[str], set[str]]:
-    """Everything checked before anything starts (no Ray, no writes): the config, the stage
-    selection, the run_dir and the input paths. Raises UserError."""
+    """Everything checked before anything starts (no Ray, no writes): the config (the task
+    families' rules too), the stage selection, the run_dir and the input paths. Raises UserError."""
     config, args = parse_cli(argv, build_parser(prog))
+    check_config(config)
     selected, forced = select_stages(args.stages, args.force, config)
     check_run_dir(config.run_dir)
     check_input_paths(config, selected)

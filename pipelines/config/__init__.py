@@ -6,15 +6,13 @@ from .loading import build_arg_parser, dump_yaml, load_config, parse_cli
 from .predicting import PredictSection
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tracking import TrackingSection
-from .tree import SECTIONS, SETTINGS, TASK_KEYS, Config, searched_overrides, task_configs, tune_metric, unused_keys
-from .tuning import TUNABLE_KEYS, TUNE_METRICS, FinetuneSection, TuneSection
+from .tree import SECTIONS, SETTINGS, Config, neutral_keys, searched_overrides, task_configs
+from .tuning import TUNABLE_KEYS, FinetuneSection, TuneSection
 
 __all__ = [
     "SECTIONS",
     "SETTINGS",
-    "TASK_KEYS",
     "TUNABLE_KEYS",
-    "TUNE_METRICS",
     "Config",
     "CorpusSection",
     "DataSection",
@@ -32,9 +30,8 @@ __all__ = [
     "dump_yaml",
     "field_docs",
     "load_config",
+    "neutral_keys",
     "parse_cli",
     "searched_overrides",
     "task_configs",
-    "tune_metric",
-    "unused_keys",
 ]

@@ -24,8 +24,6 @@ STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, use_attrib
 
 SETTING = "setting"
 """The field metadata key saying why a key never changes a result (see `setting`)."""
-TASKS = "tasks"
-"""The field metadata key naming the only finetune.task values a key applies to (see `for_tasks`)."""
 NEUTRAL = "neutral"
 """The field metadata key holding the value at which a key computes what a config without it did (see `neutral_at`)."""
 
@@ -108,13 +106,6 @@ def neutral_at(value: object) -> dict[str, object]:
     return {NEUTRAL: value}
 
 
-def for_tasks(*tasks: str) -> dict[str, tuple[str, ...]]:
-    """Metadata of a finetune field that only these task families read (question answering's
-    finetune.doc_stride): under another finetune.task it changes no result, so fingerprints leave it
-    out and adding such a key leaves the other families' fingerprints as they were."""
-    return {TASKS: tasks}
-
-
 def section_settings(cls: type) -> dict[str, str]:
     """key -> why, for every setting of section `cls` and of its subsections."""
     found = {}
@@ -149,13 +140,11 @@ def config_to_dict(config: Any) -> dict[str, Any]:
 __all__ = [
     "SETTING",
     "STRICT",
-    "TASKS",
     "Section",
     "attribute_docs",
     "build_section",
     "config_to_dict",
     "field_docs",
-    "for_tasks",
     "neutral_at",
     "one_error",
     "section_settings",

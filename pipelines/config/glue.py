@@ -22,6 +22,8 @@ class GluePreset:
     text_pair_column: str | None
     label_column: str
     task: str = "classification"
+    """The finetune.task: a family's name, a config value as a user's YAML writes it (every entry
+    point checks it against the families' registry)."""
     metric: str = "accuracy"
     """The search's tune.metric (the paper's dev-set number)."""
     also: tuple[str, ...] = ()

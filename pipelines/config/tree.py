@@ -12,12 +12,12 @@ from typing import ClassVar
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import NEUTRAL, STRICT, TASKS, Section, build_section, config_to_dict, section_settings, shown
+from .base import NEUTRAL, STRICT, Section, build_section, config_to_dict, section_settings, shown
 from .glue import glue_preset
 from .predicting import PredictSection
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tracking import TrackingSection
-from .tuning import TUNE_METRICS, FinetuneSection, TuneSection
+from .tuning import FinetuneSection, TuneSection
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +74,6 @@ SETTINGS: dict[str, str] = {
 fields marked `metadata=setting(why)`, a subsection so marked as one key (train.health)."""
 
 
-TASK_KEYS: dict[str, tuple[str, ...]] = {
-    FinetuneSection.key(f.name): f.metadata[TASKS] for f in dataclasses.fields(FinetuneSection) if TASKS in f.metadata
-}
-"""finetune key -> the finetune.task values that read it (fields marked `metadata=for_tasks(...)`)."""
-
-
 NEUTRAL_KEYS: dict[str, object] = {
     cls.key(f.name): f.metadata[NEUTRAL]
     for cls in SECTIONS.values()
@@ -89,12 +83,10 @@ NEUTRAL_KEYS: dict[str, object] = {
 """key -> the value at which it computes what configs without it did (fields marked `metadata=neutral_at(...)`)."""
 
 
-def unused_keys(config: Config) -> set[str]:
-    """The keys that change none of config's results: finetune keys its finetune.task does not
-    read, and keys at their neutral value."""
-    unread = {key for key, tasks in TASK_KEYS.items() if config.finetune.task not in tasks}
-    neutral = {key for key, value in NEUTRAL_KEYS.items() if getattr_key(config, key) == value}
-    return unread | neutral
+def neutral_keys(config: Config) -> set[str]:
+    """The keys at their neutral value: they change none of config's results (and the finetune keys
+    its task family does not read: pipelines/finetuning/families.unread_keys)."""
+    return {key for key, value in NEUTRAL_KEYS.items() if getattr_key(config, key) == value}
 
 
 def getattr_key(config: Config, key: str) -> object:
@@ -103,13 +95,8 @@ def getattr_key(config: Config, key: str) -> object:
 
 
 def check_rules(config: Config) -> None:
-    """The rules that involve more than one section."""
-    allowed = TUNE_METRICS[config.finetune.task]
-    if config.tune.metric is not None and config.tune.metric not in allowed:
-        raise ConfigError(
-            f"tune.metric={config.tune.metric}: not a {config.finetune.task} metric (finetune.task); "
-            f"use one of {', '.join(allowed)}"
-        )
+    """The rules that involve more than one section (and not the task families: those the entry
+    points check, pipelines/finetuning/families/checks.py)."""
     task_configs(config)  # each task of an evaluation suite is a valid config of its own
     if config.finetune.cuda_graphs and config.tune.workers_per_trial > 1:
         raise ConfigError(
@@ -181,11 +168,6 @@ def task_configs(config: Config) -> dict[str, Config]:
     return out
 
 
-def tune_metric(config: Config) -> str:
-    """The metric the search maximises: tune.metric, or the task's first."""
-    return config.tune.metric or TUNE_METRICS[config.finetune.task][0]
-
-
 def searched_overrides(config: Config) -> list[str]:
     """The finetune keys set away from their defaults that tune.space searches anyway (the space wins)."""
     defaults = FinetuneSection()
@@ -199,11 +181,9 @@ def searched_overrides(config: Config) -> list[str]:
 __all__ = [
     "SECTIONS",
     "SETTINGS",
-    "TASK_KEYS",
     "Config",
     "check_rules",
     "searched_overrides",
     "task_configs",
-    "tune_metric",
-    "unused_keys",
+    "neutral_keys",
 ]

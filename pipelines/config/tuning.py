@@ -11,28 +11,12 @@ from pydantic import ValidationError
 from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
-from .base import STRICT, Section, for_tasks, neutral_at, one_error, setting, shown
+from .base import STRICT, Section, neutral_at, one_error, setting, shown
 from .sections import PRECISIONS
 
-QA = "question_answering"
-MULTI_LABEL = "multi_label"
-TOKEN_CLASSIFICATION = "token_classification"
-MULTIPLE_CHOICE = "multiple_choice"
-FINETUNE_TASKS = ("classification", "regression", MULTI_LABEL, TOKEN_CLASSIFICATION, MULTIPLE_CHOICE, QA)
-SEQUENCE_TASKS = ("classification", "regression", MULTI_LABEL)
 FINETUNE_INITS = ("pretrained", "random")
 TUNE_SCHEDULERS = ("asha", "none")
 TUNE_SEARCHES = ("random", "optuna")
-# The first is the task's default tune.metric; pipelines/finetuning/families.py declares the same
-# (tests/pipelines/finetuning/test_families.py holds the two together).
-TUNE_METRICS = {
-    "classification": ("accuracy", "macro_f1", "mcc"),
-    "regression": ("pearson", "spearman"),
-    MULTI_LABEL: ("micro_f1", "macro_f1", "subset_accuracy"),
-    TOKEN_CLASSIFICATION: ("f1", "precision", "recall", "accuracy"),
-    MULTIPLE_CHOICE: ("accuracy",),
-    QA: ("f1", "exact"),
-}
 # The finetune keys a search space may set: hyperparameters of one trial, not what data it reads.
 TUNABLE_KEYS = (
     *("lr", "batch_size", "epochs", "warmup_ratio", "weight_decay", "classifier_dropout", "max_grad_norm"),
@@ -43,8 +27,9 @@ SPACE_RANGES = ("loguniform", "uniform", "randint")
 
 @dataclass(config=STRICT)
 class FinetuneSection(Section):
-    """Fine-tuning a pretrained ALBERT on one task: text classification or regression on a table, or
-    extractive question answering (SQuAD v1.1/v2.0)."""
+    """Fine-tuning a pretrained ALBERT on one task of a task family (finetune.task: classification,
+    regression or multi-label classification of a table, token classification, multiple choice,
+    extractive question answering); docs/finetuning.md#task-families lists them."""
 
     SECTION: ClassVar[str] = "finetune"
 
@@ -58,28 +43,28 @@ class FinetuneSection(Section):
     eval_path: str | None = None
     """Evaluation table or QA file; null holds out finetune.eval_fraction of the training one (seeded;
     stratified by label, or by context for QA)."""
-    text_column: str = field(default="text", metadata=for_tasks(*SEQUENCE_TASKS))
+    text_column: str = "text"
     """Column holding the text (the first segment)."""
-    text_pair_column: str | None = field(default=None, metadata=for_tasks(*SEQUENCE_TASKS))
+    text_pair_column: str | None = None
     """Column holding the second segment of a text pair; null for single texts."""
-    label_column: str = field(default="label", metadata=for_tasks(*SEQUENCE_TASKS, MULTIPLE_CHOICE))
+    label_column: str = "label"
     """Column holding the label: a class (any string or number); for regression, a number; for
     multi_label, the example's classes (a list in jsonl or parquet, or one text cell split at
     finetune.label_delimiter); for multiple_choice, the right choice's index (0-based) or letter (A, B, ...)."""
-    context_column: str = field(default="context", metadata=for_tasks(MULTIPLE_CHOICE))
+    context_column: str = "context"
     """multiple_choice, jsonl or parquet: the column of the passage the question is about (optional in the rows)."""
-    question_column: str = field(default="question", metadata=for_tasks(MULTIPLE_CHOICE))
+    question_column: str = "question"
     """multiple_choice, jsonl or parquet: the column of the question (or a sentence's start, as SWAG's)."""
-    choices_column: str = field(default="choices", metadata=for_tasks(MULTIPLE_CHOICE))
+    choices_column: str = "choices"
     """multiple_choice, jsonl or parquet: the column of the choices (a list; the same length in a file)."""
-    tokens_column: str = field(default="tokens", metadata=for_tasks(TOKEN_CLASSIFICATION))
+    tokens_column: str = "tokens"
     """token_classification, jsonl or parquet: the column holding a sentence's tokens (a list)."""
-    tags_column: str = field(default="tags", metadata=for_tasks(TOKEN_CLASSIFICATION))
+    tags_column: str = "tags"
     """token_classification, jsonl or parquet: the column holding a tag per token (a list of the same length)."""
-    conll_tag_column: int = field(default=-1, metadata=for_tasks(TOKEN_CLASSIFICATION))
+    conll_tag_column: int = -1
     """token_classification, CoNLL files (.conll, .txt): the tag's column, 0-based after the token
     (column 0); -1 is the last (CoNLL-2003's named entities)."""
-    label_delimiter: str = field(default="|", metadata=for_tasks(MULTI_LABEL))
+    label_delimiter: str = "|"
     """multi_label: what separates the classes in a text label cell (csv, tsv, or a string in jsonl
     or parquet); a list is read as it is."""
     task: str = "classification"
@@ -89,13 +74,13 @@ class FinetuneSection(Section):
     (extractive, SQuAD v1.1/v2.0)."""
     max_seq_length: int = 512
     """Tokens per example, [CLS] and [SEP]s included; longer texts are truncated (QA: windowed)."""
-    max_query_length: int = field(default=64, metadata=for_tasks(QA))
+    max_query_length: int = 64
     """question_answering: a question's pieces beyond this many are cut."""
-    doc_stride: int = field(default=128, metadata=for_tasks(QA))
+    doc_stride: int = 128
     """question_answering: pieces between the starts of a long context's overlapping windows."""
-    n_best_size: int = field(default=20, metadata=for_tasks(QA))
+    n_best_size: int = 20
     """question_answering: start and end candidates per window in the answer search."""
-    max_answer_length: int = field(default=30, metadata=for_tasks(QA))
+    max_answer_length: int = 30
     """question_answering: the longest answer, in pieces."""
     eval_fraction: float = 0.2
     """Share of the training data held out for evaluation when finetune.eval_path is null."""
@@ -119,7 +104,7 @@ class FinetuneSection(Section):
     """Share of the optimizer steps spent warming the learning rate up from 0."""
     weight_decay: float = 0.01
     """Decoupled AdamW weight decay (not on LayerNorm or bias parameters)."""
-    classifier_dropout: float = field(default=0.1, metadata=for_tasks(*SEQUENCE_TASKS))
+    classifier_dropout: float = 0.1
     """Dropout on the pooled output before the classifier (question answering's head has none, as transformers')."""
     max_grad_norm: float = 1.0
     """Clip the gradient norm to this."""
@@ -137,7 +122,7 @@ class FinetuneSection(Section):
     """Seed of the split, the subsamples, the classifier's initialisation and the batch order;
     searched in tune.space, a trial's seed changes only its initialisation and batch order (every
     trial is scored on the same split)."""
-    column_names: list[str] | None = field(default=None, metadata={**for_tasks(*SEQUENCE_TASKS), **neutral_at(None)})
+    column_names: list[str] | None = field(default=None, metadata=neutral_at(None))
     """csv/tsv tables without a header row (GLUE's CoLA): the names of their columns, in order;
     null reads the first row as the header."""
     extra_eval_paths: dict[str, str] | None = field(default=None, metadata=neutral_at(None))
@@ -173,7 +158,6 @@ class FinetuneSection(Section):
         self.require("conll_tag_column", self.conll_tag_column != 0, "must not be 0 (the token's column)")
         for name in ("tokens_column", "tags_column", "question_column", "choices_column", "context_column"):
             self.require(name, bool(getattr(self, name)), "must not be empty")
-        self.require("task", self.task in FINETUNE_TASKS, f"must be one of {', '.join(FINETUNE_TASKS)}")
         self.require("max_seq_length", self.max_seq_length >= 4, "must be >= 4")
         self.require("eval_fraction", 0 < self.eval_fraction < 1, "must be in (0, 1)")
         for name in ("max_train_examples", "max_eval_examples"):
@@ -198,12 +182,6 @@ class FinetuneSection(Section):
             "compiles the whole model: leave finetune.compile (the layer groups) false",
         )
         self.require("max_answer_length", self.max_answer_length >= 1, "must be >= 1")
-        self.require(
-            "max_query_length",
-            self.task != QA or self.max_query_length + 4 <= self.max_seq_length,
-            f"leaves no context in a window of finetune.max_seq_length={self.max_seq_length} "
-            "([CLS] question [SEP] context [SEP]): use at most max_seq_length - 4",
-        )
         self.require("seed", self.seed >= 0, "must be >= 0")
         names = self.column_names
         self.require(
@@ -282,10 +260,6 @@ class TuneSection(Section):
         self.require("grace_period", self.grace_period >= 1, "must be >= 1")
         self.require("reduction_factor", self.reduction_factor >= 2, "must be >= 2")
         self.require("search", self.search in TUNE_SEARCHES, f"must be one of {', '.join(TUNE_SEARCHES)}")
-        metrics = [m for ms in TUNE_METRICS.values() for m in ms]
-        self.require(
-            "metric", self.metric is None or self.metric in metrics, f"must be one of {', '.join(metrics)} or null"
-        )
         self.require("workers_per_trial", self.workers_per_trial >= 1, "must be >= 1")
         resources = self.resources_per_trial or {}
         self.require(
@@ -336,16 +310,9 @@ class TuneSection(Section):
 
 
 __all__ = [
-    "MULTI_LABEL",
-    "TOKEN_CLASSIFICATION",
-    "MULTIPLE_CHOICE",
-    "QA",
-    "SEQUENCE_TASKS",
     "FINETUNE_INITS",
-    "FINETUNE_TASKS",
     "SPACE_RANGES",
     "TUNABLE_KEYS",
-    "TUNE_METRICS",
     "TUNE_SCHEDULERS",
     "TUNE_SEARCHES",
     "FinetuneSection",

@@ -30,17 +30,11 @@ import torch
 from onnx_ir.passes.common import ClearMetadataAndDocStringPass
 from torch import nn
 
-from albert_model import (
-    AlbertConfig,
-    AlbertForMultipleChoice,
-    AlbertForQuestionAnswering,
-    AlbertForSequenceClassification,
-    AlbertForTokenClassification,
-    AlbertModel,
-)
+from albert_model import AlbertConfig, AlbertModel
 from albert_model.hf import load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
+from ..finetuning.families import FAMILIES
 from ..storage.models import RECORD
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -72,15 +66,12 @@ class HeadExport:
 
 _ENCODER = HeadExport(AlbertModel, ("last_hidden_state", "pooler_output"))
 # config.json's architectures[0] -> the export. Pretraining exports its encoder (the MLM and SOP
-# heads serve only pretraining); a sequence classifier's logits are its scores for every problem
-# type (single label, multi-label, regression).
+# heads serve only pretraining); a fine-tuned model, its family's head (several families share one:
+# a sequence classifier's logits are its scores whatever its labels are).
 HEADS: dict[str, HeadExport] = {
     "AlbertModel": _ENCODER,
     "AlbertForPreTraining": _ENCODER,
-    "AlbertForSequenceClassification": HeadExport(AlbertForSequenceClassification, ("logits",)),
-    "AlbertForQuestionAnswering": HeadExport(AlbertForQuestionAnswering, ("start_logits", "end_logits")),
-    "AlbertForTokenClassification": HeadExport(AlbertForTokenClassification, ("logits",)),
-    "AlbertForMultipleChoice": HeadExport(AlbertForMultipleChoice, ("logits",), choices=True),
+    **{f.architecture: HeadExport(f.model_class, f.outputs, f.choices) for f in FAMILIES.values()},
 }
 
 

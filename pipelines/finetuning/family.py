@@ -1,21 +1,31 @@
-"""What a fine-tuning task family declares, as a stage is declared: its model head and the
-transformers class it exports to, how its input becomes features, how features become a batch, its
-loss, and how the eval outputs become its metrics and predictions files. The trial loop (trial.py, loop.py) is written
-once against this; pipelines/finetuning/families.py lists the families by `finetune.task`."""
+"""What a fine-tuning task family declares, as a stage is declared, in two parts. `Family`, what
+the rest of the product knows of it: its finetune.task name, its tune.metric choices, the finetune
+keys only it reads and its own config rules, its head (the export's transformers class) and that
+head's outputs. It imports neither torch nor the family's code, so an entry point checks a config
+against every family before any work. `TaskFamily`, its fine-tuning: how its input becomes
+features, how features become a batch, its loss, and how the eval outputs become its metrics and
+predictions files; the trial loop (trial.py, loop.py) is written once against it.
+
+pipelines/finetuning/families/__init__.py lists the families, one line each; a family is the folder
+of that name there, whose __init__.py declares its Family."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
-import torch
-from torch import nn
+import albert_model
 
-from ..config import FinetuneSection
-from .loop import Collate
-from .tokenizer import PairTokenizer
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from torch import nn
+
+    from ..config import FinetuneSection
+    from .loop import Collate
+    from .tokenizer import PairTokenizer
 
 Feature = tuple[Sequence[int], Sequence[int]]
 """One model input: (input_ids, token_type_ids), unpadded."""
@@ -59,13 +69,40 @@ class Evaluation:
     checkpoint's config.json (pipelines/storage/models.py `ModelUsage`)."""
 
 
-class TaskFamily(Protocol):
+@dataclass(frozen=True)
+class Family:
     name: str
-    """The finetune.task value."""
+    """The finetune.task value, and the name of the family's folder in families/."""
     metrics: tuple[str, ...]
-    """The tune.metric choices, the default first (config/tuning.py's TUNE_METRICS holds the same)."""
+    """The tune.metric choices, the default first: keys of its evaluation's metrics."""
+    architecture: str
+    """Its head: albert_model's class of this name, exported as the transformers class of the same name."""
+    outputs: tuple[str, ...]
+    """The head's outputs, as its ONNX export names them (a head with several returns them by name)."""
+    training: str
+    """`module:name` of its TaskFamily, imported when a trial needs it (families.task_family)."""
+    keys: tuple[str, ...] = ()
+    """The finetune keys that only the families declaring them read: under another task they change
+    no result, so they are in no fingerprint (and adding one left the others' as they were)."""
+    check: Callable[[FinetuneSection], None] | None = None
+    """Its own rules on the finetune section, raising ConfigError (checks.check_config runs them)."""
+    choices: bool = False
+    """Its inputs are (batch, choices, sequence): a sequence per choice."""
+
+    @property
+    def model_class(self) -> type[nn.Module]:
+        """albert_model's head class (importing it imports torch)."""
+        return getattr(albert_model, self.architecture)
+
+    def load_training(self) -> TaskFamily:
+        """Its TaskFamily, imported on first use (it imports torch)."""
+        module, _, name = self.training.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+class TaskFamily(Protocol):
     model_class: type[nn.Module]
-    """Our head (albert_model); its class name is the export's transformers class."""
+    """Our head (albert_model's class of its Family's architecture)."""
     problem_type: str | None
     """The export's config.json `problem_type` (transformers picks the loss by it); None: transformers
     infers it (from num_labels and the labels' dtype)."""
@@ -92,4 +129,4 @@ class TaskFamily(Protocol):
         ...
 
 
-__all__ = ["EncodedTask", "Evaluation", "Feature", "TaskFamily"]
+__all__ = ["EncodedTask", "Evaluation", "Family", "Feature", "TaskFamily"]

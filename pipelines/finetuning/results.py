@@ -14,14 +14,15 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..config import TUNE_METRICS, Config, config_to_dict
+from ..config import Config, config_to_dict
 from ..config.glue import glue_preset
 from ..storage import join
+from .families import tune_metrics
 from .search_journal import TrialRecord
 from .trial import trial_finetune
 
 SUMMARY_METRICS = (
-    *dict.fromkeys(name for names in TUNE_METRICS.values() for name in names),  # every family's tune.metric choices
+    *tune_metrics(),  # every family's tune.metric choices
     *("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "null_threshold"),
     *("eval_loss", "train_loss"),
 )

@@ -28,17 +28,27 @@ MAX_REJECTION_EXAMPLES = 20
 class Accounted:
     """What every source of a task keeps: where it came from (`source`), how many units it read
     (`read`), and the units left out by reason (`rejected`, with the first few `rejection_examples`
-    naming their place). A subclass holds the usable units and says how many (`__len__`)."""
+    naming their place). A subclass holds the usable units, says how many (`__len__`) and selects
+    some (`select(indices)`: a split, a subsample; the account stays with the source)."""
 
     source: str
     read: int
     rejected: Counter
-    rejection_examples: list[str]
+    rejection_examples: Any
+    """The first MAX_REJECTION_EXAMPLES `"<source> <place>: <reason>"` lines (a subclass may keep them otherwise)."""
 
-    def reject(self, place: str, reason: str) -> None:
+    def reject(self, place: str, reason: str, detail: str | None = None) -> None:
+        """A unit left out under `reason`, at `place` in the source; `detail` says what was wrong."""
         self.rejected[reason] += 1
+        self.name_rejection(place, reason, detail or reason)
+
+    def name_rejection(self, place: str, reason: str, detail: str) -> None:
         if len(self.rejection_examples) < MAX_REJECTION_EXAMPLES:
-            self.rejection_examples.append(f"{self.source} {place}: {reason}")
+            self.rejection_examples.append(f"{self.source} {place}: {detail}")
+
+    def details(self) -> dict[str, Any]:
+        """A subclass's own fields of its account (between `usable` and `rejected`)."""
+        return {}
 
     def summary(self) -> dict[str, Any]:
         """The source's account for the manifest: read = usable + sum(rejected)."""
@@ -46,6 +56,7 @@ class Accounted:
             "source": self.source,
             "read": self.read,
             "usable": len(self),
+            **self.details(),
             "rejected": dict(self.rejected),
             "rejection_examples": self.rejection_examples,
         }
@@ -234,11 +245,11 @@ def table_examples(
     text_column: str,
     label_column: str,
     text_pair_column: str | None,
-    regression: bool,
+    numeric: bool,
     column_names: list[str] | None = None,
 ) -> Examples:
     """A table's rows as examples; csv/tsv records with the wrong number of fields, empty texts and
-    missing labels are rejected and counted, a regression target that is no number is an error
+    missing labels are rejected and counted, with `numeric` a label that is no number is an error
     naming the file, column and row. `column_names`: finetune.column_names (read_rows)."""
     table = read_rows(path, column_names)
     texts = _column(table.columns, path, text_column, "finetune.text_column")
@@ -263,7 +274,7 @@ def table_examples(
         elif label is None or label == "":
             out.reject(row, "missing_label")
         else:
-            if regression:
+            if numeric:
                 label = _number(label, path, label_column, row)
             out.texts.append(text)
             out.labels.append(label)

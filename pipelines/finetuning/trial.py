@@ -268,7 +268,7 @@ def fit_trial(
         rng_states = worker_rng_states(device, world)  # after the evaluation, which draws nothing
         if rank == 0:
             checkpoint = os.path.join(checkpoint_root, f"epoch_{epoch + 1}")
-            usage = ModelUsage(family.name, cfg.max_seq_length, evaluation.usage)
+            usage = ModelUsage(cfg.task, cfg.max_seq_length, evaluation.usage)
             save_model(model, pretrained_dir, checkpoint, task.label_names, family.problem_type, usage)
             write_predictions(evaluation.files, os.path.join(checkpoint, PREDICTIONS))
             save_trainer_state(checkpoint, epoch + 1, optimizer, schedule, rng_states)

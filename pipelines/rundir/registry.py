@@ -23,8 +23,9 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import SETTINGS, Config, config_to_dict, task_configs, unused_keys
+from ..config import SETTINGS, Config, config_to_dict, neutral_keys, task_configs
 from ..errors import BadInput, MissingInput
+from ..finetuning.families import unread_keys
 from ..storage import filesystem, is_remote, join, key_relpath, path_inside, read_bytes
 from ..storage.models import require_model_dir
 
@@ -205,7 +206,7 @@ def result_values(config: Config, keys: tuple[str, ...], exclude: tuple[str, ...
     """The values of `keys` (sections without their SETTINGS, the keys the config's task does not
     read, and `exclude` keys)."""
     values: dict[str, Any] = {}
-    exclude = (*exclude, *unused_keys(config))
+    exclude = (*exclude, *neutral_keys(config), *unread_keys(config.finetune.task))
     for key in keys:
         if "." in key:
             values[key] = config_value(config, key)

@@ -23,10 +23,11 @@ from typing import Any
 import ray
 import ray.train
 
-from ..config import Config, config_to_dict, searched_overrides, tune_metric
+from ..config import Config, config_to_dict, searched_overrides
 from ..errors import BadInput
 from ..finetuning import results
 from ..finetuning.evaluate import evaluate_model
+from ..finetuning.families import tune_metric
 from ..finetuning.trial import TrialData, check_pretrained, encode_task
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import UNIT_MANIFEST, input_fingerprints, pretrained_dir, stage_fingerprint, unit_configs

@@ -25,7 +25,7 @@ import torch
 from ray.data.datasource import FileBasedDatasource
 
 from ..config import Config
-from ..finetuning.metrics import compute_metrics
+from ..finetuning.families import task_family
 from ..inference.predictor import Predictor, model_kind
 from ..inference.reading import random_access, stream_rows
 from ..inference.table_files import input_tables
@@ -148,7 +148,9 @@ def gold_metrics(kind: str, names: list[str] | None, table: pa.Table, delimiter:
                 continue
             targets.append(names.index(str(gold)))
             scores.append(np.log(np.clip(np.asarray(probabilities), 1e-300, None)))  # softmax(log p) = p
-    metrics = compute_metrics(kind, np.asarray(scores), np.asarray(targets), len(names or [1])) if targets else {}
+    metrics = (
+        task_family(kind).metrics_of(np.asarray(scores), np.asarray(targets), len(names or [1])) if targets else {}
+    )
     return {"rows": len(targets), "label_not_a_class": unknown, **metrics}
 
 

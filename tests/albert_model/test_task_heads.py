@@ -150,7 +150,7 @@ def test_a_multi_label_classifier_exports_its_problem_type_and_transformers_loss
     import numpy as np
 
     from albert_model import AlbertForSequenceClassification
-    from pipelines.finetuning.metrics import multi_label_metrics
+    from pipelines.finetuning.families.multi_label.metrics import multi_label_metrics
 
     config = make_config(**CONFIGS["E<H"], num_labels=LABELS)
     torch.manual_seed(0)

@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from pipelines.finetuning.choice_family import collate, encode_question
+from pipelines.finetuning.families.multiple_choice.training import collate, encode_question
 from pipelines.finetuning.tokenizer import PairTokenizer
 
 from .family_tasks import ANIMALS, swag

@@ -12,9 +12,9 @@ import pytest
 import transformers
 
 from pipelines.config import load_config
-from pipelines.finetuning.qa_demo import bbc_qa_examples
-from pipelines.finetuning.qa_tables import flat_row
-from pipelines.finetuning.squad_metrics import read_squad_golds, squad_scores
+from pipelines.finetuning.families.question_answering.demo import bbc_qa_examples
+from pipelines.finetuning.families.question_answering.metrics import read_squad_golds, squad_scores
+from pipelines.finetuning.families.question_answering.reading import flat_row
 from pipelines.finetuning.tokenizer import PairTokenizer
 from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
 from pipelines.storage import filesystem, write_text
@@ -188,11 +188,12 @@ def test_a_squad_v2_search_writes_the_official_files_and_transformers_loads_the_
 
 def test_a_qa_config_is_checked_before_any_work():
     from pipelines.errors import ConfigError
+    from pipelines.finetuning.families.checks import check_config
 
     with pytest.raises(ConfigError, match="tune.metric=accuracy: not a question_answering metric"):
-        load_config(overrides=["finetune.task=question_answering", "tune.metric=accuracy"])
+        check_config(load_config(overrides=["finetune.task=question_answering", "tune.metric=accuracy"]))
     with pytest.raises(ConfigError, match="finetune.max_query_length=64: leaves no context"):
-        load_config(overrides=["finetune.task=question_answering", "finetune.max_seq_length=64"])
+        check_config(load_config(overrides=["finetune.task=question_answering", "finetune.max_seq_length=64"]))
     with pytest.raises(ConfigError, match="finetune.doc_stride=0: must be >= 1"):
         load_config(overrides=["finetune.task=question_answering", "finetune.doc_stride=0"])
     root = Path(__file__).resolve().parents[2] / "configs"

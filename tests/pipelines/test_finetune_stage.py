@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from pipelines.config import load_config
-from pipelines.finetuning.task import load_task
+from pipelines.finetuning.families import task_family
+from pipelines.finetuning.families._sequence.task import load_task
 from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
 
 from .tracking.reading import mlflow_artifact, mlflow_artifact_names, mlflow_history, mlflow_runs, tensorboard_scalars
@@ -54,7 +55,7 @@ def transformers_metric(best_dir, config, max_length):
 
     model = AlbertForSequenceClassification.from_pretrained(best_dir).eval()
     tokenizer = AlbertTokenizer.from_pretrained(best_dir)
-    task = load_task(config.finetune)
+    task = load_task(config.finetune, task_family(config.finetune.task))
     assert [model.config.id2label[i] for i in range(len(task.label_names))] == task.label_names
     predictions = []
     with torch.no_grad():

@@ -9,8 +9,8 @@ import pytest
 import torch
 import transformers
 
-from pipelines.finetuning.conll_metrics import conll_scores
-from pipelines.finetuning.ner_family import encode_words
+from pipelines.finetuning.families.token_classification.metrics import conll_scores
+from pipelines.finetuning.families.token_classification.training import encode_words
 from pipelines.finetuning.tokenizer import PairTokenizer
 
 from .family_tasks import conll

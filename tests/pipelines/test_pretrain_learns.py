@@ -18,9 +18,9 @@ import transformers
 
 from bench.pretraining_robust import BUDGETS
 from pipelines.config import load_config
-from pipelines.finetuning.qa_demo import bbc_qa_examples
-from pipelines.finetuning.qa_features import qa_windows
-from pipelines.finetuning.qa_postprocess import postprocess
+from pipelines.finetuning.families.question_answering.demo import bbc_qa_examples
+from pipelines.finetuning.families.question_answering.features import qa_windows
+from pipelines.finetuning.families.question_answering.postprocess import postprocess
 from pipelines.finetuning.tokenizer import PairTokenizer, pad_batch
 from pipelines.stages.finetune import run_finetune
 from pipelines.stages.pretrain import run_pretrain

@@ -6,6 +6,7 @@ import pytest
 
 from pipelines.config import load_config, task_configs
 from pipelines.errors import ConfigError
+from pipelines.finetuning.families.checks import check_config
 from pipelines.finetuning.results import suite_rows
 from pipelines.rundir.registry import stage_fingerprint
 from pipelines.storage import copy_tree, filesystem, list_names, read_bytes, write_bytes
@@ -73,7 +74,7 @@ def test_a_glue_task_by_name_reads_glue_files_and_its_overrides_still_apply(tmp_
 )
 def test_a_bad_task_is_refused_by_name_before_any_work(tasks, message):
     with pytest.raises(ConfigError) as error:
-        load_config(overrides=[f"finetune.tasks={tasks}"])
+        check_config(load_config(overrides=[f"finetune.tasks={tasks}"]))  # the entry points' checks
     assert str(error.value).startswith(message), str(error.value)
 
 

@@ -11,9 +11,10 @@ from sklearn.metrics import f1_score
 from pipelines.config import FinetuneSection, load_config, task_configs
 from pipelines.config.glue import GLUE_TASKS
 from pipelines.errors import BadInput
-from pipelines.finetuning.metrics import compute_metrics
+from pipelines.finetuning.families._sequence.task import load_task
+from pipelines.finetuning.families.classification.metrics import classification_metrics
+from pipelines.finetuning.families.classification.training import CLASSIFICATION
 from pipelines.finetuning.tables import Examples, table_examples
-from pipelines.finetuning.task import load_task
 
 GLUE_DIR = Path(__file__).resolve().parents[2] / "data" / "glue"
 
@@ -30,7 +31,7 @@ def read(cfg: FinetuneSection, path: str) -> Examples:
         cfg.text_column,
         cfg.label_column,
         cfg.text_pair_column,
-        regression=cfg.task == "regression",
+        numeric=cfg.task == "regression",
         column_names=cfg.column_names,
     )
 
@@ -105,7 +106,7 @@ def test_cola_is_read_without_a_header_and_qqp_counts_its_malformed_row():
 
 
 def test_the_sequence_family_counts_a_malformed_row_in_its_accounting():
-    task = load_task(glue_finetune("qqp"))
+    task = load_task(glue_finetune("qqp"), CLASSIFICATION)
     train = task.accounting["inputs"][0]
     assert train["read"] == 5 and train["usable"] == 4 and train["rejected"] == {"malformed_row": 1}
     assert task.label_names == ["0", "1"]
@@ -114,7 +115,7 @@ def test_the_sequence_family_counts_a_malformed_row_in_its_accounting():
 def test_a_tsv_row_with_too_many_fields_is_counted_too(tmp_path):
     path = tmp_path / "t.tsv"
     path.write_text("text\tlabel\na\t1\nb\t0\textra\nc\t0\n")
-    examples = table_examples(str(path), "text", "label", None, regression=False)
+    examples = table_examples(str(path), "text", "label", None, numeric=False)
     assert examples.texts == ["a", "c"] and examples.rows == [0, 2]
     assert examples.read == 3 and examples.rejection_examples == [f"{path} line 3: malformed_row"]
 
@@ -123,13 +124,13 @@ def test_column_names_with_another_column_count_is_an_error_naming_the_file(tmp_
     cola = glue_finetune("cola")
     with pytest.raises(BadInput, match=r"CoLA/train\.tsv: its first row has 4 columns.*column_names gives 3"):
         table_examples(
-            cola.train_path, "sentence", "label", None, regression=False, column_names=["a", "label", "sentence"]
+            cola.train_path, "sentence", "label", None, numeric=False, column_names=["a", "label", "sentence"]
         )
     path = tmp_path / "t.csv"
     path.write_text("x,1\ny,0\n")
     with pytest.raises(BadInput, match=r"t\.csv: its first row has 2 columns.*gives 3"):
-        table_examples(str(path), "text", "label", None, regression=False, column_names=["text", "label", "extra"])
-    examples = table_examples(str(path), "text", "label", None, regression=False, column_names=["text", "label"])
+        table_examples(str(path), "text", "label", None, numeric=False, column_names=["text", "label", "extra"])
+    examples = table_examples(str(path), "text", "label", None, numeric=False, column_names=["text", "label"])
     assert examples.texts == ["x", "y"] and examples.labels == ["1", "0"] and examples.read == 2
 
 
@@ -137,14 +138,14 @@ def test_column_names_on_jsonl_or_parquet_is_an_error_naming_the_key(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text('{"text": "a", "label": 1}\n')
     with pytest.raises(BadInput, match=r"t\.jsonl: finetune\.column_names"):
-        table_examples(str(path), "text", "label", None, regression=False, column_names=["text", "label"])
+        table_examples(str(path), "text", "label", None, numeric=False, column_names=["text", "label"])
 
 
 def test_binary_f1_is_sklearns_f1_of_the_second_class():
     targets = np.array([1, 1, 0, 0, 1, 0, 1, 1])
     predictions = np.array([1, 0, 1, 0, 1, 0, 0, 1])
-    m = compute_metrics("classification", np.eye(2)[predictions] * 5.0, targets, 2)
+    m = classification_metrics(np.eye(2)[predictions] * 5.0, targets, 2)
     # tp=3 fp=1 fn=2: F1 = 2*3 / (2*3 + 1 + 2)
     assert m["f1"] == pytest.approx(6 / 9) == f1_score(targets, predictions)
-    three = compute_metrics("classification", np.eye(3)[[0, 1, 2]] * 5.0, np.array([0, 1, 1]), 3)
+    three = classification_metrics(np.eye(3)[[0, 1, 2]] * 5.0, np.array([0, 1, 1]), 3)
     assert "f1" not in three

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from pipelines.finetuning.families import FAMILIES, task_family
+from pipelines.finetuning.families.token_classification.training import IGNORED
 from pipelines.finetuning.loop import (
     GraphedModel,
     build_schedule,
@@ -21,7 +22,6 @@ from pipelines.finetuning.loop import (
     predict,
     train_epoch,
 )
-from pipelines.finetuning.ner_family import IGNORED
 from pipelines.train.build import build_optimizer
 from pipelines.train.parallel import apply_compile
 from tests.pipelines.train.test_gpu import CONFIG as PRETRAINING_CONFIG

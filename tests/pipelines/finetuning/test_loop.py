@@ -7,8 +7,8 @@ import torch
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForQuestionAnswering, AlbertForSequenceClassification, AlbertModel
 from pipelines.config import FinetuneSection
+from pipelines.finetuning.families.classification.training import CLASSIFICATION
 from pipelines.finetuning.loop import build_model, build_schedule, epoch_batches, predict, train_epoch
-from pipelines.finetuning.sequence_family import CLASSIFICATION
 from pipelines.finetuning.trial import trial_finetune
 from pipelines.train.build import build_optimizer
 

@@ -4,7 +4,7 @@ multiple-choice question's longest choice."""
 import numpy as np
 import torch
 
-from pipelines.finetuning.choice_family import collate as choice_collate
+from pipelines.finetuning.families.multiple_choice.training import collate as choice_collate
 from pipelines.finetuning.loop import example_width, predict
 
 

@@ -11,6 +11,8 @@ from pipelines.config import FinetuneSection, build_section
 from pipelines.errors import ConfigError
 from pipelines.finetuning import loop as loop_module
 from pipelines.finetuning import trial as trial_module
+from pipelines.finetuning.families.classification.training import CLASSIFICATION
+from pipelines.finetuning.families.regression.training import REGRESSION
 from pipelines.finetuning.family import EncodedTask
 from pipelines.finetuning.loop import (
     GraphedModel,
@@ -22,7 +24,6 @@ from pipelines.finetuning.loop import (
     resolve_precision,
     train_epoch,
 )
-from pipelines.finetuning.sequence_family import CLASSIFICATION, REGRESSION
 from pipelines.finetuning.trial import TrialData, fit_trial
 from pipelines.train.build import build_optimizer
 from tests.albert_model.test_model import tiny as tiny_config

@@ -8,9 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.config import FinetuneSection
+from pipelines.finetuning.families import task_family
+from pipelines.finetuning.families._sequence.task import load_task
 from pipelines.finetuning.labels import label_names
 from pipelines.finetuning.tables import Examples, bbc_news_examples, sample_indices, split_indices
-from pipelines.finetuning.task import load_task
 
 ROWS = [
     ("a great film", "pos"),
@@ -20,6 +21,11 @@ ROWS = [
     ("terrible", "neg"),
     ("wonderful acting", "pos"),
 ]
+
+
+def read_task(cfg):
+    """The table's task as finetune.task's family reads it."""
+    return load_task(cfg, task_family(cfg.task))
 
 
 def write_csv(path, rows, header=("text", "label")):
@@ -45,7 +51,7 @@ def test_every_format_reads_string_labels_and_counts_rejected_rows(tmp_path, fmt
     else:
         pq.write_table(pa.table({"text": [t for t, _ in ROWS], "label": [y for _, y in ROWS]}), path)
     eval_path = write_jsonl(tmp_path / "eval.jsonl", [("fine film", "pos"), ("bad", "neg")])
-    task = load_task(FinetuneSection(train_path=str(path), eval_path=eval_path))
+    task = read_task(FinetuneSection(train_path=str(path), eval_path=eval_path))
     assert task.label_names == ["neg", "pos"]
     assert task.train.texts == ["a great film", "dull and slow", "terrible", "wonderful acting"]
     assert task.train_targets == [1, 0, 0, 1] and task.eval_targets == [1, 0]
@@ -58,14 +64,14 @@ def test_every_format_reads_string_labels_and_counts_rejected_rows(tmp_path, fmt
 def test_integer_labels_in_csv_match_string_labels_in_jsonl(tmp_path):
     train = write_csv(tmp_path / "t.csv", [("x", 1), ("y", 0), ("z", 10)])
     evaluation = write_jsonl(tmp_path / "e.jsonl", [("x", "10"), ("y", 0)])
-    task = load_task(FinetuneSection(train_path=train, eval_path=evaluation))
+    task = read_task(FinetuneSection(train_path=train, eval_path=evaluation))
     assert task.label_names == ["0", "1", "10"] and task.eval_targets == [2, 0]
 
 
 def test_text_pairs_reject_an_empty_second_text(tmp_path):
     rows = [("a", "b", "x"), ("c", "", "y"), ("e", "f", "y"), ("g", "h", "x")]
     path = write_jsonl(tmp_path / "p.jsonl", rows, keys=("q", "a", "y"))
-    task = load_task(
+    task = read_task(
         FinetuneSection(train_path=path, eval_path=path, text_column="q", text_pair_column="a", label_column="y")
     )
     assert task.train.pairs == ["b", "f", "h"]
@@ -77,9 +83,9 @@ def test_missing_column_names_the_file_and_column(tmp_path):
     with pytest.raises(
         ValueError, match=r"t\.csv: no column 'text' \(finetune.text_column\); its columns are sentence, label"
     ):
-        load_task(FinetuneSection(train_path=path))
+        read_task(FinetuneSection(train_path=path))
     with pytest.raises(ValueError, match=r"no column 'y' \(finetune.label_column\)"):
-        load_task(FinetuneSection(train_path=path, text_column="sentence", label_column="y"))
+        read_task(FinetuneSection(train_path=path, text_column="sentence", label_column="y"))
 
 
 def test_eval_label_unseen_in_training_is_an_error(tmp_path):
@@ -90,7 +96,7 @@ def test_eval_label_unseen_in_training_is_an_error(tmp_path):
         match=r"e\.csv: column 'label' has 1 labels that never appear in the training "
         r"data: 'neutral' \(row 1\)",
     ):
-        load_task(FinetuneSection(train_path=train, eval_path=evaluation))
+        read_task(FinetuneSection(train_path=train, eval_path=evaluation))
 
 
 @pytest.mark.parametrize("content, why", [("", "the file is empty"), ("text,label\n", "the file has no rows")])
@@ -98,19 +104,19 @@ def test_empty_file_is_an_error(tmp_path, content, why):
     path = tmp_path / "t.csv"
     path.write_text(content)
     with pytest.raises(ValueError, match=f"t.csv: {why}"):
-        load_task(FinetuneSection(train_path=str(path)))
+        read_task(FinetuneSection(train_path=str(path)))
     empty_jsonl = tmp_path / "t.jsonl"
     empty_jsonl.write_text("")
     with pytest.raises(ValueError, match="t.jsonl: "):
-        load_task(FinetuneSection(train_path=str(empty_jsonl)))
+        read_task(FinetuneSection(train_path=str(empty_jsonl)))
 
 
 def test_regression_target_must_be_a_number(tmp_path):
     path = write_csv(tmp_path / "t.csv", [("x", "0.5"), ("y", "high"), ("z", "1")])
     with pytest.raises(ValueError, match=r"t\.csv: column 'label' row 1: 'high' is not a finite number"):
-        load_task(FinetuneSection(train_path=path, task="regression"))
+        read_task(FinetuneSection(train_path=path, task="regression"))
     good = write_csv(tmp_path / "g.csv", [(f"t{i}", i / 2) for i in range(10)])
-    task = load_task(FinetuneSection(train_path=good, task="regression"))
+    task = read_task(FinetuneSection(train_path=good, task="regression"))
     assert task.label_names is None and task.num_labels == 1
     assert sorted(task.train_targets + task.eval_targets) == [i / 2 for i in range(10)]
 
@@ -120,19 +126,19 @@ def test_csv_cells_are_text_with_no_null_tokens(tmp_path):
     column) and `007` for 7; a cell is now the text it holds, and only an empty label is missing."""
     rows = [("nan", "1"), ("007", "NA"), ("N/A", "null"), ("true", "2"), ("x", "nan"), ("y", "N/A"), ("z", None)]
     path = write_csv(tmp_path / "t.csv", rows)
-    task = load_task(FinetuneSection(train_path=path, eval_path=path))
+    task = read_task(FinetuneSection(train_path=path, eval_path=path))
     assert task.train.texts == ["nan", "007", "N/A", "true", "x", "y"]
     assert task.train.labels == ["1", "NA", "null", "2", "nan", "N/A"]
     assert task.label_names == ["1", "2", "N/A", "NA", "nan", "null"]
     assert task.accounting["inputs"][0]["rejected"] == {"missing_label": 1}
     with pytest.raises(ValueError, match=r"t\.csv: column 'label' row 1: 'NA' is not a finite number"):
-        load_task(FinetuneSection(train_path=path, task="regression"))
+        read_task(FinetuneSection(train_path=path, task="regression"))
 
 
 def test_all_rows_rejected_is_an_error(tmp_path):
     path = write_csv(tmp_path / "t.csv", [("", "a"), (" ", "b")])
     with pytest.raises(ValueError, match=r"t\.csv: no usable rows in column 'text' / 'label'"):
-        load_task(FinetuneSection(train_path=path))
+        read_task(FinetuneSection(train_path=path))
 
 
 def test_split_is_stratified_seeded_and_keeps_duplicates_on_one_side():
@@ -155,7 +161,7 @@ def test_subsample_keeps_label_proportions():
 
 
 def test_embedded_bbc_task_split_and_caps_account_for_every_article():
-    task = load_task(FinetuneSection(max_train_examples=100))
+    task = read_task(FinetuneSection(max_train_examples=100))
     assert task.label_names == ["business", "entertainment", "politics", "sports", "tech"]
     acc = task.accounting
     assert acc["inputs"][0]["read"] == 2225 == len(bbc_news_examples())
@@ -171,4 +177,4 @@ def test_embedded_bbc_task_split_and_caps_account_for_every_article():
 
 def test_bbc_task_refuses_pairs_and_regression():
     with pytest.raises(ValueError, match="embedded BBC News task"):
-        load_task(FinetuneSection(task="regression"))
+        read_task(FinetuneSection(task="regression"))

@@ -1,0 +1,14 @@
+"""Classification of a text or text pair (a table's label column, or the embedded BBC News
+articles): its metrics (metrics.py) and fine-tuning on it (training.py, over _sequence/)."""
+
+from ...family import Family
+from .._sequence import ARCHITECTURE, KEYS, OUTPUTS
+
+FAMILY = Family(
+    name="classification",
+    metrics=("accuracy", "macro_f1", "mcc"),
+    architecture=ARCHITECTURE,
+    outputs=OUTPUTS,
+    training=f"{__name__}.training:CLASSIFICATION",
+    keys=KEYS,
+)
