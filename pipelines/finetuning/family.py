@@ -70,6 +70,17 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
+class Baseline:
+    """What a trivial predictor scores on the eval set, to tell what the tuned model's figure means:
+    the majority class, the most common right choice, every question unanswered, every word tagged O."""
+
+    predictor: str
+    """What it predicts, in words (`majority class 'sport' (23% of the training rows)`)."""
+    metrics: dict[str, float]
+    """Its scores under the family's metrics; empty where they are undefined (a constant has no correlation)."""
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     """The finetune.task value, and the name of the family's folder in families/."""
@@ -128,5 +139,9 @@ class TaskFamily(Protocol):
         dimension 1 to the widest batch)."""
         ...
 
+    def baseline(self, cfg: FinetuneSection, task: EncodedTask) -> Baseline:
+        """The family's trivial predictor (learnt from the training targets alone) scored on the eval set."""
+        ...
 
-__all__ = ["EncodedTask", "Evaluation", "Family", "Feature", "TaskFamily"]
+
+__all__ = ["Baseline", "EncodedTask", "Evaluation", "Family", "Feature", "TaskFamily"]

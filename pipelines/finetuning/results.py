@@ -18,6 +18,7 @@ from ..config import Config, config_to_dict
 from ..config.glue import glue_preset
 from ..storage import join
 from .families import tune_metrics
+from .family import Baseline
 from .search_journal import TrialRecord
 from .trial import trial_finetune
 
@@ -78,6 +79,7 @@ def summarize_trials(
         row["seconds"] = float(sum(record.seconds.values()))
         row["error"] = record.error
         row["_checkpoint"], row["_finetune"] = checkpoint, cfg
+        row["_epochs"] = [dict(epoch["metrics"]) for epoch in record.epochs]
         rows.append(row)
     return rows
 
@@ -93,13 +95,29 @@ def pick_best(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
     return max(scored, key=lambda r: (r[metric], -r.get("eval_loss", 0.0)))
 
 
-def best_json(best: dict[str, Any], metric: str, label_names: list[str] | None, eval_examples: int) -> dict:
+def best_json(
+    best: dict[str, Any],
+    metric: str,
+    label_names: list[str] | None,
+    eval_examples: int,
+    searched: list[str],
+    baseline: Baseline,
+) -> dict:
+    """best.json: the best trial's best epoch and its metrics, the trial's settings and those of them
+    the search chose (`searched`: tune.space's keys), each of its epochs' metrics (its curve), and
+    what the family's trivial predictor scores on the same eval examples (`baseline`)."""
     return {
         "trial_id": best["trial_id"],
         "epoch": best["best_epoch"],
         "metric": metric,
         "value": best[metric],
         "metrics": {k: best[k] for k in SUMMARY_METRICS if k in best},
+        "searched": {key: best[key] for key in searched},
+        "epochs": [
+            {"epoch": int(epoch["epoch"]), **{k: v for k, v in epoch.items() if k in SUMMARY_METRICS}}
+            for epoch in best["_epochs"]
+        ],
+        "baseline": {"predictor": baseline.predictor, "metrics": baseline.metrics},
         "finetune": config_to_dict(best["_finetune"]),
         "label_names": label_names,
         "eval_examples": eval_examples,

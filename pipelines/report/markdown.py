@@ -7,8 +7,6 @@ from typing import Any
 from ..train.health import HEALTH_EVENTS, describe
 from .layers import LayerTransition
 
-MAX_TRIAL_ROWS = 50
-
 
 def fmt(value: Any) -> str:
     """A table cell: floats to 4 significant digits, large integers with thousands separators."""
@@ -222,23 +220,6 @@ def figure1_section(transitions: list[LayerTransition], figure: str | None, exam
     return "\n\n".join(parts)
 
 
-def finetune_section(manifest: dict | None, trials: list[dict[str, str]], best: dict | None) -> str:
-    parts = ["## Fine-tuning search"]
-    if manifest is None:
-        return "\n\n".join(parts + [not_run("finetune")])
-    if best:
-        flat = flatten(best)
-        parts.append("Best result:\n\n" + table(["key", "value"], [[k, v] for k, v in flat.items()]))
-    if trials:
-        headers = list(trials[0])
-        shown = trials[:MAX_TRIAL_ROWS]
-        more = (
-            f"\n\n({len(trials) - len(shown)} more trials in finetune/trials.csv)" if len(trials) > len(shown) else ""
-        )
-        parts.append(f"{len(trials)} trials:\n\n" + table(headers, [[t.get(h) for h in headers] for t in shown]) + more)
-    return "\n\n".join(parts)
-
-
 def suite_section(manifest: dict | None, rows: list[dict[str, Any]]) -> str:
     """The evaluation suite (finetune.tasks): a row per task from finetune/suite.json."""
     parts = ["## Evaluation suite"]
@@ -288,7 +269,9 @@ def cost_section(rows: list[dict[str, Any]]) -> str:
         [
             "## Cost per stage",
             "CPU and GPU hours are the logical CPUs and GPUs Ray reserved for the stage's tasks, actors "
-            "and trainers, integrated over its wall time (sampled once a second by the DAG). A stage "
+            "and trainers, integrated over its wall time (sampled once a second by the DAG). Logical CPUs "
+            "are Ray's count, not the machine's cores: `make run`'s local head declares at least 4 (a "
+            "training worker and Ray Data's read tasks each need one), on 2 cores too. A stage "
             "that ran outside the DAG has its wall time from its manifest only.",
             body,
             total,

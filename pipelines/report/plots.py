@@ -94,3 +94,41 @@ def layer_transitions_figure(transitions: list[LayerTransition], label: str) -> 
         ax.legend()
     fig.tight_layout()
     return _png(fig)
+
+
+def finetune_curve_figure(epochs: list[dict], metric: str) -> bytes:
+    """The best fine-tuning trial's eval metric, and its train and eval loss, after each epoch."""
+    x = [e.get("epoch") for e in epochs]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
+    left.plot(x, [e.get(metric) for e in epochs], "o-")
+    left.set_title(f"{metric} (eval)")
+    for key in ("train_loss", "eval_loss"):
+        if any(key in e for e in epochs):
+            right.plot(x, [e.get(key) for e in epochs], "o-", label=key.replace("_", " "))
+    right.set_title("loss")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.set_xlabel("epoch")
+        ax.set_xticks(x)
+        ax.grid(alpha=0.3)
+    fig.suptitle("The best fine-tuning trial")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def confusion_figure(counts: list[list[int]], names: list[str]) -> bytes:
+    """counts[gold][predicted] as a heat map with each cell's count."""
+    size = max(4.0, 0.7 * len(names) + 2)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(counts, cmap="Blues")
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("gold")
+    top = max((v for row in counts for v in row), default=0)
+    for i, row in enumerate(counts):
+        for j, value in enumerate(row):
+            ax.text(j, i, str(value), ha="center", va="center", color="white" if value > top / 2 else "black")
+    ax.set_title("Confusion matrix (eval examples)")
+    fig.tight_layout()
+    return _png(fig)

@@ -39,7 +39,7 @@ from ..rundir.registry import (
     stage_inputs,
     unit_configs,
 )
-from ..storage import exists, join, read_json
+from ..storage import exists, join, path_inside, read_json
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ def unneeded(config: Config, stages: Sequence[str]) -> dict[str, str]:
         replacing = [STAGES[s].input_override[1] for s in readers if name not in stage_inputs(config, s)]
         gone = [dropped[s] for s in stages if s in dropped and name in STAGES[s].inputs]
         needs = [s for s in readers if name in stage_inputs(config, s) and not STAGES[s].partial_inputs]
+        # a path set in the output's place that lies inside that very output (finetune.pretrained=
+        # {run_dir}/pretrain/hf) is made by the stage it replaces
+        needs += [key for key in replacing if path_inside(stage_dir(config, name), config_value(config, key))]
         if (replacing or gone) and not needs:
             dropped[name] = (replacing + gone)[0]
     return dropped

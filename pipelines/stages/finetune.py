@@ -27,7 +27,7 @@ from ..config import Config, config_to_dict, searched_overrides
 from ..errors import BadInput
 from ..finetuning import results
 from ..finetuning.evaluate import evaluate_model
-from ..finetuning.families import tune_metric
+from ..finetuning.families import task_family, tune_metric
 from ..finetuning.trial import TrialData, check_pretrained, encode_task
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import UNIT_MANIFEST, input_fingerprints, pretrained_dir, stage_fingerprint, unit_configs
@@ -64,6 +64,7 @@ def search_task(
     check_pretrained(config.finetune, files, pretrained)  # before any table is read or trial started
     data = encode_task(config.finetune, files)
     task = data.encoded
+    baseline = task_family(config.finetune.task).baseline(config.finetune, task)
     extra = {
         name: encode_task(dataclasses.replace(config.finetune, eval_path=path), files)
         for name, path in (config.finetune.extra_eval_paths or {}).items()
@@ -101,7 +102,9 @@ def search_task(
             rows = run_search(arm_config, data_ref, arm_storage, metric, resume=resume, tracking=search)
             best = results.pick_best(rows, metric)
             export_checkpoint(best["_checkpoint"], join(arm_out, "best"), arm_out)
-            best_json = results.best_json(best, metric, task.label_names, task.eval_examples)
+            best_json = results.best_json(
+                best, metric, task.label_names, task.eval_examples, list(config.tune.space), baseline
+            )
             if arm == "pretrained" and extra:
                 best_json["extra_evals"] = evaluate_extra(arm_config, best["_checkpoint"], extra, arm_out)
             if config.tune.repeats:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import logging
@@ -15,9 +16,11 @@ import pyarrow.parquet as pq
 from albert_model.hf import load_hf_pretrained
 
 from ..config import Config, dump_yaml
+from ..finetuning.families import unread_keys
 from ..report import markdown
+from ..report.finetuning import CONFUSION_PNG, CURVE_PNG, confusion, finetune_section, single_class
 from ..report.layers import LayerTransition, layer_transitions, pad_examples, unmask
-from ..report.plots import layer_transitions_figure, pretraining_curves
+from ..report.plots import confusion_figure, finetune_curve_figure, layer_transitions_figure, pretraining_curves
 from ..rundir.costs import read_cost
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import STAGES, read_manifest, stage_dir
@@ -102,12 +105,32 @@ def cost_rows(config: Config, manifests: dict[str, dict | None]) -> list[dict]:
                     "stage": name,
                     **cost,
                     "note": f"ran {datetime.fromtimestamp(cost['started'], timezone.utc):%Y-%m-%d %H:%M} UTC"
-                    f" on {cost['cluster_cpus']:g} CPUs, {cost['cluster_gpus']:g} GPUs",
+                    f" on a cluster of {cost['cluster_cpus']:g} logical CPUs, {cost['cluster_gpus']:g} GPUs",
                 }
             )
         else:
             rows.append({"stage": name, "wall_s": manifest.get("seconds"), "note": "ran outside the DAG"})
     return rows
+
+
+def applies(config: Config) -> list[str]:
+    """The finetune keys that change the configured task's result (those only other families read left out)."""
+    unread = unread_keys(config.finetune.task)
+    return [f.name for f in dataclasses.fields(config.finetune) if f"finetune.{f.name}" not in unread]
+
+
+def finetune_plots(run: StageRun, best: dict | None, predictions: list[dict]) -> dict[str, str]:
+    """The best trial's curve and, for one class per example, the confusion matrix, drawn into the
+    stage's folder; their names by figure."""
+    drawn = {}
+    if best and best.get("epochs"):
+        write_bytes(run.path(CURVE_PNG), finetune_curve_figure(best["epochs"], best["metric"]))
+        drawn[CURVE_PNG] = CURVE_PNG
+    names = (best or {}).get("label_names")
+    if best and single_class(predictions, names):
+        write_bytes(run.path(CONFUSION_PNG), confusion_figure(confusion(predictions, names), names))
+        drawn[CONFUSION_PNG] = CONFUSION_PNG
+    return drawn
 
 
 def build_report(run: StageRun) -> dict:
@@ -129,6 +152,10 @@ def build_report(run: StageRun) -> dict:
 
     finetune_dir = stage_dir(config, "finetune")
     suite = "tasks" in (manifests["finetune"] or {})
+    best = None if suite else read_json(join(finetune_dir, "best.json"))
+    predictions = read_jsonl(join(finetune_dir, "predictions.jsonl")) if best else []
+    finetune_figures = finetune_plots(run, best, predictions)
+    figures += list(finetune_figures.values())
     finetuned = join(finetune_dir, "<task>", "best") if suite else join(finetune_dir, "best")
     sections = [
         f"# ALBERT run report\n\n`{config.run_dir}`, written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. "
@@ -146,10 +173,13 @@ def build_report(run: StageRun) -> dict:
         markdown.figure1_section(transitions, FIGURE1_PNG if transitions else None, examples),
         markdown.suite_section(manifests["finetune"], read_json(join(finetune_dir, "suite.json")) or [])
         if suite
-        else markdown.finetune_section(
+        else finetune_section(
             manifests["finetune"],
             read_csv(join(finetune_dir, "trials.csv")),
-            read_json(join(finetune_dir, "best.json")),
+            best,
+            predictions,
+            applies(config),
+            finetune_figures,
         ),
         markdown.cost_section(cost_rows(config, manifests)),
         f"## Configuration\n\n```yaml\n{dump_yaml(config)}```",

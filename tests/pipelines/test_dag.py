@@ -101,6 +101,11 @@ def test_a_pretrained_model_to_fine_tune_leaves_out_the_stages_that_would_make_o
         "report": "runs: partial, without data, pretrain",
     }
     assert dag.select_stages("data,finetune", None, config)[0] == ["data", "finetune"]
+    # the run's own pretrain output named as the model: pretrain makes it, so it runs
+    own = load_config(
+        str(root / "qa-demo.yaml"), [f"run_dir={tmp_path}", f"finetune.pretrained={tmp_path}/pretrain/hf"]
+    )
+    assert dag.select_stages(None, None, own)[0] == ["vocab", "data", "pretrain", "finetune", "report"]
 
 
 def test_plan_names_missing_inputs(tmp_path):

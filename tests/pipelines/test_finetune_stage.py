@@ -3,6 +3,7 @@ model in transformers, its trials tracked in TensorBoard and MLflow, and the sta
 trial that is a two-worker Ray Train (DDP) job, on s3://: the job test (test_full_run.py)."""
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -12,9 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.config import load_config
+from pipelines.config import TrackingSection, load_config
 from pipelines.finetuning.families import task_family
 from pipelines.finetuning.families._sequence.task import load_task
+from pipelines.report.markdown import fmt
 from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
 
 from .tracking.reading import mlflow_artifact, mlflow_artifact_names, mlflow_history, mlflow_runs, tensorboard_scalars
@@ -70,6 +72,45 @@ def transformers_metric(best_dir, config, max_length):
             )
             predictions.append(model(**batch).logits.argmax(-1).numpy())
     return float((np.concatenate(predictions) == np.array(task.eval_targets)).mean())
+
+
+def check_what_the_report_says(config, best, trials, predictions, labels):
+    """Issue #45: best.json holds the best trial's own hyperparameters and curve and the majority-class
+    baseline on the same eval examples; the report shows them, with per-class scores and the confusion
+    matrix counted from predictions.jsonl (here held to scikit-learn's on the same lines)."""
+    from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
+
+    from pipelines.stages.report import run_report
+
+    assert all(p["label"] == labels[p["id"]] for p in predictions)  # each line carries its gold class
+    row = next(t for t in trials if t["trial_id"] == best["trial_id"])
+    assert best["searched"] == {
+        "finetune.lr": float(row["finetune.lr"]),
+        "finetune.batch_size": 8,
+        "finetune.epochs": 3,
+    }
+    assert best["finetune"]["lr"] == float(row["finetune.lr"])
+    assert [e["epoch"] for e in best["epochs"]] == list(range(1, int(row["epochs_run"]) + 1))
+    assert best["epochs"][best["epoch"] - 1]["accuracy"] == best["value"]
+    majority = best["baseline"]["predictor"].split("'")[1]
+    assert best["baseline"]["predictor"].startswith(f"majority class '{majority}' (")
+    assert best["baseline"]["metrics"]["accuracy"] == sum(p["label"] == majority for p in predictions) / 200
+
+    untracked = dataclasses.replace(config, tracking=TrackingSection())  # the search's MLflow runs are checked after
+    report = Path(run_report(untracked), "report.md").read_text()
+    names = best["label_names"]
+    gold, predicted = [p["label"] for p in predictions], [p["prediction"] for p in predictions]
+    precision, recall, f1, support = precision_recall_fscore_support(gold, predicted, labels=names, zero_division=0)
+    for i, name in enumerate(names):
+        assert f"| {name} | {fmt(precision[i])} | {fmt(recall[i])} | {fmt(f1[i])} | {support[i]} |" in report
+    for name, counts in zip(names, confusion_matrix(gold, predicted, labels=names)):
+        assert f"| {name} | " + " | ".join(str(c) for c in counts) + " |" in report
+    assert f"| trivial: {best['baseline']['predictor']} | {fmt(best['baseline']['metrics']['accuracy'])} |" in report
+    assert f"| finetune.lr | {fmt(best['searched']['finetune.lr'])} |" in report
+    for epoch in best["epochs"]:
+        assert f"| {epoch['epoch']} | {fmt(epoch['accuracy'])} |" in report
+    assert "finetune.doc_stride" not in report.split("## Configuration")[0]  # a question answering key
+    assert "![Confusion matrix](confusion_matrix.png)" in report and "finetune_curve.png" in report
 
 
 @pytest.mark.slow
@@ -136,6 +177,7 @@ def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
     predictions = [json.loads(x) for x in Path(out, "predictions.jsonl").read_text().splitlines()]
     assert len(predictions) == examples["eval"]["used"] == 200
     assert best["value"] == sum(p["prediction"] == labels[p["id"]] for p in predictions) / 200
+    check_what_the_report_says(config, best, trials, predictions, labels)
     summary = capsys.readouterr().out
     assert "fine-tuning: 4 trials" in summary and f"best: trial {best['trial_id']}" in summary
 

@@ -14,7 +14,7 @@ import torch
 from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.hf import save_hf_pretrained
 from pipelines.config import TrackingSection, load_config
-from pipelines.report import markdown
+from pipelines.report import finetuning, markdown
 from pipelines.report.layers import layer_transitions, pad_examples, unmask
 from pipelines.rundir.costs import ReservationMeter, cost_record, write_cost
 from pipelines.rundir.ownership import write_marker
@@ -90,9 +90,9 @@ def test_markdown_cells_and_tables():
     ]
     assert markdown.table(["a", "b"], [[1, 2.5]]) == "| a | b |\n|---|---|\n| 1 | 2.5 |"
     assert markdown.flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
-    trials = [{"trial": str(i), "accuracy": "0.5"} for i in range(markdown.MAX_TRIAL_ROWS + 3)]
-    text = markdown.finetune_section({"fingerprint": "x"}, trials, {"accuracy": 0.9})
-    assert f"{markdown.MAX_TRIAL_ROWS + 3} trials" in text and "(3 more trials in finetune/trials.csv)" in text
+    trials = [{"trial": str(i), "accuracy": "0.5"} for i in range(finetuning.MAX_TRIAL_ROWS + 3)]
+    text = finetuning.finetune_section({"fingerprint": "x"}, trials, None, [], [], {})
+    assert f"{finetuning.MAX_TRIAL_ROWS + 3} trials" in text and "(3 more trials in finetune/trials.csv)" in text
     costs = markdown.cost_section(
         [
             {"stage": "vocab", "wall_s": 60.0, "cpu_hours": 0.5, "gpu_hours": 0.0},
@@ -238,7 +238,11 @@ def synthetic_run(run_dir: str, with_finetune: bool = True):
         write_text(
             join(run_dir, "finetune", "trials.csv"), "trial,finetune.lr,accuracy\nt0,0.0001,0.8\nt1,0.0003,0.9\n"
         )
-        write_json(join(run_dir, "finetune", "best.json"), {"trial": "t1", "metrics": {"accuracy": 0.9}})
+        write_json(join(run_dir, "finetune", "best.json"), SYNTHETIC_BEST)
+        write_text(
+            join(run_dir, "finetune", "predictions.jsonl"),
+            "".join(json.dumps({"id": i, "prediction": p, "label": g}) + "\n" for i, (p, g) in enumerate(PREDICTED)),
+        )
         write_json(
             join(run_dir, "finetune", "manifest.json"),
             {"seconds": 8.0, "fingerprint": stage_fingerprint(config, "finetune")},
@@ -247,6 +251,23 @@ def synthetic_run(run_dir: str, with_finetune: bool = True):
     for stage in ("vocab", "data", "pretrain", "finetune")[: 4 if with_finetune else 3]:
         write_marker(join(run_dir, stage), "stage", stage=stage)
     return config
+
+
+PREDICTED = [("a", "a"), ("a", "a"), ("b", "a"), ("b", "b"), ("a", "b"), ("c", "c")]
+"""(prediction, gold) of a synthetic search's eval examples: per class a 2/3 b 1/2 c 1/1 precision."""
+SYNTHETIC_BEST = {
+    "trial_id": "t1",
+    "epoch": 2,
+    "metric": "accuracy",
+    "value": 0.9,
+    "metrics": {"accuracy": 0.9, "macro_f1": 0.85, "eval_loss": 0.3},
+    "searched": {"finetune.lr": 0.0003},
+    "epochs": [{"epoch": 1, "accuracy": 0.8, "eval_loss": 0.5}, {"epoch": 2, "accuracy": 0.9, "eval_loss": 0.3}],
+    "baseline": {"predictor": "majority class 'a' (50% of the training examples)", "metrics": {"accuracy": 0.5}},
+    "finetune": {"task": "classification", "lr": 0.0003, "max_seq_length": 64, "doc_stride": 128},
+    "label_names": ["a", "b", "c"],
+    "eval_examples": 6,
+}
 
 
 def check_report(config):
@@ -275,9 +296,16 @@ def check_report(config):
         "| 2 | rollback | step 2 rollback 1 (non-finite loss) to the checkpoint of step 1; lr now x0.5 of train.lr |"
         in text
     )
-    assert "| t1 | 0.0003 | 0.9 |" in text and "| metrics.accuracy | 0.9 |" in text
+    assert "| t1 | 0.0003 | 0.9 |" in text and "Best: **accuracy 0.9**, trial `t1` at epoch 2, on 6 eval" in text
+    assert "| this model (the best trial) | 0.9 | 0.85 |" in text
+    assert "| trivial: majority class 'a' (50% of the training examples) | 0.5 | – |" in text
+    assert "| finetune.lr | 0.0003 |" in text and "| finetune.max_seq_length | 64 |" in text
+    assert "finetune.doc_stride" not in text.split("## Cost per stage")[0]  # only question answering reads it
+    assert "| a | 0.6667 | 0.6667 | 0.6667 | 3 |" in text and "| c | 1 | 1 | 1 | 1 |" in text
+    assert "| a | 2 | 1 | 0 |" in text and "| b | 1 | 1 | 0 |" in text  # the confusion matrix's rows
+    assert "| 1 | 0.8 | 0.5 |" in text and "| 2 | 0.9 | 0.3 |" in text  # the best trial's epochs
     assert "| pretrain | 12 | – | – | ran outside the DAG |" in text
-    for png in ("pretraining_curves.png", "layer_transitions.png"):
+    for png in ("pretraining_curves.png", "layer_transitions.png", "finetune_curve.png", "confusion_matrix.png"):
         assert read_bytes(join(out, png)).startswith(PNG_MAGIC)
     transitions = json.loads(read_bytes(join(out, "layer_transitions.json")))
     assert [t["step"] for t in transitions] == [0, 1, 2]
@@ -303,7 +331,7 @@ def test_report_from_a_synthetic_run(tmp_path, capsys):
     )
     write_cost(config.run_dir, "vocab", {"fingerprint": "stale", "started": 0.0, "wall_s": 99.0})
     text = check_report(config)
-    assert "| data | 30 | 0.5 | 0 | ran 1970-01-01 00:00 UTC on 4 CPUs, 0 GPUs |" in text
+    assert "| data | 30 | 0.5 | 0 | ran 1970-01-01 00:00 UTC on a cluster of 4 logical CPUs, 0 GPUs |" in text
     assert "| vocab | – | – | – | ran outside the DAG |" in text  # its cost record is for another output
     assert run_report(config) == join(config.run_dir, "report")
     assert "report: up to date" in capsys.readouterr().out
@@ -327,7 +355,13 @@ def test_report_on_s3(s3_endpoint, mlflow_server):
     assert exists("s3://report-test/run/report/manifest.json")
     run = mlflow_runs(mlflow_server, "report-on-s3")["report"]
     assert run.info.status == "FINISHED"
-    names = ["layer_transitions.png", "pretraining_curves.png", "report.md"]
+    names = [
+        "confusion_matrix.png",
+        "finetune_curve.png",
+        "layer_transitions.png",
+        "pretraining_curves.png",
+        "report.md",
+    ]
     assert mlflow_artifact_names(mlflow_server, run.info.run_id, "report") == names
     for name in names:
         report = read_bytes(f"s3://report-test/run/report/{name}")

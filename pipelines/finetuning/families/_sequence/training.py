@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ....config import FinetuneSection
-from ...family import EncodedTask, Evaluation
+from ...family import Baseline, EncodedTask, Evaluation
 from ...loop import collate
 from ...tables import Examples
 from ...tokenizer import PairTokenizer
@@ -53,6 +53,18 @@ class SequenceFamily:
         """Each example's prediction in predictions.jsonl."""
         raise NotImplementedError
 
+    def trivial(self, task: EncodedTask) -> tuple[str, np.ndarray | None]:
+        """The trivial predictor learnt from the training targets alone: what it predicts, in words,
+        and its logits for every eval example (None where the family's metrics are undefined for it)."""
+        raise NotImplementedError
+
+    def baseline(self, cfg: FinetuneSection, task: EncodedTask) -> Baseline:
+        predictor, logits = self.trivial(task)
+        if logits is None or not len(task.eval_targets):
+            return Baseline(predictor, {})
+        metrics = self.metrics_of(logits, task.eval_targets, task.num_labels)
+        return Baseline(predictor, {k: v for k, v in metrics.items() if k != "eval_loss"})
+
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
         task = load_task(cfg, self)
         length = cfg.max_seq_length
@@ -83,15 +95,22 @@ class SequenceFamily:
 
     def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
         metrics = self.metrics_of(scores, task.eval_targets, task.num_labels)
-        return Evaluation(
-            metrics, {"predictions.jsonl": predictions_jsonl(self.predicted(scores, task.label_names), task)}
-        )
+        predicted = self.predicted(scores, task.label_names)
+        gold = self.predicted(self.gold_logits(task), task.label_names)
+        return Evaluation(metrics, {"predictions.jsonl": predictions_jsonl(predicted, task, gold)})
+
+    def gold_logits(self, task: EncodedTask) -> np.ndarray:
+        """Logits that `predicted` reads as each eval example's gold label."""
+        raise NotImplementedError
 
 
-def predictions_jsonl(predicted: list[Any], task: EncodedTask) -> str:
-    """A line per eval example: its row in its source (`id`) and its prediction."""
+def predictions_jsonl(predicted: list[Any], task: EncodedTask, gold: list[Any]) -> str:
+    """A line per eval example: its row in its source (`id`), its prediction and its gold `label` (in
+    the prediction's form: what the report's per-class scores and confusion matrix are counted from)."""
     ids = task.reference if task.reference is not None else range(len(predicted))  # a task made without rows: positions
-    return "".join(json.dumps({"id": int(i), "prediction": p}) + "\n" for i, p in zip(ids, predicted))
+    return "".join(
+        json.dumps({"id": int(i), "prediction": p, "label": g}) + "\n" for i, p, g in zip(ids, predicted, gold)
+    )
 
 
 __all__ = ["SequenceFamily", "predictions_jsonl"]

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from ....config import FinetuneSection
 from ....errors import BadInput
+from ...family import EncodedTask
 from ...labels import encode_labels, label_names
 from ...tables import Examples, bbc_news_examples
 from .._sequence.task import refuse_embedded
@@ -44,6 +45,16 @@ class ClassificationFamily(SequenceFamily):
 
     def predicted(self, scores: np.ndarray, names: list[str] | None) -> list[str]:
         return [names[int(j)] for j in np.asarray(scores).argmax(1)]
+
+    def gold_logits(self, task: EncodedTask) -> np.ndarray:
+        return np.eye(task.num_labels)[np.asarray(task.eval_targets, dtype=int)]
+
+    def trivial(self, task: EncodedTask) -> tuple[str, np.ndarray]:
+        counts = np.bincount(np.asarray(task.train_targets, dtype=int), minlength=task.num_labels)
+        top = int(counts.argmax())
+        share = counts[top] / max(1, counts.sum())
+        logits = np.tile(np.eye(task.num_labels)[top], (len(task.eval_targets), 1))
+        return f"majority class {task.label_names[top]!r} ({share:.0%} of the training examples)", logits
 
 
 CLASSIFICATION = ClassificationFamily()

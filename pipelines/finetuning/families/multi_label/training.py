@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from ....config import FinetuneSection
 from ....errors import BadInput
+from ...family import EncodedTask
 from ...tables import Examples
 from .._sequence.training import SequenceFamily
 from . import FAMILY
@@ -51,6 +52,15 @@ class MultiLabelFamily(SequenceFamily):
 
     def predicted(self, scores: np.ndarray, names: list[str] | None) -> list[list[str]]:
         return [[names[j] for j in np.flatnonzero(row > 0)] for row in scores]
+
+    def gold_logits(self, task: EncodedTask) -> np.ndarray:
+        return np.where(np.asarray(task.eval_targets) > 0, 1.0, -1.0)
+
+    def trivial(self, task: EncodedTask) -> tuple[str, np.ndarray]:
+        frequent = np.asarray(task.train_targets).mean(axis=0) > 0.5
+        chosen = [name for name, on in zip(task.label_names, frequent) if on]
+        logits = np.tile(np.where(frequent, 1.0, -1.0), (len(task.eval_targets), 1))
+        return f"every class held by most training examples ({', '.join(chosen) or 'none'})", logits
 
 
 MULTI_LABEL = MultiLabelFamily()

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from ....config import FinetuneSection
 from ....errors import BadInput
-from ...family import EncodedTask, Evaluation
+from ...family import Baseline, EncodedTask, Evaluation
 from ...loop import collate as single_collate
 from ...splits import Units, train_and_eval
 from ...tokenizer import PairTokenizer
@@ -114,6 +114,17 @@ class MultipleChoiceFamily:
         }
         lines = [json.dumps({"id": qid, "prediction": int(p)}) + "\n" for qid, p in zip(task.reference, predicted)]
         return Evaluation(metrics, {"predictions.jsonl": "".join(lines)})
+
+    def baseline(self, cfg: FinetuneSection, task: EncodedTask) -> Baseline:
+        counts = np.bincount(np.asarray(task.train_targets, dtype=int))
+        top = int(counts.argmax()) if len(counts) else 0
+        gold = np.asarray(task.eval_targets, dtype=int)
+        accuracy = float((gold == top).mean()) if len(gold) else 0.0
+        share = counts[top] / max(1, counts.sum()) if len(counts) else 0.0
+        return Baseline(
+            f"always choice {top}, the most common right one ({share:.0%} of training questions)",
+            {"accuracy": accuracy},
+        )
 
 
 MULTIPLE_CHOICE = MultipleChoiceFamily()

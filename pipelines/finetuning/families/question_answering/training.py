@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ....config import FinetuneSection
-from ...family import EncodedTask, Evaluation
+from ...family import Baseline, EncodedTask, Evaluation
 from ...loop import collate
 from ...splits import Units, train_and_eval
 from ...tables import BBC_NEWS, seeded_hash
@@ -178,6 +178,12 @@ class QuestionAnsweringFamily:
             "null_threshold": threshold,
         }
         return Evaluation(metrics, files, usage)
+
+    def baseline(self, cfg: FinetuneSection, task: EncodedTask) -> Baseline:
+        ref: QAReference = task.reference
+        scored = squad_scores(ref.golds, dict.fromkeys(ref.golds, ""))
+        metrics = {k: float(scored[k]) for k in REPORTED if k in scored}
+        return Baseline("no answer to any question (SQuAD's no-answer baseline)", metrics)
 
 
 def _eval_loss(scores: np.ndarray, targets: np.ndarray, windows: Sequence[Window]) -> float:

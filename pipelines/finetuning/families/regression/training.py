@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ....config import FinetuneSection
+from ...family import EncodedTask
 from ...tables import Examples
 from .._sequence.training import SequenceFamily
 from . import FAMILY
@@ -30,6 +31,13 @@ class RegressionFamily(SequenceFamily):
 
     def predicted(self, scores: np.ndarray, names: list[str] | None) -> list[float]:
         return [float(row[0]) for row in scores]
+
+    def gold_logits(self, task: EncodedTask) -> np.ndarray:
+        return np.asarray(task.eval_targets, dtype=float)[:, None]
+
+    def trivial(self, task: EncodedTask) -> tuple[str, None]:
+        mean = float(np.mean(task.train_targets)) if len(task.train_targets) else 0.0
+        return f"the training targets' mean ({mean:.4g}): a constant, whose correlation is undefined", None
 
 
 REGRESSION = RegressionFamily()

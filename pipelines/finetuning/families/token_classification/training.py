@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from ....config import FinetuneSection
 from ....errors import BadInput
-from ...family import EncodedTask, Evaluation
+from ...family import Baseline, EncodedTask, Evaluation
 from ...labels import sorted_names
 from ...loop import collate
 from ...splits import Units, train_and_eval
@@ -164,6 +164,12 @@ class TokenClassificationFamily:
             lines += [f"{w} {g} {p}\n" for w, g, p in zip(words, gold, tags)] + ["\n"]
         usage = {"tag_scheme": reference.scheme, "word_start": WORD_START}
         return Evaluation(metrics, {"predictions.conll": "".join(lines)}, usage)
+
+    def baseline(self, cfg: FinetuneSection, task: EncodedTask) -> Baseline:
+        reference: TaggedSentences = task.reference
+        result = conll_scores(reference.tags, [[OUTSIDE] * len(words) for words in reference.tokens])
+        metrics = {k: float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
+        return Baseline(f"every word tagged {OUTSIDE} (no entity)", metrics)
 
 
 def eval_loss(scores: np.ndarray, targets: np.ndarray) -> float:
