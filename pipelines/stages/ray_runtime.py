@@ -12,7 +12,7 @@ from typing import Any
 import ray
 from ray.data import ActorPoolStrategy
 
-from ..errors import BadInput, find_user_error
+from ..errors import BadInput, UserError, find_user_error
 from ..prep.corpus import InputFile, pack_units
 from ..storage import join
 from ..storage.contained import Contained
@@ -24,6 +24,10 @@ PRINT_PATCH_ENV = "RAY_TRAIN_ENABLE_PRINT_PATCH"  # Ray Train routes a worker's 
 
 
 TOKEN_ENV, TOKEN_PATH_ENV = "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+
+
+class RayStartTimeout(UserError):
+    """A Ray this command started did not come up in time (a loaded machine)."""
 
 
 def init_ray() -> None:
@@ -59,8 +63,28 @@ def init_ray() -> None:
                 or os.path.exists(os.path.expanduser("~/.ray/auth_token"))
             ):
                 os.environ[TOKEN_ENV] = secrets.token_hex(32)
-            ray.init(logging_level=logging.WARNING)
+            start_own_ray()
     ray.data.DataContext.get_current().enable_progress_bars = False
+
+
+STARTUP_TIMEOUT = "timed out during startup"
+
+
+def start_own_ray() -> None:
+    """ray.init of a Ray for this command alone. On a loaded machine its raylet may take longer to
+    register than the 30 s Ray waits, which no setting of Ray's raises (ray/_private/node.py,
+    raylet_start_wait_time_s): that failure is one line saying so and what to do instead."""
+    try:
+        ray.init(logging_level=logging.WARNING)
+    except Exception as e:
+        if STARTUP_TIMEOUT not in str(e):
+            raise
+        ray.shutdown()
+        raise RayStartTimeout(
+            "ray: the Ray this command started did not come up within the 30 s Ray waits for it (Ray "
+            "has no setting to wait longer): the machine is busy. Start one that stays up with "
+            "`albert-ray local start` (it waits up to 3 minutes) and run the command again: it joins it"
+        ) from None
 
 
 def gpu_capacity() -> tuple[int, int | None]:

@@ -173,7 +173,13 @@ def tune_run(
 ) -> None:
     """One Ray Tune run of a search. ray.tune.run, the run Tuner.fit drives, without the ResultGrid
     Tuner.fit builds at its end, which unpickles each failed trial's error.pkl from the storage: the
-    rows come from the journal."""
+    rows come from the journal. Quiet in the job's log: Ray Tune's newer output engine prints its
+    configuration box, "View detailed results here" and a TensorBoard hint under `_scratch/` (deleted
+    with the build) even at verbose=0, the legacy engine (RAY_AIR_NEW_OUTPUT=0) nothing at verbose=0;
+    its closing INFO line ("Wrote the latest version of all result files ...") names that same
+    folder. The search prints its own table at the end (results.summary_text)."""
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    logging.getLogger("ray.tune").setLevel(logging.WARNING)
     ray.tune.run(
         trainable,
         name=experiment,

@@ -5,6 +5,7 @@ checkpoint it is handed."""
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from typing import Any
@@ -39,6 +40,9 @@ def single_process_trial(
     trial_config: dict[str, Any], base: FinetuneSection, data: TrialData, cpus: float, continued: Continued
 ) -> None:
     """One trial in this process: report each epoch's metrics and checkpoint to Tune."""
+    # "Checkpoint successfully created at: ..." at each report, an INFO line of Ray Train's storage
+    # module that Tune's function trainables use: kept out of the job's log
+    logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
     torch.set_num_threads(max(1, int(cpus)))
     cfg = trial_finetune(base, finetune_keys(trial_config))
     device = torch.device("cuda") if torch.cuda.is_available() and ray.get_gpu_ids() else torch.device("cpu")

