@@ -182,8 +182,10 @@ def submit(
         assert process.stdout is not None
         lines = []
         for line in process.stdout:
+            if UPLOAD_NOTE in line:
+                continue
             lines.append(line)
-            if echo and UPLOAD_NOTE not in line:
+            if echo:
                 sys.stdout.write(line)
                 sys.stdout.flush()
         rc = process.wait()

@@ -234,6 +234,18 @@ def test_the_job_log_says_each_pretraining_line_once(first_submission):
     assert any("validation: mlm_acc" in line for line in ours) and any("/" in line for line in ours), output[-3000:]
     assert [line for line, n in Counter(ours).items() if n > 1] == []
     assert "TrainingReport(" not in output
+    # issue #45: lines that were in every job's log and are not the job's (each removed at its source)
+    for noise in (
+        "is now ignored by default when packaging",  # the upload: .rayignore and .gitignore say it
+        "Ignoring upload to cluster for these files",
+        "torch.distributed is disabled, unavailable or uninitialized",  # DCP on one rank, asked for
+        "Configuration for experiment",  # Ray Tune's box, its hints naming the deleted _scratch/
+        "View detailed results here",
+        "To visualize your results with TensorBoard",
+        "Wrote the latest version of all result files",
+        "Checkpoint successfully created at",
+    ):
+        assert noise not in output, noise
 
 
 def test_a_second_run_on_the_run_dir_stops_at_once_naming_the_first(concurrent_submissions, job_run_dir):
