@@ -323,6 +323,7 @@ def make_plan(args, data_dir: Path, out_dir: Path, device: torch.device) -> Pret
     return PretrainPlan(
         albert=albert, train=train, use_gpu=device.type == "cuda", precision=train.precision, masking=None,
         max_predictions=20 if args.audit_data else SYNTHETIC["predictions"],
+        max_seq_length=albert.max_position_embeddings,
         n_train=reader.index.num_rows, n_validation=sum(map(len, ordered_batches(str(data_dir / "validation"), batch))),
         batches_per_epoch=reader.batches_per_epoch, data_dir=str(data_dir), out_dir=str(out_dir), spiece_model=None,
     )  # fmt: skip

@@ -81,12 +81,17 @@ class FolderIO:
             raise Stop
 
 
-def max_predictions(folder: Path) -> int:
-    """The data stage's masked positions per sequence (its manifest's config), 20 without one."""
+def data_setting(folder: Path, key: str, default: int) -> int:
+    """One of the data stage's settings (its manifest's config data section), the default without one."""
     manifest = folder / "manifest.json"
     if manifest.exists():
-        return int(json.loads(manifest.read_text())["config"]["data"]["max_predictions_per_seq"])
-    return 20
+        return int(json.loads(manifest.read_text())["config"]["data"][key])
+    return default
+
+
+def max_predictions(folder: Path) -> int:
+    """The data stage's masked positions per sequence, 20 without a manifest."""
+    return data_setting(folder, "max_predictions_per_seq", 20)
 
 
 def folder_plan(folder: Path, out_dir: Path, preset: str, vocab_size: int, batch: int, **train) -> PretrainPlan:
@@ -113,6 +118,7 @@ def folder_plan(folder: Path, out_dir: Path, preset: str, vocab_size: int, batch
         precision=section.precision,
         masking=None,
         max_predictions=max_predictions(folder),
+        max_seq_length=data_setting(folder, "max_seq_length", 512),
         n_train=reader.index.num_rows,
         n_validation=n_validation,
         batches_per_epoch=reader.batches_per_epoch,
