@@ -236,6 +236,7 @@ def transformers_probabilities(model: str, pairs: list[tuple[str, str]], length:
         return torch.softmax(theirs(**batch).logits, -1).numpy()
 
 
+@pytest.mark.slow
 def test_a_multiple_choice_model_serves_its_fine_tuning_predictions(family_suite):
     """The suite's multiple-choice export behind serve: a question, an optional context and its
     choices in, the index of the right one out, as the finetune stage's predictions.jsonl says it
