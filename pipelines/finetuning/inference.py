@@ -7,13 +7,12 @@ names (`Family(inference=...)`, loaded with `Family.load_inference()`).
 
 Besides the protocol, an INFERENCE may have these, each optional (the generic side reads them with
 `getattr`: pipelines/inference/table_files.py, pipelines/stages/predict.py):
-- `file_suffixes: tuple[str, ...]`: the endings (lowercase, a `.gz` after one decompressed) of the
-  files `read_file` may read; predict hands it only those, so a family's own format (SQuAD JSON,
-  CoNLL) is read whole while a table of any size streams. None: `read_file` is never called.
-- `files(rows, predictions) -> {name: text}`: files predict writes beside its parquet when some
-  input was the family's own format (SQuAD's predictions.json): `rows[i]` is an output row's
-  `{"id", "rejected", "label"}`, `predictions[i]` its output dict (None where rejected), every row
-  of the input once, in no particular order.
+- `file_suffixes: tuple[str, ...]`: the endings (lowercase; a `.gz` after one is allowed too) of
+  the files `read_file` may read; predict hands it only those, so a family's own format (SQuAD
+  JSON, CoNLL) is read whole while a table of any size streams. Absent: `read_file` is never called.
+- `files(results) -> {name: text}`: the files predict writes beside its parquet when some input
+  was read by `read_file` (SQuAD's predictions.json), from predict's output rows (`id`, the `output`
+  columns, `label`, `rejected`), every row once, in any order.
 - `metrics(labels, predictions, use, section) -> dict`: the fine-tuning's metrics on rows with a
   gold label (predict.label_column: `labels[i]` the cell as read, `predictions[i]` the output dict,
   `section` the PredictSection): predict's manifest `metrics`."""
@@ -21,7 +20,7 @@ Besides the protocol, an INFERENCE may have these, each optional (the generic si
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -56,6 +55,10 @@ class Encoded:
     """features[i] belongs to rows[owners[i]] (QA and long NER texts: several windows per row)."""
     extra: Any = None
     """What `predictions` needs besides the outputs (QA: each window's offsets; NER: word starts)."""
+    rejected: dict[int, str] = field(default_factory=dict)
+    """Rows (by index) that only encoding finds unusable, with their reason (QA: a question or
+    context of nothing the tokenizer keeps): they have no features, `predictions` gives them null
+    outputs, and predict and serve reject them under that reason."""
 
 
 class FamilyInference(Protocol):
@@ -91,7 +94,8 @@ class FamilyInference(Protocol):
     def read_file(self, path: str, data: bytes) -> list[dict[str, Any]] | None:
         """Rows of a family-specific input file (QA: SQuAD JSON -> question/context rows with `id`;
         NER: a CoNLL file -> tokens rows), or None when `path` is not such a file (then predict
-        reads it as a table)."""
+        reads it as a table). `data` is the file's bytes as stored (a `.gz` one compressed); a row
+        may carry an `id` and a gold `label` besides its fields."""
         ...
 
 

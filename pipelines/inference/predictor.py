@@ -138,11 +138,17 @@ class Predictor:
     def answers(self, rows: Sequence[Mapping[str, Any]], encoded: Encoded, outputs: np.ndarray) -> list[dict[str, Any]]:
         return self.inference.predictions(rows, encoded, outputs, self.use)
 
-    def predict(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def run(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str]]:
+        """Each row's output dict, and the rows (by index) that encoding rejected, with the reason
+        (their outputs are null)."""
         if not rows:
-            return []
+            return [], {}
         encoded = self.encode(rows)
-        return self.answers(rows, encoded, self.outputs(encoded))
+        outputs = self.outputs(encoded) if encoded.features else np.zeros((0, 0), np.float32)
+        return self.answers(rows, encoded, outputs), dict(encoded.rejected)
+
+    def predict(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return self.run(rows)[0]
 
 
 __all__ = ["Predictor", "family_of", "inference_of", "label_names", "model_use", "use_of_files"]

@@ -104,7 +104,7 @@ def input_tables(path: str, columns: Columns, inference: FamilyInference) -> Inp
     def check(inside: str) -> bool:
         """Whether the file is the family's own format (else a table, checked)."""
         if own_format(inference, inside):
-            with fs.open_input_stream(inside, compression="detect") as f:
+            with fs.open_input_stream(inside, compression=None) as f:  # as stored: read_file's bytes
                 data = f.read()
             if inference.read_file(shown(inside), data) is not None:
                 return True

@@ -11,7 +11,6 @@ fine-tuning's metrics on these rows where the family scores them."""
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import math
@@ -31,7 +30,7 @@ from ..finetuning.inference import FamilyInference
 from ..inference.columns import Columns, table_columns
 from ..inference.predictor import Predictor, family_of, inference_of, use_of_files
 from ..inference.reading import own_rows, random_access, stream_rows
-from ..inference.table_files import input_tables, own_format
+from ..inference.table_files import input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
 from ..storage import arrow_filesystem, join, key_relpath, write_text
@@ -61,14 +60,18 @@ def sequence_length(config: Config, model_config: dict[str, Any], model: str) ->
 
 
 class TableRows(FileBasedDatasource):
-    """The files of predict.input as rows of reading.SCHEMA plus `path`, checked by `family`'s inference."""
+    """The files of predict.input as rows of reading.SCHEMA plus `path`, checked by `family`'s
+    inference; `own`: the files it reads itself (table_files.InputTables.own), the others tables."""
 
-    def __init__(self, paths: list[str], columns: Columns, family: str, **kwargs: Any):
+    def __init__(self, paths: list[str], columns: Columns, family: str, own: list[str], **kwargs: Any):
         super().__init__(paths, **kwargs)
         self.columns = columns
         self.family = family
+        self.own = set(own)
 
     def _open_input_source(self, filesystem: pa.fs.FileSystem, path: str, **open_args: Any) -> pa.NativeFile:
+        if path in self.own:  # read_file takes the bytes as stored
+            return filesystem.open_input_stream(path, compression=None)
         # parquet's footer is at its end: a random-access file, as Ray Data's own ORC reader opens
         # one (its row groups are still read one at a time)
         if random_access(path):
@@ -77,14 +80,11 @@ class TableRows(FileBasedDatasource):
 
     def _read_stream(self, f: pa.NativeFile, path: str):
         inference = FAMILIES[self.family].load_inference()
-        tables = None
-        if own_format(inference, path):
-            data = f.read()
-            rows = inference.read_file(path, data)
-            f = io.BytesIO(data)
-            if rows is not None:
-                tables = own_rows(rows, self.columns, inference.check_row)
-        for table in tables or stream_rows(f, path, self.columns, inference.check_row):
+        if path in self.own:
+            tables = own_rows(inference.read_file(path, f.read()) or [], self.columns, inference.check_row)
+        else:
+            tables = stream_rows(f, path, self.columns, inference.check_row)
+        for table in tables:
             yield table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
 
 
@@ -104,10 +104,14 @@ class PredictRows:
         rows = batch.to_pydict()
         count = batch.num_rows
         usable = [i for i in range(count) if rows["rejected"][i] is None]  # reading.py says why not
-        outputs = self.predictor.predict([json.loads(rows["cells"][i]) for i in usable])
+        outputs, rejected = self.predictor.run([json.loads(rows["cells"][i]) for i in usable])
+        reasons = list(rows["rejected"])
         types = self.predictor.inference.output
         columns: dict[str, list[Any]] = {name: [None] * count for name in types}
-        for i, out in zip(usable, outputs):
+        for j, (i, out) in enumerate(zip(usable, outputs)):
+            if j in rejected:  # what only encoding found (a text of nothing the tokenizer keeps)
+                reasons[i] = rejected[j]
+                continue
             for name in types:
                 columns[name][i] = out[name]
         ids = [
@@ -119,19 +123,16 @@ class PredictRows:
                 "id": pa.array(ids, pa.string()),
                 **{name: pa.array(columns[name], kind) for name, kind in types.items()},
                 "label": pa.array(rows["label"], pa.string()),
-                "rejected": pa.array(rows["rejected"], pa.string()),
+                "rejected": pa.array(reasons, pa.string()),
             }
         )
 
 
-def output_rows(written: pads.Dataset, inference: FamilyInference, scored: bool) -> tuple[list[dict], list[Any]]:
-    """The written rows (id, rejected, gold label) and each one's output dict (None where rejected);
-    `scored`: only the predicted rows with a gold label."""
-    names = ["id", "rejected", "label", *inference.output]
+def output_rows(written: pads.Dataset, inference: FamilyInference, scored: bool = False) -> list[dict[str, Any]]:
+    """The written rows (id, the family's output columns, label, rejected); `scored`: only the
+    predicted rows with a gold label."""
     where = (pads.field("rejected").is_null() & pads.field("label").is_valid()) if scored else None
-    table = written.to_table(columns=names, filter=where).to_pylist()
-    outputs = [None if r["rejected"] is not None else {k: r[k] for k in inference.output} for r in table]
-    return [{k: r[k] for k in ("id", "rejected", "label")} for r in table], outputs
+    return written.to_table(columns=["id", *inference.output, "label", "rejected"], filter=where).to_pylist()
 
 
 def build_predict(run: StageRun) -> dict:
@@ -152,7 +153,8 @@ def build_predict(run: StageRun) -> dict:
     gpus = int(cluster.get("GPU", 0))
     workers = pc.workers or (gpus or max(1, int(cluster.get("CPU", 1)) - 1))
     cpus = 1.0 if gpus else 0.5  # fractional: Ray Data's read tasks need a CPU beside the replicas
-    rows = ray.data.read_datasource(TableRows(tables.files, columns, family.name, filesystem=tables.filesystem))
+    source = TableRows(tables.files, columns, family.name, tables.own, filesystem=tables.filesystem)
+    rows = ray.data.read_datasource(source)
     predicted = rows.map_batches(
         PredictRows,
         fn_constructor_kwargs={
@@ -197,12 +199,14 @@ def build_predict(run: StageRun) -> dict:
         "workers": workers,
     }
     scorer = getattr(inference, "metrics", None)
-    if pc.label_column and scorer is not None:
-        gold, outputs = output_rows(written, inference, scored=True)
-        fields["metrics"] = scorer([json.loads(r["label"]) for r in gold], outputs, use, pc)
+    if scorer is not None and (pc.label_column or tables.own):  # a family's own files may hold gold labels
+        gold = output_rows(written, inference, scored=True)
+        if pc.label_column or gold:
+            outputs = [{k: r[k] for k in inference.output} for r in gold]
+            fields["metrics"] = scorer([json.loads(r["label"]) for r in gold], outputs, use, pc)
     writer = getattr(inference, "files", None)
     if tables.own and writer is not None:
-        own = writer(*output_rows(written, inference, scored=False))
+        own = writer(output_rows(written, inference))
         for name, text in own.items():
             if "/" in name or name.startswith(".") or name in (PREDICTIONS, "manifest.json", "config.yaml"):
                 raise ValueError(f"{family.name}'s inference names a file {name!r} beside predictions/")

@@ -84,6 +84,19 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+def answered(
+    results: list[tuple[dict[str, Any], str | None]], listed: bool, labels: list[str] | None
+) -> tuple[int, Any]:
+    """(status, body) of a request's predicted rows (each its output and the reason where only
+    encoding found it unusable): 200 with the outputs and the model's labels, one object or a list
+    as asked; 400 naming the first unusable row."""
+    for i, (_, reason) in enumerate(results):
+        if reason is not None:
+            return 400, {"error": f"{f'inputs[{i}]' if listed else 'body'}: {reason}"}
+    answers = [{**out, "labels": labels} for out, _ in results]
+    return 200, answers if listed else answers[0]
+
+
 @serve.deployment(max_constructor_retry_count=3)
 class PredictEndpoint:
     """A replica: the model in a Predictor. POST predicts, GET describes the model."""
@@ -113,10 +126,12 @@ class PredictEndpoint:
         shutil.rmtree(self.work, ignore_errors=True)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)  # both set per app in __init__
-    async def predict_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def predict_rows(self, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+        """Each row's output, and the reason where only encoding found it unusable."""
         self.batches, self.rows = self.batches + 1, self.rows + len(rows)
         # off the replica's event loop, so requests keep being checked and queued while the model runs
-        return await asyncio.to_thread(self.predictor.predict, rows)
+        outputs, rejected = await asyncio.to_thread(self.predictor.run, rows)
+        return [(out, rejected.get(i)) for i, out in enumerate(outputs)]
 
     async def __call__(self, request: Request) -> JSONResponse:
         if request.method == "GET":
@@ -134,8 +149,8 @@ class PredictEndpoint:
         except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
             log.exception("prediction failed")
             return error(500, f"prediction failed: {one_line(e)}")
-        answers = [{**out, "labels": self.predictor.use.label_names} for out in outputs]
-        return JSONResponse(answers if listed else answers[0])
+        status, answer = answered(outputs, listed, self.predictor.use.label_names)
+        return JSONResponse(answer, status_code=status)
 
 
 @dataclass(frozen=True)

@@ -275,6 +275,16 @@ def test_a_multiple_choice_model_serves_its_fine_tuning_predictions(family_suite
         stop_endpoint()
 
 
+def test_a_row_only_encoding_finds_unusable_is_a_400_naming_it():
+    from pipelines.stages.serve import answered
+
+    ok, unusable = ({"prediction": 1}, None), ({"prediction": None}, "empty_context")
+    assert answered([ok], False, ["a"]) == (200, {"prediction": 1, "labels": ["a"]})
+    assert answered([ok, ok], True, None) == (200, [{"prediction": 1, "labels": None}] * 2)
+    assert answered([ok, unusable, unusable], True, None) == (400, {"error": "inputs[1]: empty_context"})
+    assert answered([unusable], False, None) == (400, {"error": "body: empty_context"})
+
+
 def test_the_command_refuses_a_missing_folder_and_an_unserved_export_in_one_line(tiny_pretrained, tmp_path, capsys):
     from pipelines.cli.command import main
 

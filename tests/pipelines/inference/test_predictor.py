@@ -9,10 +9,7 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
-from albert_model import AlbertConfig, AlbertForMultipleChoice
-from albert_model.hf import save_hf_pretrained
 from pipelines.config import FinetuneSection
 from pipelines.errors import BadInput
 from pipelines.finetuning.families import FAMILIES
@@ -20,7 +17,6 @@ from pipelines.finetuning.families.multiple_choice.training import MULTIPLE_CHOI
 from pipelines.finetuning.family import EncodedTask
 from pipelines.finetuning.loop import predict
 from pipelines.inference.predictor import Predictor, family_of, inference_of
-from tests.conftest import VOCAB_SIZE
 
 SEQUENCE = "AlbertForSequenceClassification"
 
@@ -61,19 +57,6 @@ def test_the_family_is_the_one_the_folder_records_else_the_one_its_head_and_prob
     without = dataclasses.replace(FAMILIES["multiple_choice"], inference=None)
     with pytest.raises(BadInput, match="^m: a multiple_choice export \\(AlbertForMultipleChoice\\); predict and serve"):
         inference_of(without, "m")
-
-
-@pytest.fixture
-def chooser(tiny_pretrained, tmp_path) -> str:
-    """A random tiny multiple-choice export recording its fine-tuning at 24 tokens, its scores spread
-    (the head's weights scaled) so that no two choices tie."""
-    torch.manual_seed(0)
-    model = AlbertForMultipleChoice(AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE)).eval()
-    with torch.no_grad():
-        model.classifier.weight.mul_(200)
-    record = {"albert_ray": {"task": "multiple_choice", "max_seq_length": 24}}
-    spiece = f"{tiny_pretrained}/spiece.model"
-    return str(save_hf_pretrained(model, tmp_path / "mc", spiece, extra_config=record, max_seq_length=24))
 
 
 def test_multiple_choice_predicts_as_its_fine_tuning_evaluates_whatever_the_batch(chooser):

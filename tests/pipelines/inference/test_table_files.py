@@ -91,13 +91,16 @@ def test_a_folder_on_s3_is_listed_and_named_as_s3(tmp_path, s3_endpoint):
 
 
 class Sentences:
-    """A family's inference reading `.txt` files of its own (one row per line) and no other."""
+    """A family's inference reading `.txt` files of its own (one row per line), gzipped or not (it
+    gets a file's bytes as stored), and no other."""
 
     fields, required, output = ("text",), ("text",), {}
     file_suffixes = (".txt",)
     check_row = staticmethod(INFERENCE.check_row)
 
     def read_file(self, path: str, data: bytes) -> list[dict] | None:
+        if path.endswith(".gz"):
+            data = gzip.decompress(data)
         if data.startswith(b"#"):
             return None  # not this family's: then a table, which a .txt is not
         if not data.strip():
