@@ -197,12 +197,13 @@ def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, devi
     begun = time.perf_counter()
     predictor = Predictor.load(model, seq, batch, device)
     predictor.model.to(torch_dtype)
-    predictor.predict(texts[: batch * 2])  # warm-up: kernels, allocator
+    rows = [{"text": text} for text in texts]
+    predictor.predict(rows[: batch * 2])  # warm-up: kernels, allocator
     sync()
     started = time.perf_counter()
-    encoded = predictor.encode(texts)
+    encoded = predictor.encode(rows)
     encode_s = time.perf_counter() - started
-    ours = predictor.outputs(predictor.logits(encoded))
+    ours = predictor.answers(rows, encoded, predictor.outputs(encoded))
     sync()
     ours_s = time.perf_counter() - started
     say(f"ours done ({len(texts) / ours_s:.0f} rows/s)")

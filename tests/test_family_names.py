@@ -9,7 +9,7 @@ message, names nothing) or an identifier equal to it in any case (`MULTI_LABEL`,
 is not ours: its `problem_type` values are "regression", "single_label_classification" and
 "multi_label_classification", so a string compared with, given as or stored under something
 called `problem_type` (or `problem`) is transformers' and names nothing; the longer two are no
-family's name anyway. The allowlists below name what may still name families, and why."""
+family's name anyway. The allowlist below names what may still name families, and why."""
 
 import ast
 from pathlib import Path
@@ -29,12 +29,6 @@ CONFIG_VALUES = {
     # (families/checks.py), and test_config_values_name_registered_families below does too.
     "pipelines/config/tuning.py": {"classification"},
     "pipelines/config/glue.py": {"classification", "regression"},
-}
-UNTIL_INFERENCE_MOVES = {
-    # Until inference moves into the families (issue #44): predict and serve still apply the
-    # sequence families' exports by kind. This list may only shrink.
-    "pipelines/inference/predictor.py",
-    "pipelines/stages/predict.py",
 }
 
 
@@ -115,9 +109,7 @@ def naming_modules(root: Path, names: set[str]) -> dict[str, list[tuple[int, str
 
 
 def test_outside_its_folder_and_the_registry_no_product_module_names_a_family():
-    found = naming_modules(ROOT, set(FAMILIES))
-    assert {m: n for m, n in found.items() if m not in UNTIL_INFERENCE_MOVES} == {}
-    assert set(found) == UNTIL_INFERENCE_MOVES, "a module left the allowlist: take it off the list"
+    assert naming_modules(ROOT, set(FAMILIES)) == {}
 
 
 def test_config_values_name_registered_families():

@@ -1,5 +1,5 @@
-"""`albert-ray serve MODEL_DIR`: a fine-tuned sequence model (classification, regression or
-multi-label) behind an HTTP endpoint on Ray Serve, until Ctrl-C (or SIGTERM) shuts it down.
+"""`albert-ray serve MODEL_DIR`: a fine-tuned model (an export of any task family predict applies)
+behind an HTTP endpoint on Ray Serve, until Ctrl-C (or SIGTERM) shuts it down.
 
     albert-ray serve runs/x/finetune/best [--host 127.0.0.1] [--port 8000] [--route /predict]
         [--replicas N] [--gpus-per-replica G] [--cpus-per-replica C] [--max-batch-size 32]
@@ -71,7 +71,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="N",
         type=positive(int),
         default=DEFAULTS.max_batch_size,
-        help="texts per forward pass (default: %(default)s)",
+        help="rows per forward pass (default: %(default)s)",
     )
     add(
         "--batch-wait-ms",
@@ -84,8 +84,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--max-seq-length",
         metavar="L",
         type=positive(int),
-        help="tokens per text (pair); by default the length the model was fine-tuned at (its config.json's "
-        "albert_ray.max_seq_length), else 512 or the model's positions where fewer",
+        help="tokens per input (a text pair, a choice, a window); by default the length the model was fine-tuned "
+        "at (its config.json's albert_ray.max_seq_length), else 512 or the model's positions where fewer",
     )
     return parser
 
@@ -126,13 +126,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         url = start_endpoint(args.model_dir, model.files, options)
         previous = signal.signal(signal.SIGTERM, interrupt)
         try:
-            example = json.dumps({"text": "A sentence to classify."})
+            example = json.dumps(dict.fromkeys(model.required, "..."))
+            optional = [f for f in model.fields if f not in model.required]
             print(
                 f"serving {args.model_dir} ({model.kind}"
                 + (f": {', '.join(model.labels)}" if model.labels else "")
                 + f"; {model.max_seq_length} tokens) at {url}\n"
-                f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'\n"
-                f"  curl -s {url}    # the model's kind, labels and max_seq_length\n"
+                f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'"
+                + (f"    # and {', '.join(optional)}" if optional else "")
+                + f"\n  curl -s {url}    # the model's family, fields, labels and max_seq_length\n"
                 "Ctrl-C stops it.",
                 flush=True,
             )

@@ -18,22 +18,26 @@ class PredictSection(Section):
     SECTION: ClassVar[str] = "predict"
 
     input: str | None = None
-    """The table to predict (csv, tsv, jsonl or parquet; a file or a folder of them; local or
-    s3://); null: no predict stage (the DAG skips it)."""
+    """The rows to predict: a table (csv, tsv, jsonl or parquet) or a file of the model's family's
+    own format (SQuAD JSON, CoNLL); a file or a folder of them; local or s3://. null: no predict
+    stage (the DAG skips it)."""
     model: str | None = None
-    """A fine-tuned transformers ALBERT folder (sequence classification, regression or multi-label);
+    """A fine-tuned transformers ALBERT folder of any task family (its config.json says which);
     null = {run_dir}/finetune/best."""
     text_column: str = "text"
-    """Column holding the text (the first segment)."""
+    """Column holding a row's `text` field (the first segment; raw text for token classification);
+    the other fields are read from the columns of their names."""
     text_pair_column: str | None = None
-    """Column holding the second segment of a text pair; null for single texts."""
+    """Column holding a row's `text_pair` field, the second segment of a text pair; null for single
+    texts. Set, every row needs one."""
     id_column: str | None = None
     """Column whose value names each row in the output; null: the row's place (`file:row`, row
     0-based after the header)."""
     label_column: str | None = None
-    """A column of gold labels: the manifest then carries the fine-tuning stage's metrics on these
-    rows (classes by name; numbers for regression; lists or predict.label_delimiter strings for
-    multi-label); null: none."""
+    """A column of gold labels, copied to the output: where the model's family scores them, the
+    manifest then carries the fine-tuning stage's metrics on these rows (classes by name; numbers
+    for regression; lists or predict.label_delimiter strings for multi-label; the right choice's
+    index or letter for multiple choice); null: none."""
     label_delimiter: str = "|"
     """multi-label: what separates the classes in a text label cell."""
     max_seq_length: int | None = None

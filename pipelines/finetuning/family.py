@@ -4,7 +4,9 @@ keys only it reads and its own config rules, its head (the export's transformers
 head's outputs. It imports neither torch nor the family's code, so an entry point checks a config
 against every family before any work. `TaskFamily`, its fine-tuning: how its input becomes
 features, how features become a batch, its loss, and how the eval outputs become its metrics and
-predictions files; the trial loop (trial.py, loop.py) is written once against it.
+predictions files; the trial loop (trial.py, loop.py) is written once against it. Its inference
+(inference.py's FamilyInference): how an unlabelled row becomes features and outputs a prediction,
+which predict and serve drive.
 
 pipelines/finetuning/families/__init__.py lists the families, one line each; a family is the folder
 of that name there, whose __init__.py declares its Family."""
@@ -12,7 +14,7 @@ of that name there, whose __init__.py declares its Family."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ..config import FinetuneSection
+    from .inference import FamilyInference
     from .loop import Collate
     from .tokenizer import PairTokenizer
 
@@ -99,6 +102,14 @@ class Family:
     """Its own rules on the finetune section, raising ConfigError (checks.check_config runs them)."""
     choices: bool = False
     """Its inputs are (batch, choices, sequence): a sequence per choice."""
+    inference: str | None = None
+    """`module:name` of its FamilyInference (predict's and serve's use of its exports), imported when
+    a model is applied (load_inference); None: predict and serve refuse its exports by name."""
+    unrecorded: Callable[[Mapping[str, Any]], bool] | None = None
+    """For an export of its head whose config.json records no family (fine-tuned elsewhere, or before
+    the record: pipelines/storage/models.py), whether that config.json is this family's (by
+    transformers' problem_type and labels); None: every export of its head is. Families sharing a
+    head each say it."""
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -108,6 +119,11 @@ class Family:
     def load_training(self) -> TaskFamily:
         """Its TaskFamily, imported on first use (it imports torch)."""
         module, _, name = self.training.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def load_inference(self) -> FamilyInference:
+        """Its FamilyInference, imported on first use; the family must declare one (`inference`)."""
+        module, _, name = (self.inference or "").partition(":")
         return getattr(importlib.import_module(module), name)
 
 

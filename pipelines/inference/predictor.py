@@ -1,13 +1,16 @@
-"""A fine-tuned sequence model (the finetune stage's export, or any transformers ALBERT folder of
-AlbertForSequenceClassification) applied to texts: its predictions as the fine-tuning stage
-scores them (a class name, a number, or a list of classes) and the probabilities behind them.
-
-Rows are encoded as fine-tuning encodes them (PairTokenizer: AlbertTokenizer's ids, longest-first
-truncation, by default at the length the model was fine-tuned at) and sorted by length before
-batching, so a batch pads to its own longest row."""
+"""A fine-tuned export applied to rows by its task family, whichever it is: the family its folder
+records (config.json's albert_ray; a folder without the record: the family of its head, told apart
+by transformers' problem_type and labels where families share one), what applying it needs
+(ModelUse), and the model run over the family's features: the family encodes the rows, its
+training `collate` batches the features (sorted by length, so that a batch pads to its own longest)
+and its `scores` read the model's outputs, as the fine-tuning's evaluation runs them
+(loop.predict), and the family turns the outputs into each row's prediction."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,47 +19,86 @@ import torch
 from torch import nn
 
 from albert_model.hf import load_hf_pretrained
-from albert_model.model import AlbertForSequenceClassification
 
 from ..errors import BadInput
-from ..finetuning.tokenizer import PairTokenizer, pad_batch
-from ..storage.models import applied_length, read_model_config
+from ..finetuning.families import FAMILIES
+from ..finetuning.family import Family, TaskFamily
+from ..finetuning.inference import Encoded, FamilyInference, ModelUse
+from ..finetuning.loop import predict
+from ..finetuning.tokenizer import PairTokenizer
+from ..storage.models import RECORD, TOKENIZER_FILES, applied_length, read_model_config, read_usage
 
-SERVED = {"AlbertForSequenceClassification"}
-"""The architectures predict serves; the other families' exports are refused by name."""
-KINDS = ("classification", "regression", "multi_label")
 
-
-def model_kind(config: dict[str, Any], model_dir: str) -> tuple[str, list[str] | None]:
-    """(kind, label names) of an export's config.json; an export predict does not serve is BadInput."""
+def family_of(config: Mapping[str, Any], where: str) -> Family:
+    """The family whose export `where` (its config.json: `config`) is; BadInput where none is."""
     architecture = (config.get("architectures") or ["?"])[0]
-    if architecture not in SERVED:
+    usage = read_usage(dict(config), where)
+    if usage is not None:
+        family = FAMILIES.get(usage.task)
+        if family is None or family.architecture != architecture:
+            raise BadInput(
+                f"{where}: config.json's {RECORD} records task {usage.task!r} for a {architecture} head, which "
+                f"no task family here fine-tunes (the families: {', '.join(FAMILIES)})"
+            )
+        return family
+    heads = [f for f in FAMILIES.values() if f.architecture == architecture]
+    for family in heads:
+        if family.unrecorded is None or family.unrecorded(config):
+            return family
+    raise BadInput(
+        f"{where}: a {architecture} export; predict serves the task families' fine-tuned exports "
+        f"({', '.join(dict.fromkeys(f.architecture for f in FAMILIES.values()))})"
+    )
+
+
+def inference_of(family: Family, where: str) -> FamilyInference:
+    """The family's inference; BadInput naming the export where the family declares none."""
+    if family.inference is None:
         raise BadInput(
-            f"{model_dir}: a {architecture} export; predict serves sequence classification, regression and "
-            "multi-label exports (AlbertForSequenceClassification); question answering, token classification "
-            "and multiple choice are scored by the finetune stage's predictions files"
+            f"{where}: a {family.name} export ({family.architecture}); predict and serve do not apply "
+            "that family's exports (its predictions are the finetune stage's predictions files)"
         )
+    return family.load_inference()
+
+
+def label_names(config: Mapping[str, Any]) -> list[str] | None:
+    """config.json's id2label in id order; None where it has none."""
     labels = config.get("id2label") or {}
-    names = [labels[k] for k in sorted(labels, key=int)] if labels else None
-    problem = config.get("problem_type")
-    if problem == "multi_label_classification":
-        kind = "multi_label"
-    elif problem == "regression" or config.get("num_labels", len(names or [])) == 1:
-        kind = "regression"
-    else:
-        kind = "classification"
-    return kind, (None if kind == "regression" else names)
+    return [labels[k] for k in sorted(labels, key=int)] if labels else None
+
+
+def model_use(config: Mapping[str, Any], tokenizer: PairTokenizer, max_seq_length: int, where: str) -> ModelUse:
+    usage = read_usage(dict(config), where)
+    return ModelUse(
+        tokenizer=tokenizer,
+        max_seq_length=max_seq_length,
+        label_names=label_names(config),
+        settings=dict(usage.settings) if usage is not None else {},
+        problem_type=config.get("problem_type"),
+    )
+
+
+def use_of_files(files: Mapping[str, bytes], config: Mapping[str, Any], max_seq_length: int, where: str) -> ModelUse:
+    """The ModelUse of a model folder's files (storage.models.read_model_files) where no model is
+    loaded (a driver): its tokenizer read from a scratch copy of the tokenizer's files alone."""
+    with tempfile.TemporaryDirectory(prefix="albert-tokenizer-") as scratch:
+        for name in TOKENIZER_FILES:
+            if name in files:
+                with open(os.path.join(scratch, name), "wb") as f:
+                    f.write(files[name])
+        return model_use(config, PairTokenizer(scratch), max_seq_length, where)
 
 
 @dataclass
 class Predictor:
-    """A loaded export: `predict(texts, pairs)` -> one {"prediction", "probabilities"} per text."""
+    """A loaded export and its family: `predict(rows)` -> one output dict per row (checked rows:
+    `check_row` says why one cannot be predicted)."""
 
+    family: Family
+    inference: FamilyInference
+    training: TaskFamily
     model: nn.Module
-    tokenizer: PairTokenizer
-    kind: str
-    label_names: list[str] | None
-    max_seq_length: int
+    use: ModelUse
     batch_size: int = 64
     device: torch.device = torch.device("cpu")
 
@@ -66,46 +108,47 @@ class Predictor:
     ) -> Predictor:
         """The local folder's model; `max_seq_length` None: storage.models.applied_length's default."""
         config = read_model_config(model_dir, "model")
-        kind, names = model_kind(config, model_dir)
+        family = family_of(config, model_dir)
+        inference = inference_of(family, model_dir)
         length = applied_length(config, max_seq_length, "max_seq_length", model_dir)
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        model = load_hf_pretrained(model_dir, AlbertForSequenceClassification).to(target).eval()
-        return cls(model, PairTokenizer(model_dir), kind, names, length, batch_size, target)
+        training = family.load_training()
+        model = load_hf_pretrained(model_dir, training.model_class).to(target).eval()
+        use = model_use(config, PairTokenizer(model_dir), length, model_dir)
+        return cls(family, inference, training, model, use, batch_size, target)
 
-    def encode(self, texts: list[str], pairs: list[str] | None = None) -> list[tuple[list[int], list[int]]]:
-        pairs = pairs if pairs is not None else [None] * len(texts)
-        return [self.tokenizer.encode(t, p, self.max_seq_length) for t, p in zip(texts, pairs)]
+    def check_row(self, row: Mapping[str, Any]) -> str | None:
+        return self.inference.check_row(row)
 
-    @torch.inference_mode()
-    def logits(self, encoded: list[tuple[list[int], list[int]]]) -> np.ndarray:
-        """[N, num_labels] float32 logits, in the order given; batches of similar lengths."""
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
-        out = np.zeros((len(encoded), self.model.config.num_labels), np.float32)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            batch = pad_batch([encoded[i] for i in rows], self.tokenizer.pad_id)
-            inputs = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
-            out[rows] = self.model(**inputs).float().cpu().numpy()
-        return out
+    def encode(self, rows: Sequence[Mapping[str, Any]]) -> Encoded:
+        return self.inference.encode(rows, self.use)
 
-    def outputs(self, logits: np.ndarray) -> list[dict[str, Any]]:
-        """Each row's prediction (the class name, the number, or the list of classes whose sigmoid
-        passes 0.5) and probabilities (softmax per class, sigmoid per class; none for regression)."""
-        if self.kind == "regression":
-            return [{"prediction": float(row[0]), "probabilities": None} for row in logits]
-        names = self.label_names or [str(i) for i in range(logits.shape[1])]
-        if self.kind == "multi_label":
-            probabilities = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
-            return [
-                {"prediction": [n for n, p in zip(names, row) if p > 0.5], "probabilities": row.tolist()}
-                for row in probabilities
-            ]
-        shifted = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
-        probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
-        return [{"prediction": names[int(row.argmax())], "probabilities": row.tolist()} for row in probabilities]
+    def outputs(self, encoded: Encoded) -> np.ndarray:
+        """The family's scores of every feature, in order, padded along dimension 1 to the widest batch."""
+        return predict(
+            self.model,
+            encoded.features,
+            self.batch_size,
+            self.use.tokenizer.pad_id,
+            device=self.device,
+            scores_of=self.training.scores,
+            collate_fn=self.training.collate,
+        )
 
-    def predict(self, texts: list[str], pairs: list[str] | None = None) -> list[dict[str, Any]]:
-        return self.outputs(self.logits(self.encode(texts, pairs)))
+    def answers(self, rows: Sequence[Mapping[str, Any]], encoded: Encoded, outputs: np.ndarray) -> list[dict[str, Any]]:
+        return self.inference.predictions(rows, encoded, outputs, self.use)
+
+    def run(self, rows: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], dict[int, str]]:
+        """Each row's output dict, and the rows (by index) that encoding rejected, with the reason
+        (their outputs are null)."""
+        if not rows:
+            return [], {}
+        encoded = self.encode(rows)
+        outputs = self.outputs(encoded) if encoded.features else np.zeros((0, 0), np.float32)
+        return self.answers(rows, encoded, outputs), dict(encoded.rejected)
+
+    def predict(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return self.run(rows)[0]
 
 
-__all__ = ["KINDS", "SERVED", "Predictor", "model_kind"]
+__all__ = ["Predictor", "family_of", "inference_of", "label_names", "model_use", "use_of_files"]

@@ -2,17 +2,19 @@
 csv reader over the bytes, every cell its text, as the fine-tuning tables are read; tsv without
 quoting, as GLUE writes it), jsonl (Python's json: a column may mix types) and parquet (pyarrow's
 row-group reader, only the columns predict reads; it needs a random-access file), so a file of any
-size is read in bounded memory. Only the columns predict reads are kept, as `text`, `pair`, `id` and
-`label` (a JSON text: a class, a number or a list), with `row`: the row's number in its file
+size is read in bounded memory; or the rows a family read from a file of its own format. Only the
+columns predict reads are kept (columns.py): the row's fields as one JSON object (`cells`: exactly
+the values read, types kept), `id`, `label` (a JSON text), with `row`: the row's number in its file
 (0-based, the header and blank lines not counted), and `rejected`: null, or why the row cannot be
-predicted (REASONS). A file without a configured column is an error naming both."""
+predicted (REASONS here, `missing_<field>`, or the family's check_row's), in which case `cells` is
+null. A file without a needed column is an error naming both."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 import pyarrow as pa
@@ -20,12 +22,12 @@ import pyarrow.parquet as pq
 
 from ..errors import BadInput
 from ..finetuning.tables import FORMATS, file_format
+from .columns import Columns
 
 SCHEMA = pa.schema(
     [
         ("row", pa.int64()),
-        ("text", pa.string()),
-        ("pair", pa.string()),
+        ("cells", pa.string()),
         ("id", pa.string()),
         ("label", pa.string()),
         ("rejected", pa.string()),
@@ -34,21 +36,15 @@ SCHEMA = pa.schema(
 BATCH_ROWS = 4096
 MAX_CELL_CHARS = 1 << 26
 """The csv module's default limit (131,072 characters) would reject a long document as a bad row."""
-REASONS = (
-    "bad_row",
-    "not_utf8",
-    "missing_text",
-    "missing_text_pair",
-    "not_a_string",
-    "empty_text",
-    "empty_text_pair",
-)
-"""Why a row is not predicted (docs/predicting.md says what each means)."""
-SETTINGS = {"text": "text_column", "pair": "text_pair_column", "id": "id_column", "label": "label_column"}
+REASONS = ("bad_row", "not_utf8")
+"""Why a row is not predicted before its family sees it (docs/predicting.md says what each means);
+then `missing_<field>` (columns.py), and the family's own reasons."""
 
 Row = tuple[dict[str, Any] | None, str | None]
-"""A row's configured cells by key (None where the row could not be parsed), and the reason found
-while parsing it (bad_row, not_utf8) or None."""
+"""A row's cells by key (None where the row could not be parsed), and the reason found while parsing
+it (bad_row, not_utf8) or None."""
+Check = Callable[[Mapping[str, Any]], str | None]
+"""The family's check_row."""
 
 
 def random_access(path: str) -> bool:
@@ -56,13 +52,20 @@ def random_access(path: str) -> bool:
     return file_format(path, FORMATS, "table") == "parquet"
 
 
-def _utf8(text: str) -> bool:
-    """Whether `text` came from valid UTF-8: bytes that are not were decoded as lone surrogates
-    (surrogateescape), which no UTF-8 encodes (a JSON escape such as \\udc80 makes one too)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
+def is_utf8(value: Any) -> bool:
+    """Whether every text in `value` (a list's and an object's too) came from valid UTF-8: bytes that
+    are not were decoded as lone surrogates (surrogateescape), which no UTF-8 encodes (a JSON escape
+    such as \\udc80 makes one too)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, dict):
+        return all(is_utf8(k) and is_utf8(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(is_utf8(v) for v in value)
     return True
 
 
@@ -104,12 +107,13 @@ def _parquet(f: BinaryIO, path: str) -> pq.ParquetFile:
         raise BadInput(f"{path}: not a parquet file ({e})") from None
 
 
-def _require(path: str, names: list[str], keys: dict[str, str]) -> None:
-    for key, column in keys.items():
+def _present(path: str, names: list[str], columns: Columns) -> dict[str, str]:
+    """The columns read from a file with these column names, by key: BadInput naming the first
+    needed one it lacks; another field's where it has it."""
+    for key, column in columns.needed().items():
         if column not in names:
-            raise BadInput(
-                f"{path}: no column {column!r} (predict.{SETTINGS[key]}); its columns are {', '.join(names)}"
-            )
+            raise BadInput(f"{path}: no column {column!r} ({columns.source(key)}); its columns are {', '.join(names)}")
+    return {key: column for key, column in columns.keys().items() if column in names}
 
 
 def _delimited_rows(records: Iterator[list[str] | None], names: list[str], keys: dict[str, str]) -> Iterator[Row]:
@@ -117,7 +121,7 @@ def _delimited_rows(records: Iterator[list[str] | None], names: list[str], keys:
     for record in records:
         if record is None or len(record) != len(names):
             yield None, "bad_row"
-        elif not all(_utf8(cell) for cell in record):
+        elif not is_utf8(record):
             yield None, "not_utf8"
         else:
             yield {key: record[index[column]] for key, column in keys.items()}, None
@@ -127,7 +131,7 @@ def _jsonl_rows(f: BinaryIO, keys: dict[str, str]) -> Iterator[Row]:
     for line in io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape"):
         if not line.strip():
             continue
-        if not _utf8(line):
+        if not is_utf8(line):
             yield None, "not_utf8"
             continue
         try:
@@ -149,64 +153,39 @@ def _parquet_rows(table: pq.ParquetFile, keys: dict[str, str]) -> Iterator[Row]:
             yield {key: columns[column][i] for key, column in keys.items()}, None
 
 
-def _rejection(cells: dict[str, Any], pair: bool) -> str | None:
-    """Why a row's cells cannot be predicted (one of REASONS), or None."""
-    if not all(_utf8(v) for v in cells.values() if isinstance(v, str)):
+def _rejection(cells: dict[str, Any], fields: dict[str, Any], columns: Columns, check: Check) -> str | None:
+    """Why a row (its cells, of which its fields) cannot be predicted, or None: not_utf8, the
+    family's reason, or a demanded field's absence (`missing_<field>`)."""
+    if not is_utf8(cells):
         return "not_utf8"
-    for key, suffix in [("text", ""), ("pair", "_pair")][: 1 + pair]:
-        value = cells.get(key)
-        if value is None:
-            return f"missing_text{suffix}"
-        if not isinstance(value, str):
-            return "not_a_string"
-        if not value.strip():
-            return f"empty_text{suffix}"
-    return None
+    reason = check(fields)
+    if reason is None:
+        missing = [f for f in columns.demanded if fields.get(f) is None]
+        reason = f"missing_{missing[0]}" if missing else None
+    return reason
 
 
-def _keys(text: str, pair: str | None, id_column: str | None, label: str | None) -> dict[str, str]:
-    return {k: c for k, c in {"text": text, "pair": pair, "id": id_column, "label": label}.items() if c}
-
-
-def check_columns(
-    f: BinaryIO, path: str, text: str, pair: str | None, id_column: str | None, label: str | None
-) -> None:
-    """BadInput where a csv, tsv or parquet file has no header or lacks a configured column, read
-    from its header or schema alone (a jsonl row without a key is rejected, not the file)."""
+def check_columns(f: BinaryIO, path: str, columns: Columns) -> None:
+    """BadInput where a csv, tsv or parquet file has no header or lacks a needed column, read from
+    its header or schema alone (a jsonl row without a key is rejected, not the file)."""
     fmt = file_format(path, FORMATS, "table")
-    keys = _keys(text, pair, id_column, label)
     if fmt in ("csv", "tsv"):
-        _require(path, _header(_records(f, fmt), path), keys)
+        _present(path, _header(_records(f, fmt), path), columns)
     elif fmt == "parquet":
-        _require(path, _parquet(f, path).schema_arrow.names, keys)
+        _present(path, _parquet(f, path).schema_arrow.names, columns)
 
 
-def stream_rows(
-    f: BinaryIO, path: str, text: str, pair: str | None, id_column: str | None, label: str | None
-) -> Iterator[pa.Table]:
-    """The file's rows as tables of SCHEMA, every row read: predicted later, or `rejected` here. A
-    csv, tsv or parquet file without a configured column is BadInput."""
-    fmt = file_format(path, FORMATS, "table")
-    keys = _keys(text, pair, id_column, label)
-    if fmt == "jsonl":
-        found = _jsonl_rows(f, keys)
-    elif fmt == "parquet":
-        table = _parquet(f, path)
-        _require(path, table.schema_arrow.names, keys)
-        found = _parquet_rows(table, keys)
-    else:
-        records = _records(f, fmt)
-        names = _header(records, path)
-        _require(path, names, keys)
-        found = _delimited_rows(records, names, keys)
+def _tables(found: Iterable[Row], columns: Columns, check: Check) -> Iterator[pa.Table]:
+    """Rows as tables of SCHEMA, every one predicted later or `rejected` here."""
     out: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
     for number, (cells, reason) in enumerate(found):
-        reason = reason or _rejection(cells, pair is not None)
-        usable = reason is None
-        whole = cells if cells is not None and reason != "not_utf8" else {}
+        whole = cells if cells is not None else {}
+        fields = {f: whole.get(f) for f in columns.fields if f in whole}
+        reason = reason or _rejection(whole, fields, columns, check)
+        if reason == "not_utf8":
+            whole = {}
         out["row"].append(number)
-        out["text"].append(cells["text"] if usable else None)
-        out["pair"].append(whole.get("pair") if usable else None)
+        out["cells"].append(json.dumps(fields) if reason is None else None)
         out["id"].append(None if whole.get("id") is None else str(whole["id"]))
         out["label"].append(None if whole.get("label") is None else json.dumps(whole["label"], default=str))
         out["rejected"].append(reason)
@@ -217,4 +196,25 @@ def stream_rows(
         yield pa.table(out, schema=SCHEMA)
 
 
-__all__ = ["REASONS", "SCHEMA", "check_columns", "random_access", "stream_rows"]
+def stream_rows(f: BinaryIO, path: str, columns: Columns, check: Check) -> Iterator[pa.Table]:
+    """The table file's rows as tables of SCHEMA. A csv, tsv or parquet file without a needed column
+    is BadInput."""
+    fmt = file_format(path, FORMATS, "table")
+    if fmt == "jsonl":
+        found = _jsonl_rows(f, columns.keys())
+    elif fmt == "parquet":
+        table = _parquet(f, path)
+        found = _parquet_rows(table, _present(path, table.schema_arrow.names, columns))
+    else:
+        records = _records(f, fmt)
+        found = _delimited_rows(records, names := _header(records, path), _present(path, names, columns))
+    yield from _tables(found, columns, check)
+
+
+def own_rows(rows: list[dict[str, Any]], columns: Columns, check: Check) -> Iterator[pa.Table]:
+    """The rows a family read from a file of its own format (read_file: its fields by name, and an
+    `id`), as tables of SCHEMA."""
+    yield from _tables(((row, None) for row in rows), columns, check)
+
+
+__all__ = ["REASONS", "SCHEMA", "is_utf8", "check_columns", "own_rows", "random_access", "stream_rows"]

@@ -1,17 +1,20 @@
-"""predict.input's table files, listed and each one's header or schema checked where the command
-runs, so that what would stop a read task (no file, a format predict cannot read, a missing
-column) is one error before Ray Data starts."""
+"""predict.input's files, listed and each one checked where the command runs, so that what would
+stop a read task (no file, a format predict cannot read, a missing column, a family's file it cannot
+read) is one error before Ray Data starts: a table's header or schema, and a file of the family's
+own format (its inference's `file_suffixes`: SQuAD JSON, CoNLL) read whole by the family."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
 from ..errors import BadInput, MissingInput
+from ..finetuning.inference import FamilyInference
 from ..finetuning.tables import FORMATS, file_format
 from ..storage import arrow_filesystem, join
+from .columns import Columns
 from .reading import check_columns, random_access
 
 CHECK_THREADS = 16
@@ -30,22 +33,32 @@ class InputTables:
     root: str
     files: list[str]
     skipped: list[str]
+    own: list[str] = field(default_factory=list)
+    """Of `files`, those the family read as its own format (the others are tables)."""
+
+
+def own_format(inference: FamilyInference, path: str) -> bool:
+    """Whether `path` ends as the files the family reads itself (its optional `file_suffixes`)."""
+    suffixes = tuple(getattr(inference, "file_suffixes", ()))
+    return bool(suffixes) and path.lower().removesuffix(".gz").endswith(suffixes)
 
 
 def _is_marker(rel: str) -> bool:
     return any(part.startswith(("_", ".")) for part in rel.split("/"))
 
 
-def _is_table(name: str) -> bool:
+def _is_table(name: str, inference: FamilyInference) -> bool:
     try:
         file_format(name, FORMATS, "table")
     except BadInput:
-        return False
+        return own_format(inference, name)
     return True
 
 
-def _check_format(shown: str) -> None:
+def _check_format(shown: str, inference: FamilyInference) -> None:
     """BadInput for a file predict cannot read, by its name."""
+    if own_format(inference, shown):
+        return
     if file_format(shown, FORMATS, "table") == "parquet" and shown.lower().endswith(".gz"):
         raise BadInput(
             f"{shown}: a gzipped parquet file (parquet compresses its own pages and is read by row "
@@ -53,11 +66,11 @@ def _check_format(shown: str) -> None:
         )
 
 
-def input_tables(path: str, columns: dict[str, str | None]) -> InputTables:
-    """The table files of `path` (a file, or every file below a folder), each checked: a known
-    format, and the configured `columns` (stream_rows' arguments) in a csv, tsv or parquet file.
-    Every table file is read, hidden and `_` names included; another file is BadInput unless it
-    is one InputTables skips."""
+def input_tables(path: str, columns: Columns, inference: FamilyInference) -> InputTables:
+    """The table files of `path` (a file, or every file below a folder), each checked: one the
+    family reads (`read_file` gives rows), or a table of a known format with the needed `columns`
+    in a csv, tsv or parquet file. Every such file is read, hidden and `_` names included; another
+    file is BadInput unless it is one InputTables skips."""
     fs, root = arrow_filesystem(path)
     info = fs.get_file_info(root)
     if info.type == pafs.FileType.NotFound:
@@ -67,7 +80,7 @@ def input_tables(path: str, columns: dict[str, str | None]) -> InputTables:
         return path if inside == root else join(path, inside[len(root.rstrip("/")) + 1 :])
 
     if info.type == pafs.FileType.File:
-        _check_format(path)
+        _check_format(path, inference)
         files, skipped = [root], []
     else:
         root = root.rstrip("/")
@@ -75,10 +88,10 @@ def input_tables(path: str, columns: dict[str, str | None]) -> InputTables:
         files, skipped = [], []
         for inside in sorted(i.path for i in found if i.type == pafs.FileType.File):
             rel = inside[len(root) + 1 :]
-            if _is_marker(rel) and not _is_table(rel):
+            if _is_marker(rel) and not _is_table(rel, inference):
                 skipped.append(rel)
                 continue
-            _check_format(shown(inside))
+            _check_format(shown(inside), inference)
             files.append(inside)
         if not files:
             listed = ", ".join(skipped[:MAX_SKIPPED_SHOWN]) + (", ..." if len(skipped) > MAX_SKIPPED_SHOWN else "")
@@ -88,16 +101,23 @@ def input_tables(path: str, columns: dict[str, str | None]) -> InputTables:
                 else f"predict.input: {path} holds no files"
             )
 
-    def check(inside: str) -> None:
+    def check(inside: str) -> bool:
+        """Whether the file is the family's own format (else a table, checked)."""
+        if own_format(inference, inside):
+            with fs.open_input_stream(inside, compression=None) as f:  # as stored: read_file's bytes
+                data = f.read()
+            if inference.read_file(shown(inside), data) is not None:
+                return True
         opened = (
             fs.open_input_file(inside) if random_access(inside) else fs.open_input_stream(inside, compression="detect")
         )
         with opened as f:
-            check_columns(f, shown(inside), **columns)
+            check_columns(f, shown(inside), columns)
+        return False
 
     with ThreadPoolExecutor(min(CHECK_THREADS, len(files))) as pool:
-        list(pool.map(check, files))  # the first failing file's error, in name order
-    return InputTables(fs, root, files, skipped)
+        own = list(pool.map(check, files))  # the first failing file's error, in name order
+    return InputTables(fs, root, files, skipped, [f for f, mine in zip(files, own) if mine])
 
 
-__all__ = ["InputTables", "input_tables"]
+__all__ = ["InputTables", "input_tables", "own_format"]

@@ -1,12 +1,13 @@
-"""`albert-ray predict`: a fine-tuned model over a table of any size, streamed through Ray Data: the
-table's files listed and their columns checked first (pipelines/inference/table_files.py), then read
-file by file in bounded memory (a FileBasedDatasource over pipelines/inference/reading.py),
-rows predicted by an actor pool that holds the model (one replica per GPU where the cluster has
-GPUs), written as parquet under {run_dir}/predict/predictions/: `id`, `prediction` (the class name,
-a number, or a list of classes), `probabilities`, the gold `label` where predict.label_column is
-set, and `rejected` (null, or why the row was not predicted). The manifest counts rows read,
-predicted and rejected by reason, with examples, and, with gold labels, the fine-tuning stage's
-metrics on these rows."""
+"""`albert-ray predict`: a fine-tuned model over a table of any size, streamed through Ray Data, applied
+as its task family says (pipelines/inference/predictor.py): the input's files listed and checked first
+(pipelines/inference/table_files.py), then read file by file in bounded memory (a FileBasedDatasource
+over pipelines/inference/reading.py; a file of the family's own format, such as SQuAD JSON, read
+whole by the family), each row's fields checked by the family where it is read, rows predicted by an
+actor pool that holds the model (one replica per GPU where the cluster has GPUs), written as parquet
+under {run_dir}/predict/predictions/: `id`, the family's output columns, the gold `label` where
+predict.label_column is set, and `rejected` (null, or why the row was not predicted). The manifest
+counts rows read, predicted and rejected by reason, with examples, and, with gold labels, the
+fine-tuning's metrics on these rows where the family scores them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import tempfile
 from collections import Counter
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as pads
 import ray
@@ -25,13 +25,15 @@ import torch
 from ray.data.datasource import FileBasedDatasource
 
 from ..config import Config
-from ..finetuning.families import task_family
-from ..inference.predictor import Predictor, model_kind
-from ..inference.reading import random_access, stream_rows
+from ..finetuning.families import FAMILIES
+from ..finetuning.inference import FamilyInference
+from ..inference.columns import Columns, table_columns
+from ..inference.predictor import Predictor, family_of, inference_of, use_of_files
+from ..inference.reading import own_rows, random_access, stream_rows
 from ..inference.table_files import input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
-from ..storage import arrow_filesystem, join, key_relpath
+from ..storage import arrow_filesystem, join, key_relpath, write_text
 from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import init_ray
 
@@ -58,13 +60,18 @@ def sequence_length(config: Config, model_config: dict[str, Any], model: str) ->
 
 
 class TableRows(FileBasedDatasource):
-    """The files of predict.input as rows of reading.SCHEMA plus `path`."""
+    """The files of predict.input as rows of reading.SCHEMA plus `path`, checked by `family`'s
+    inference; `own`: the files it reads itself (table_files.InputTables.own), the others tables."""
 
-    def __init__(self, paths: list[str], columns: dict[str, str | None], **kwargs: Any):
+    def __init__(self, paths: list[str], columns: Columns, family: str, own: list[str], **kwargs: Any):
         super().__init__(paths, **kwargs)
         self.columns = columns
+        self.family = family
+        self.own = set(own)
 
     def _open_input_source(self, filesystem: pa.fs.FileSystem, path: str, **open_args: Any) -> pa.NativeFile:
+        if path in self.own:  # read_file takes the bytes as stored
+            return filesystem.open_input_stream(path, compression=None)
         # parquet's footer is at its end: a random-access file, as Ray Data's own ORC reader opens
         # one (its row groups are still read one at a time)
         if random_access(path):
@@ -72,7 +79,12 @@ class TableRows(FileBasedDatasource):
         return super()._open_input_source(filesystem, path, **open_args)
 
     def _read_stream(self, f: pa.NativeFile, path: str):
-        for table in stream_rows(f, path, **self.columns):
+        inference = FAMILIES[self.family].load_inference()
+        if path in self.own:
+            tables = own_rows(inference.read_file(path, f.read()) or [], self.columns, inference.check_row)
+        else:
+            tables = stream_rows(f, path, self.columns, inference.check_row)
+        for table in tables:
             yield table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
 
 
@@ -92,84 +104,57 @@ class PredictRows:
         rows = batch.to_pydict()
         count = batch.num_rows
         usable = [i for i in range(count) if rows["rejected"][i] is None]  # reading.py says why not
-        pairs = [rows["pair"][i] for i in usable]
-        outputs = self.predictor.predict(
-            [rows["text"][i] for i in usable], pairs if any(p is not None for p in pairs) else None
-        )
-        prediction: list[Any] = [None] * count
-        probabilities: list[Any] = [None] * count
-        for i, out in zip(usable, outputs):
-            prediction[i], probabilities[i] = out["prediction"], out["probabilities"]
+        outputs, rejected = self.predictor.run([json.loads(rows["cells"][i]) for i in usable])
+        reasons = list(rows["rejected"])
+        types = self.predictor.inference.output
+        columns: dict[str, list[Any]] = {name: [None] * count for name in types}
+        for j, (i, out) in enumerate(zip(usable, outputs)):
+            if j in rejected:  # what only encoding found (a text of nothing the tokenizer keeps)
+                reasons[i] = rejected[j]
+                continue
+            for name in types:
+                columns[name][i] = out[name]
         ids = [
             rows["id"][i] if rows["id"][i] is not None else self.place(rows["path"][i], rows["row"][i])
             for i in range(count)
         ]
-        kind = self.predictor.kind
-        types = {"classification": pa.string(), "regression": pa.float64(), "multi_label": pa.list_(pa.string())}
         return pa.table(
             {
                 "id": pa.array(ids, pa.string()),
-                "prediction": pa.array(prediction, types[kind]),
-                "probabilities": pa.array(probabilities, pa.list_(pa.float64())),
+                **{name: pa.array(columns[name], kind) for name, kind in types.items()},
                 "label": pa.array(rows["label"], pa.string()),
-                "rejected": pa.array(rows["rejected"], pa.string()),
+                "rejected": pa.array(reasons, pa.string()),
             }
         )
 
 
-def gold_metrics(kind: str, names: list[str] | None, table: pa.Table, delimiter: str) -> dict[str, Any]:
-    """The fine-tuning stage's metrics on the predicted rows with a gold label (rows whose label
-    is not one of the model's classes are counted, not scored)."""
-    targets, scores, unknown = [], [], 0
-    for label, prediction, probabilities in zip(
-        table["label"].to_pylist(), table["prediction"].to_pylist(), table["probabilities"].to_pylist()
-    ):
-        if label is None:
-            continue
-        gold = json.loads(label)
-        if kind == "regression":
-            try:
-                targets.append(float(gold))
-            except (TypeError, ValueError):
-                unknown += 1
-                continue
-            scores.append([prediction])
-        elif kind == "multi_label":
-            classes = gold if isinstance(gold, list) else [c.strip() for c in str(gold).split(delimiter) if c.strip()]
-            if any(str(c) not in names for c in classes):
-                unknown += 1
-                continue
-            targets.append([int(n in {str(c) for c in classes}) for n in names])
-            p = np.clip(np.asarray(probabilities), 1e-12, 1 - 1e-12)
-            scores.append(np.log(p / (1 - p)))  # the logits behind the sigmoids
-        else:
-            if str(gold) not in names:
-                unknown += 1
-                continue
-            targets.append(names.index(str(gold)))
-            scores.append(np.log(np.clip(np.asarray(probabilities), 1e-300, None)))  # softmax(log p) = p
-    metrics = (
-        task_family(kind).metrics_of(np.asarray(scores), np.asarray(targets), len(names or [1])) if targets else {}
-    )
-    return {"rows": len(targets), "label_not_a_class": unknown, **metrics}
+def output_rows(written: pads.Dataset, inference: FamilyInference, scored: bool = False) -> list[dict[str, Any]]:
+    """The written rows (id, the family's output columns, label, rejected); `scored`: only the
+    predicted rows with a gold label."""
+    where = (pads.field("rejected").is_null() & pads.field("label").is_valid()) if scored else None
+    return written.to_table(columns=["id", *inference.output, "label", "rejected"], filter=where).to_pylist()
 
 
 def build_predict(run: StageRun) -> dict:
-    """predictions/*.parquet in the stage's folder; returns the manifest's fields."""
+    """predictions/*.parquet in the stage's folder (and the family's own files beside it for an input
+    of its own format); returns the manifest's fields."""
     config, pc = run.config, run.config.predict
-    columns = {"text": pc.text_column, "pair": pc.text_pair_column, "id_column": pc.id_column, "label": pc.label_column}
-    tables = input_tables(pc.input, columns)
     model = predict_model(config)
     files = read_model_files(model, "predict.model", "; the default {run_dir}/finetune/best needs the finetune stage")
     model_config = json.loads(files["config.json"])
-    kind, names = model_kind(model_config, model)
+    family = family_of(model_config, model)
+    inference = inference_of(family, model)
+    columns = table_columns(pc, inference)
+    tables = input_tables(pc.input, columns, inference)
     length = sequence_length(config, model_config, model)
+    use = use_of_files(files, model_config, length, model)
     init_ray()
     cluster = ray.cluster_resources()
     gpus = int(cluster.get("GPU", 0))
     workers = pc.workers or (gpus or max(1, int(cluster.get("CPU", 1)) - 1))
     cpus = 1.0 if gpus else 0.5  # fractional: Ray Data's read tasks need a CPU beside the replicas
-    rows = ray.data.read_datasource(TableRows(tables.files, columns, filesystem=tables.filesystem))
+    source = TableRows(tables.files, columns, family.name, tables.own, filesystem=tables.filesystem)
+    rows = ray.data.read_datasource(source)
     predicted = rows.map_batches(
         PredictRows,
         fn_constructor_kwargs={
@@ -199,23 +184,34 @@ def build_predict(run: StageRun) -> dict:
     fields: dict[str, Any] = {
         "model": model,
         "input": pc.input,
-        "kind": kind,
-        "label_names": names,
+        "kind": family.name,
+        "label_names": use.label_names,
         "max_seq_length": length,
+        "columns": columns.keys(),
         "rows": {"read": total, "predicted": total - sum(reasons.values()), "rejected": dict(reasons)},
         "rejection_examples": examples,
         "files": {
             "read": len(tables.files),
+            "own_format": len(tables.own),
             "skipped": len(tables.skipped),
             "skipped_examples": tables.skipped[:MAX_EXAMPLES],
         },
         "workers": workers,
     }
-    if pc.label_column:
-        scored = written.to_table(
-            columns=["label", "prediction", "probabilities"], filter=pads.field("rejected").is_null()
-        )
-        fields["metrics"] = gold_metrics(kind, names, scored, pc.label_delimiter)
+    scorer = getattr(inference, "metrics", None)
+    if scorer is not None and (pc.label_column or tables.own):  # a family's own files may hold gold labels
+        gold = output_rows(written, inference, scored=True)
+        if pc.label_column or gold:
+            outputs = [{k: r[k] for k in inference.output} for r in gold]
+            fields["metrics"] = scorer([json.loads(r["label"]) for r in gold], outputs, use, pc)
+    writer = getattr(inference, "files", None)
+    if tables.own and writer is not None:
+        own = writer(output_rows(written, inference))
+        for name, text in own.items():
+            if "/" in name or name.startswith(".") or name in (PREDICTIONS, "manifest.json", "config.yaml"):
+                raise ValueError(f"{family.name}'s inference names a file {name!r} beside predictions/")
+            write_text(run.path(name), text)
+        fields["family_files"] = sorted(own)
     print(
         f"predict: {fields['rows']['predicted']} of {total} rows predicted"
         + (f", {sum(reasons.values())} rejected ({dict(reasons)})" if reasons else "")

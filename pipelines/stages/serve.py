@@ -1,20 +1,19 @@
-"""`albert-ray serve`: a fine-tuned sequence model behind an HTTP endpoint on Ray Serve. Each replica
-holds a pipelines/inference Predictor. A request is checked before it reaches the model (a body over
-the limit is a 413 before it is read whole, a malformed one a 400 naming the field); its texts then
-join `serve.batch`'s queue, so texts from concurrent callers, and a list request's texts, share
-forward passes."""
+"""`albert-ray serve`: a fine-tuned model of any task family behind an HTTP endpoint on Ray Serve. Each
+replica holds a pipelines/inference Predictor, which applies the model as its family says. A request
+(a row of the family's fields, or a list of them: pipelines/inference/request.py) is checked before
+it reaches the model (a body over the limit is a 413 before it is read whole, a malformed one a 400
+naming the field); its rows then join `serve.batch`'s queue, so rows from concurrent callers, and a
+list request's rows, share forward passes; each is answered with the family's output."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import re
 import shutil
 import socket
 import tempfile
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 import ray
@@ -24,7 +23,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, UserError, one_line
-from ..inference.predictor import Predictor, model_kind
+from ..inference.predictor import Predictor, family_of, inference_of, label_names
+from ..inference.request import MAX_INPUTS, parse_request
 from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
 
@@ -32,21 +32,9 @@ log = logging.getLogger(__name__)
 
 APP = "albert-ray"
 """The Serve application's name."""
-MAX_INPUTS = 256
-"""The most texts one request may carry (`{"inputs": [...]}`)."""
 MAX_BODY_BYTES = 1 << 20
 """The largest request body read; a longer one is refused from its Content-Length, or once a
 streamed (chunked) one passes it; the replica reads none of the rest."""
-MAX_JSON_DEPTH = 32
-"""The deepest nesting of JSON arrays and objects in a body (a request nests 3 deep); deeper is
-refused before json.loads, whose recursion a deep enough body would exhaust."""
-ROW_FIELDS = ("text", "text_pair")
-
-Row = tuple[str, str | None]
-
-JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
-NESTING = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
 class BodyTooLarge(BadInput):
@@ -70,38 +58,12 @@ class ServeOptions:
     cpus_per_replica: float = 1.0
     """CPUs each replica reserves (and torch's thread count)."""
     max_batch_size: int = 32
-    """The most texts in one forward pass, from any number of requests."""
+    """The most rows in one forward pass, from any number of requests."""
     batch_wait_ms: float = 10.0
     """How long a batch waits to fill before it runs anyway."""
     max_seq_length: int | None = None
-    """Tokens per text pair (longest-first truncation); by default the length the model was fine-tuned
-    at (its config.json's record), else 512 capped by its position embeddings."""
-
-
-def json_type(value: Any) -> str:
-    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
-    return "null" if value is None else names.get(type(value), "an object")
-
-
-def checked_text(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise BadInput(f"{field}: a string is expected, got {json_type(value)}")
-    if not value.strip():
-        raise BadInput(f"{field}: empty")
-    return value
-
-
-def parse_row(item: Any, prefix: str) -> Row:
-    """One {"text", "text_pair"} object; errors name the field under `prefix` ("inputs[3]." or "")."""
-    if not isinstance(item, dict):
-        raise BadInput(f'{prefix.rstrip(".")}: an object {{"text": ...}} is expected, got {json_type(item)}')
-    unknown = sorted(set(item) - set(ROW_FIELDS))
-    if unknown:
-        raise BadInput(f"{prefix}{unknown[0]}: unknown field (the fields are text and text_pair)")
-    if "text" not in item:
-        raise BadInput(f"{prefix}text: missing")
-    text, pair = checked_text(item["text"], f"{prefix}text"), item.get("text_pair")
-    return text, None if pair is None else checked_text(pair, f"{prefix}text_pair")
+    """Tokens per input (a text pair, a choice, a window); by default the length the model was
+    fine-tuned at (its config.json's record), else 512 capped by its position embeddings."""
 
 
 async def read_body(request: Request) -> bytes:
@@ -118,39 +80,21 @@ async def read_body(request: Request) -> bytes:
     return bytes(body)
 
 
-def nested_deeper(body: bytes, depth: int) -> bool:
-    """Whether `body`'s arrays and objects nest deeper than `depth`, brackets inside strings not
-    counted, found without parsing it (a scan that cannot recurse)."""
-    brackets = JSON_STRING.sub(b"", body).translate(None, NOT_BRACKETS)
-    return any(level > depth for level in accumulate(NESTING[b] for b in brackets))
-
-
-def parse_request(body: bytes) -> tuple[list[Row], bool]:
-    """A request body's rows (text, text_pair or None), and whether it was a list (`{"inputs": [...]}`);
-    a malformed body is BadInput naming the field."""
-    if nested_deeper(body, MAX_JSON_DEPTH):
-        raise BadInput(f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        request = json.loads(body)
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError both are
-        raise BadInput(f"body: not JSON ({e})") from None
-    if not isinstance(request, dict):
-        raise BadInput(f'body: an object {{"text": ...}} or {{"inputs": [...]}} is expected, got {json_type(request)}')
-    if "inputs" not in request:
-        return [parse_row(request, "")], False
-    beside = sorted(set(request) - {"inputs"})
-    if beside:
-        raise BadInput(f"{beside[0]}: unknown field beside inputs")
-    inputs = request["inputs"]
-    if not isinstance(inputs, list) or not inputs:
-        raise BadInput(f'inputs: a non-empty array of {{"text": ...}} objects is expected, got {json_type(inputs)}')
-    if len(inputs) > MAX_INPUTS:
-        raise BadInput(f"inputs: {len(inputs)} items, over the limit of {MAX_INPUTS} per request")
-    return [parse_row(item, f"inputs[{i}].") for i, item in enumerate(inputs)], True
-
-
 def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+def answered(
+    results: list[tuple[dict[str, Any], str | None]], listed: bool, labels: list[str] | None
+) -> tuple[int, Any]:
+    """(status, body) of a request's predicted rows (each its output and the reason where only
+    encoding found it unusable): 200 with the outputs and the model's labels, one object or a list
+    as asked; 400 naming the first unusable row."""
+    for i, (_, reason) in enumerate(results):
+        if reason is not None:
+            return 400, {"error": f"{f'inputs[{i}]' if listed else 'body'}: {reason}"}
+    answers = [{**out, "labels": labels} for out, _ in results]
+    return 200, answers if listed else answers[0]
 
 
 @serve.deployment(max_constructor_retry_count=3)
@@ -164,35 +108,38 @@ class PredictEndpoint:
         self.predictor = Predictor.load(local, options.max_seq_length, options.max_batch_size)
         self.predict_rows.set_max_batch_size(options.max_batch_size)
         self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
+        inference = self.predictor.inference
         self.info = {
             "model": model,
-            "kind": self.predictor.kind,
-            "labels": self.predictor.label_names,
-            "max_seq_length": self.predictor.max_seq_length,
+            "kind": self.predictor.family.name,
+            "fields": list(inference.fields),
+            "required": list(inference.required),
+            "outputs": list(inference.output),
+            "labels": self.predictor.use.label_names,
+            "max_seq_length": self.predictor.use.max_seq_length,
             "max_batch_size": options.max_batch_size,
             "max_inputs": MAX_INPUTS,
         }
-        self.batches = self.texts = 0
+        self.batches = self.rows = 0
 
     def __del__(self) -> None:  # Serve calls it when it stops the replica
         shutil.rmtree(self.work, ignore_errors=True)
 
     @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)  # both set per app in __init__
-    async def predict_rows(self, rows: list[Row]) -> list[dict[str, Any]]:
-        texts, pairs = [t for t, _ in rows], [p for _, p in rows]
-        self.batches, self.texts = self.batches + 1, self.texts + len(rows)
+    async def predict_rows(self, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+        """Each row's output, and the reason where only encoding found it unusable."""
+        self.batches, self.rows = self.batches + 1, self.rows + len(rows)
         # off the replica's event loop, so requests keep being checked and queued while the model runs
-        return await asyncio.to_thread(
-            self.predictor.predict, texts, pairs if any(p is not None for p in pairs) else None
-        )
+        outputs, rejected = await asyncio.to_thread(self.predictor.run, rows)
+        return [(out, rejected.get(i)) for i, out in enumerate(outputs)]
 
     async def __call__(self, request: Request) -> JSONResponse:
         if request.method == "GET":
-            return JSONResponse({**self.info, "served": {"batches": self.batches, "texts": self.texts}})
+            return JSONResponse({**self.info, "served": {"batches": self.batches, "rows": self.rows}})
         if request.method != "POST":
             return error(405, f"method: {request.method} is not served (POST predicts, GET describes the model)")
         try:
-            rows, listed = parse_request(await read_body(request))
+            rows, listed = parse_request(await read_body(request), self.predictor.inference)
         except BodyTooLarge as e:
             return error(413, one_line(e))
         except BadInput as e:
@@ -202,8 +149,8 @@ class PredictEndpoint:
         except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
             log.exception("prediction failed")
             return error(500, f"prediction failed: {one_line(e)}")
-        answers = [{**out, "labels": self.predictor.label_names} for out in outputs]
-        return JSONResponse(answers if listed else answers[0])
+        status, answer = answered(outputs, listed, self.predictor.use.label_names)
+        return JSONResponse(answer, status_code=status)
 
 
 @dataclass(frozen=True)
@@ -213,6 +160,10 @@ class ServedModel:
     files: dict[str, bytes]
     """Its files (storage.models.read_model_files), which every replica loads."""
     kind: str
+    """Its task family."""
+    fields: tuple[str, ...]
+    """A request row's fields (its family's inference), `required` of them needed."""
+    required: tuple[str, ...]
     labels: list[str] | None
     max_seq_length: int
     """The length it is applied at: --max-seq-length, or its default (storage.models.applied_length)."""
@@ -220,11 +171,15 @@ class ServedModel:
 
 def read_model(model_dir: str, max_seq_length: int | None) -> ServedModel:
     """The model folder (local or s3://), checked before anything starts: a missing folder, an export
-    predict does not serve, a length over its positions."""
+    of no family serve applies, a length over its positions."""
     files = read_model_files(model_dir, "MODEL_DIR")
     config = json.loads(files["config.json"])
-    kind, labels = model_kind(config, model_dir)
-    return ServedModel(files, kind, labels, applied_length(config, max_seq_length, "--max-seq-length", model_dir))
+    family = family_of(config, model_dir)
+    inference = inference_of(family, model_dir)
+    length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
+    return ServedModel(
+        files, family.name, tuple(inference.fields), tuple(inference.required), label_names(config), length
+    )
 
 
 def replica_gpus(options: ServeOptions) -> float:
@@ -289,12 +244,9 @@ def stop_endpoint() -> None:
 __all__ = [
     "APP",
     "MAX_BODY_BYTES",
-    "MAX_INPUTS",
-    "MAX_JSON_DEPTH",
     "PredictEndpoint",
     "ServeOptions",
     "ServedModel",
-    "parse_request",
     "read_model",
     "start_endpoint",
     "stop_endpoint",

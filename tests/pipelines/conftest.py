@@ -1,18 +1,22 @@
 """Fixtures of the stage-level tests: the toy sixth stage registered for a test, a place for
-run_dirs, locally or on s3:// (moto), a small vocabulary, and the embedded corpus's vocabulary and
-examples, made once."""
+run_dirs, locally or on s3:// (moto), a small vocabulary, the embedded corpus's vocabulary and
+examples, made once, the shared suite of fine-tuned models, and a random multiple-choice export."""
 
 import os
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from albert_model import AlbertConfig, AlbertForMultipleChoice
+from albert_model.hf import save_hf_pretrained
 from pipelines.config import load_config
 from pipelines.prep.corpus import list_inputs, read_documents
 from pipelines.prep.text import split_sentences
 from pipelines.rundir.registry import STAGES
 from pipelines.storage import filesystem
+from tests.conftest import VOCAB_SIZE
 
 from .family_tasks import write_suite
 from .runs import LEARNING_RECIPE
@@ -74,3 +78,16 @@ def family_suite(ray_session, tiny_pretrained, tmp_path_factory):
     config = write_suite(root / "inputs", tiny_pretrained, str(root / "run"))
     assert main(["--config", str(config), "--stages", "finetune,report"]) == 0
     return config, root / "run"
+
+
+@pytest.fixture
+def chooser(tiny_pretrained, tmp_path) -> str:
+    """A random tiny multiple-choice export recording its fine-tuning at 24 tokens, its scores spread
+    (the head's weights scaled) so that no two choices tie."""
+    torch.manual_seed(0)
+    model = AlbertForMultipleChoice(AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE)).eval()
+    with torch.no_grad():
+        model.classifier.weight.mul_(200)
+    record = {"albert_ray": {"task": "multiple_choice", "max_seq_length": 24}}
+    spiece = f"{tiny_pretrained}/spiece.model"
+    return str(save_hf_pretrained(model, tmp_path / "mc", spiece, extra_config=record, max_seq_length=24))

@@ -3,6 +3,7 @@ evaluation suite (finetune.tasks) that searches them and a GLUE task in one `alb
 families' stage tests read their task's folder of that run instead of each running a search of
 its own."""
 
+import csv
 import json
 from pathlib import Path
 
@@ -50,6 +51,22 @@ def swag(n: int, seed: int) -> str:
         label = int(np.where(order == sorted(ANIMALS).index(animal))[0][0])
         rows.append(f"v{i},{i},x,It is morning on the farm.,The {animal},gold,{','.join(shuffled)},{label}\n")
     return "".join(rows)
+
+
+def swag_rows(path: Path) -> list[dict]:
+    """A SWAG file's questions as predict's and serve's multiple-choice rows, with their id (as the
+    fine-tuning's predictions.jsonl names them) and gold label."""
+    with open(path, newline="") as f:
+        return [
+            {
+                "id": r["fold-ind"],
+                "context": r["sent1"],
+                "question": r["sent2"],
+                "choices": [r[f"ending{i}"] for i in range(4)],
+                "label": r["label"],
+            }
+            for r in csv.DictReader(f)
+        ]
 
 
 GLUE = Path(__file__).parent.parent / "data" / "glue"

@@ -1,8 +1,10 @@
 """The predict stage (albert-ray predict) through Ray Data, on the shared suite's exports
 (`family_suite`): a prediction per usable row under its own id, the rejected rows counted by
 reason, probabilities equal to transformers' for the same model, and the fine-tuning stage's
-metrics recomputed on the same rows; csv, jsonl and parquet files, in a folder and on S3; an input
-no read task could read one line before Ray starts."""
+metrics recomputed on the same rows; csv, jsonl and parquet files, in a folder and on S3; a
+multiple-choice model's predictions equal to its fine-tuning's; an input no read task could read
+one line before Ray starts. Without Ray: a family's own files read by it as stored, and rows only
+encoding finds unusable rejected with its reason."""
 
 import gzip
 import json
@@ -20,7 +22,7 @@ import transformers
 from pipelines.config import load_config
 from pipelines.errors import BadInput
 
-from .family_tasks import GLUE
+from .family_tasks import GLUE, swag_rows
 
 
 def predictions(out) -> dict[str, dict]:
@@ -163,7 +165,7 @@ def test_a_multi_label_model_over_a_folder_of_tables(family_suite, tmp_path, cap
         f"'{reason}': {n}" in summary for reason, n in rejected.items()
     )
     assert summary.endswith("; skipped, not tables: parts/_SUCCESS")
-    assert manifest["files"] == {"read": 5, "skipped": 1, "skipped_examples": ["parts/_SUCCESS"]}
+    assert manifest["files"] == {"read": 5, "own_format": 0, "skipped": 1, "skipped_examples": ["parts/_SUCCESS"]}
     got = predictions(out)
     ids = [f"a.csv:{i}" for i in range(20)] + [f"b.jsonl:{i}" for i in range(10)] + [f"c.csv.gz:{i}" for i in range(4)]
     ids += [f"parts/d.parquet:{i}" for i in range(12)] + [f"parts/e.parquet:{i}" for i in range(8)]
@@ -232,20 +234,64 @@ def test_a_parquet_file_on_s3(family_suite, s3_endpoint, tmp_path):
         assert manifest["metrics"][name] == pytest.approx(best["metrics"][name]), name
 
 
-def test_an_export_predict_does_not_serve_is_refused_by_name(family_suite, tmp_path):
+@pytest.mark.slow
+def test_a_multiple_choice_model_predicts_as_its_fine_tuning_and_scores_as_its_search(family_suite, tmp_path):
+    """Rows of a question, a context and a list of choices (jsonl): the index of the right choice as
+    predictions.jsonl says it, the probabilities over the row's choices, accuracy and eval_loss as
+    the search's on the same questions; rows the family cannot predict counted with its reasons."""
     from pipelines.stages.predict import run_predict
 
-    _, run_dir = family_suite
+    config_file, run_dir = family_suite
+    model = run_dir / "finetune" / "endings" / "best"
+    rows = swag_rows(config_file.parent / "swag_val.csv")
+    bad = [{"id": "few", "question": "The dog", "choices": ["barks."]}, {"id": "text", "choices": "barks. moos."}]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*rows, *bad]))
+    overrides = [
+        f"run_dir={tmp_path}/run",
+        f"predict.model={model}",
+        f"predict.input={tmp_path}/rows.jsonl",
+        "predict.id_column=id",
+        "predict.label_column=label",
+        "predict.workers=1",
+    ]
+    out = Path(run_predict(load_config(overrides=overrides)))
+    manifest = json.loads((out / "manifest.json").read_text())
+    rejected = {"too_few_choices": 1, "not_a_list_of_strings": 1}
+    assert manifest["rows"] == {"read": len(rows) + 2, "predicted": len(rows), "rejected": rejected}
+    assert (manifest["kind"], manifest["max_seq_length"]) == ("multiple_choice", 24)
+    assert manifest["columns"] == {
+        "question": "question",
+        "context": "context",
+        "choices": "choices",
+        "id": "id",
+        "label": "label",
+    }
+    got = predictions(out)
+    assert pq.read_table(out / "predictions").schema.names == ["id", "prediction", "probabilities", "label", "rejected"]
+    searched = {
+        p["id"]: p["prediction"] for p in map(json.loads, (model.parent / "predictions.jsonl").read_text().splitlines())
+    }
+    assert {r["id"]: got[r["id"]]["prediction"] for r in rows} == searched
+    for r in rows:
+        probabilities = got[r["id"]]["probabilities"]
+        assert len(probabilities) == 4 and int(np.argmax(probabilities)) == searched[r["id"]]
+    assert (got["few"]["rejected"], got["few"]["prediction"]) == ("too_few_choices", None)
+    best = json.loads((model.parent / "best.json").read_text())
+    assert manifest["metrics"]["rows"] == len(rows) and manifest["metrics"]["label_not_a_choice"] == 0
+    for name in ("accuracy", "eval_loss"):
+        assert manifest["metrics"][name] == pytest.approx(best["metrics"][name], abs=1e-5), name
+
+
+def test_an_export_predict_does_not_serve_is_refused_by_name(tiny_pretrained, tmp_path):
+    from pipelines.stages.predict import run_predict
+
     (tmp_path / "rows.csv").write_text("text\nhello\n")
     config = load_config(
-        overrides=[
-            f"run_dir={tmp_path}/run",
-            f"predict.model={run_dir}/finetune/entities/best",
-            f"predict.input={tmp_path}/rows.csv",
-        ]
+        overrides=[f"run_dir={tmp_path}/run", f"predict.model={tiny_pretrained}", f"predict.input={tmp_path}/rows.csv"]
     )
-    with pytest.raises(BadInput, match="a AlbertForTokenClassification export; predict serves sequence"):
+    with pytest.raises(BadInput, match="a AlbertForPreTraining export; predict serves the task families' fine-tuned"):
         run_predict(config)
+    assert not (tmp_path / "run" / "predict").exists()
 
 
 def test_an_input_no_read_task_could_read_is_one_line_before_ray_starts(family_suite, tmp_path, capsys, monkeypatch):

@@ -4,9 +4,11 @@ called over real HTTP while the command waits for Ctrl-C. Without --max-seq-leng
 the length it was fine-tuned at, with transformers' probabilities for pairs cut there (issue #44:
 serve applied a model at 512 where predict applied it at 128). Answers equal the Predictor's on the
 same texts, texts from concurrent callers share batches, malformed requests are 400s naming the
-field and leave the replica serving, a body over the limit is a 413 before it is read whole (from
-its Content-Length, or as it streams), GET describes the model, and Ctrl-C shuts Serve down and
-frees the port. The command's errors known before anything starts are one line and exit status 2."""
+field and leave the replica serving (the request checks themselves: inference/test_request.py), a
+body over the limit is a 413 before it is read whole (from its Content-Length, or as it streams),
+GET describes the model, and Ctrl-C shuts Serve down and frees the port. The command's errors known
+before anything starts are one line and exit status 2. The suite's multiple-choice model, served,
+answers as its fine-tuning predicted."""
 
 import http.client
 import json
@@ -26,12 +28,11 @@ import transformers
 from albert_model import AlbertConfig
 from albert_model.hf import save_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification
-from pipelines.errors import BadInput
 from pipelines.inference.predictor import Predictor
 from tests.conftest import VOCAB_SIZE, free_port
 from tests.pickled_weights import pickled_model_dir
 
-from .family_tasks import GLUE
+from .family_tasks import GLUE, swag_rows
 
 LABELS = ["business", "politics", "sport"]
 MNLI = ["contradiction", "entailment", "neutral"]
@@ -104,7 +105,7 @@ def check_limits(url: str, port: int, model: str) -> None:
     assert status == 200 and answer["labels"] == MNLI
     status, answer = call(url, {"text": TEXTS[0]})
     assert status == 200
-    assert_same(answer, Predictor.load(model, 32, device="cpu").predict([TEXTS[0]])[0])
+    assert_same(answer, Predictor.load(model, 32, device="cpu").predict([{"text": TEXTS[0]}])[0])
 
 
 def assert_same(answer: dict, expected: dict) -> None:
@@ -129,25 +130,25 @@ def check_endpoint(url: str, model: str) -> None:
     predictor = Predictor.load(model, 32, device="cpu")
     status, answer = call(url, {"text": TEXTS[0]})
     assert status == 200
-    assert_same(answer, predictor.predict([TEXTS[0]])[0])
+    assert_same(answer, predictor.predict([{"text": TEXTS[0]}])[0])
     status, answer = call(url, {"text": TEXTS[1], "text_pair": TEXTS[2]})
     assert status == 200
-    assert_same(answer, predictor.predict([TEXTS[1]], [TEXTS[2]])[0])
+    assert_same(answer, predictor.predict([{"text": TEXTS[1], "text_pair": TEXTS[2]}])[0])
     inputs = [{"text": TEXTS[3]}, {"text": TEXTS[4], "text_pair": TEXTS[5]}, {"text": TEXTS[5], "text_pair": None}]
     status, answers = call(url, {"inputs": inputs})
     assert status == 200 and len(answers) == 3
-    for answer, expected in zip(answers, predictor.predict(TEXTS[3:6], [None, TEXTS[5], None])):
+    for answer, expected in zip(answers, predictor.predict(inputs)):
         assert_same(answer, expected)
 
     _, before = call(url)
     with ThreadPoolExecutor(len(TEXTS)) as pool:
         concurrent = list(pool.map(lambda text: call(url, {"text": text}), TEXTS))
-    for (status, answer), expected in zip(concurrent, predictor.predict(TEXTS)):
+    for (status, answer), expected in zip(concurrent, predictor.predict([{"text": text} for text in TEXTS])):
         assert status == 200
         assert_same(answer, expected)
     _, after = call(url)
-    served = {k: after["served"][k] - before["served"][k] for k in ("batches", "texts")}
-    assert served["texts"] == len(TEXTS) and served["batches"] < len(TEXTS)  # callers shared a batch
+    served = {k: after["served"][k] - before["served"][k] for k in ("batches", "rows")}
+    assert served["rows"] == len(TEXTS) and served["batches"] < len(TEXTS)  # callers shared a batch
 
     malformed = [
         (b"{not json", "body: not JSON"),
@@ -159,7 +160,7 @@ def check_endpoint(url: str, model: str) -> None:
         ({"text": "ok", "text_pair": ["no"]}, "text_pair: a string is expected, got an array"),
         ({"txt": "typo"}, "txt: unknown field"),
         ({"inputs": []}, "inputs: a non-empty array"),
-        ({"inputs": [{"text": "ok"}, {"text": None}]}, "inputs[1].text: a string is expected, got null"),
+        ({"inputs": [{"text": "ok"}, {"text": None}]}, "inputs[1].text: missing (null)"),
         ({"inputs": [{"text": "ok"}] * 257}, "inputs: 257 items, over the limit of 256"),
     ]
     for body, message in malformed:
@@ -167,13 +168,17 @@ def check_endpoint(url: str, model: str) -> None:
         assert status == 400 and set(answer) == {"error"} and answer["error"].startswith(message), (body, answer)
     status, answer = call(url, {"text": TEXTS[0]})  # the replica still serves
     assert status == 200
-    assert_same(answer, predictor.predict([TEXTS[0]])[0])
+    assert_same(answer, predictor.predict([{"text": TEXTS[0]}])[0])
 
     status, info = call(url)
     assert status == 200
-    assert {k: info[k] for k in ("model", "kind", "labels", "max_seq_length", "max_batch_size")} == {
+    assert {
+        k: info[k] for k in ("model", "kind", "fields", "outputs", "labels", "max_seq_length", "max_batch_size")
+    } == {
         "model": model,
         "kind": "classification",
+        "fields": ["text", "text_pair"],
+        "outputs": ["prediction", "probabilities"],
         "labels": MNLI,
         "max_seq_length": 32,
         "max_batch_size": 8,
@@ -231,26 +236,53 @@ def transformers_probabilities(model: str, pairs: list[tuple[str, str]], length:
         return torch.softmax(theirs(**batch).logits, -1).numpy()
 
 
-def test_request_checks_name_the_field():
-    from pipelines.stages.serve import parse_request
+@pytest.mark.slow
+def test_a_multiple_choice_model_serves_its_fine_tuning_predictions(family_suite):
+    """The suite's multiple-choice export behind serve: a question, an optional context and its
+    choices in, the index of the right one out, as the finetune stage's predictions.jsonl says it
+    for the same questions; a row of another number of choices shares a batch with them."""
+    from pipelines.stages.serve import ServeOptions, read_model, start_endpoint, stop_endpoint
 
-    assert parse_request(b'{"text": "a", "text_pair": "b"}') == ([("a", "b")], False)
-    assert parse_request(b'{"inputs": [{"text": "a"}, {"text": "b", "text_pair": null}]}') == (
-        [("a", None), ("b", None)],
-        True,
+    config_file, run_dir = family_suite
+    model = str(run_dir / "finetune" / "endings" / "best")
+    served = read_model(model, None)
+    assert (served.kind, served.fields, served.max_seq_length) == (
+        "multiple_choice",
+        ("question", "context", "choices"),
+        24,
     )
-    assert parse_request(json.dumps({"text": '\\"[{' * 100}).encode()) == ([('\\"[{' * 100, None)], False)
-    for body, message in [
-        (b"\xff", "body: not JSON"),
-        (b"[" * 100_000, "body: JSON nested deeper than 32 levels"),
-        (b'{"text": "a", "x": ' + b"{" * 33, "body: JSON nested deeper than 32 levels"),
-        (b'{"inputs": [{"text": "a"}], "text": "b"}', "text: unknown field beside inputs"),
-        (b'{"inputs": ["a"]}', "inputs[0]: an object"),
-        (b'{"text": true}', "text: a string is expected, got a boolean"),
-    ]:
-        with pytest.raises(BadInput) as raised:
-            parse_request(body)
-        assert str(raised.value).startswith(message)
+    rows = swag_rows(config_file.parent / "swag_val.csv")
+    searched = {
+        p["id"]: p["prediction"]
+        for p in map(json.loads, (run_dir / "finetune" / "endings" / "predictions.jsonl").read_text().splitlines())
+    }
+    options = ServeOptions(port=free_port(), max_seq_length=served.max_seq_length, batch_wait_ms=100)
+    url = start_endpoint(model, served.files, options)
+    try:
+        questions = [{k: r[k] for k in ("question", "context", "choices")} for r in rows]
+        status, answers = call(url, {"inputs": [*questions, {"question": "The dog", "choices": ["barks.", "moos."]}]})
+        assert status == 200 and len(answers) == len(rows) + 1
+        assert {r["id"]: a["prediction"] for r, a in zip(rows, answers)} == searched
+        assert all(len(a["probabilities"]) == 4 and a["labels"] is None for a in answers[:-1])
+        assert len(answers[-1]["probabilities"]) == 2
+        status, answer = call(url, questions[0])
+        assert status == 200 and answer["prediction"] == searched[rows[0]["id"]]
+        status, answer = call(url, {"inputs": [questions[0], {**questions[1], "choices": ["only one"]}]})
+        assert (status, answer) == (400, {"error": "inputs[1].choices: too_few_choices"})
+        status, info = call(url)
+        assert (info["kind"], info["fields"], info["required"]) == ("multiple_choice", list(served.fields), ["choices"])
+    finally:
+        stop_endpoint()
+
+
+def test_a_row_only_encoding_finds_unusable_is_a_400_naming_it():
+    from pipelines.stages.serve import answered
+
+    ok, unusable = ({"prediction": 1}, None), ({"prediction": None}, "empty_context")
+    assert answered([ok], False, ["a"]) == (200, {"prediction": 1, "labels": ["a"]})
+    assert answered([ok, ok], True, None) == (200, [{"prediction": 1, "labels": None}] * 2)
+    assert answered([ok, unusable, unusable], True, None) == (400, {"error": "inputs[1]: empty_context"})
+    assert answered([unusable], False, None) == (400, {"error": "body: empty_context"})
 
 
 def test_the_command_refuses_a_missing_folder_and_an_unserved_export_in_one_line(tiny_pretrained, tmp_path, capsys):

@@ -1,7 +1,8 @@
 """Tables read for prediction in streamed batches, from files opened as Ray Data opens them (a
 non-seekable stream; parquet random-access): every row kept with its number, cells as text, and
-a row that cannot be predicted kept with the reason; a missing column an error naming the file
-and the key."""
+a row that cannot be predicted kept with the reason (the family's check_row's: here a
+classifier's); a missing column an error naming the file and the key; a family's own rows
+checked alike."""
 
 import json
 from pathlib import Path
@@ -11,11 +12,27 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.config import PredictSection
 from pipelines.errors import BadInput
+from pipelines.finetuning.families.classification.inference import INFERENCE
 from pipelines.inference import reading
-from pipelines.inference.reading import check_columns, stream_rows
+from pipelines.inference.columns import table_columns
+from pipelines.inference.reading import check_columns, own_rows, stream_rows
 
-COLUMNS = {"text": "text", "pair": None, "id_column": None, "label": None}
+KEYS = {"text": "text_column", "pair": "text_pair_column", "id_column": "id_column", "label": "label_column"}
+
+
+def columns(**settings):
+    """The columns a classifier's rows are read from under these predict settings (KEYS' names)."""
+    return table_columns(PredictSection(**{KEYS[k]: v for k, v in settings.items()}), INFERENCE)
+
+
+def flat(table_rows: list[dict]) -> list[dict]:
+    """Rows with their fields (`cells`, a JSON object) as `text` and `pair`."""
+    for r in table_rows:
+        cells = json.loads(r["cells"]) if r["cells"] is not None else {}
+        r["text"], r["pair"] = cells.get("text"), cells.get("text_pair")
+    return table_rows
 
 
 def opened(path: Path):
@@ -24,11 +41,12 @@ def opened(path: Path):
     return fs.open_input_file(str(path)) if path.suffix == ".parquet" else fs.open_input_stream(str(path))
 
 
-def rows(path: Path, data: bytes | None = None, **columns) -> list[dict]:
+def rows(path: Path, data: bytes | None = None, **settings) -> list[dict]:
     if data is not None:
         path.write_bytes(data)
     with opened(path) as f:
-        return [r for table in stream_rows(f, str(path), **{**COLUMNS, **columns}) for r in table.to_pylist()]
+        found = stream_rows(f, str(path), columns(**settings), INFERENCE.check_row)
+        return flat([r for table in found for r in table.to_pylist()])
 
 
 def test_csv_cells_are_their_text_and_rows_keep_their_number_across_batches(tmp_path, monkeypatch):
@@ -153,18 +171,64 @@ def test_a_missing_column_is_named_with_the_file_from_its_header_or_schema_alone
         ("t.csv", {"label": "g"}, r"t.csv: no column 'g' \(predict.label_column\)"),
         ("t.parquet", {"pair": "p"}, r"t.parquet: no column 'p' \(predict.text_pair_column\); its columns are text"),
     ]
-    for name, columns, message in cases:
+    for name, settings, message in cases:
         with pytest.raises(BadInput, match=message):
-            rows(tmp_path / name, **columns)
+            rows(tmp_path / name, **settings)
         with opened(tmp_path / name) as f, pytest.raises(BadInput, match=message):
-            check_columns(f, str(tmp_path / name), **{**COLUMNS, **columns})
+            check_columns(f, str(tmp_path / name), columns(**settings))
     with opened(tmp_path / "t.csv") as f:
-        check_columns(f, str(tmp_path / "t.csv"), **{**COLUMNS, "label": "x"})
+        check_columns(f, str(tmp_path / "t.csv"), columns(label="x"))
     (tmp_path / "empty.tsv").write_bytes(b"")
     (tmp_path / "not.parquet").write_text("text\nhello\n")
     for name, message in [("empty.tsv", "empty.tsv: the file is empty"), ("not.parquet", "not.parquet: not a parquet")]:
         with opened(tmp_path / name) as f, pytest.raises(BadInput, match=message):
-            check_columns(f, str(tmp_path / name), **COLUMNS)
+            check_columns(f, str(tmp_path / name), columns())
+
+
+def test_a_familys_fields_keep_their_types_and_an_optional_column_is_read_where_a_file_has_it(tmp_path):
+    """Multiple choice's rows: `choices` (required) a list from parquet and jsonl, kept as read; its
+    optional `context` read where a file has the column, its required one named when missing."""
+    from pipelines.finetuning.families.multiple_choice.inference import INFERENCE as CHOICE
+
+    mc = table_columns(PredictSection(id_column="n"), CHOICE)
+    assert (mc.fields, mc.demanded) == (
+        {"question": "question", "context": "context", "choices": "choices"},
+        ("choices",),
+    )
+    table = pa.table({"n": [1, 2, 3], "question": ["The dog", "The cat", None], "choices": [["a", "b"], ["a"], None]})
+    pq.write_table(table, tmp_path / "q.parquet")
+    with opened(tmp_path / "q.parquet") as f:
+        got = [r for t in stream_rows(f, str(tmp_path / "q.parquet"), mc, CHOICE.check_row) for r in t.to_pylist()]
+    assert [(r["id"], r["cells"] and json.loads(r["cells"]), r["rejected"]) for r in got] == [
+        ("1", {"question": "The dog", "choices": ["a", "b"]}, None),
+        ("2", None, "too_few_choices"),
+        ("3", None, "missing_choices"),
+    ]
+    (tmp_path / "q.jsonl").write_text(json.dumps({"n": 1, "context": "c", "choices": ["x", 5]}) + "\n")
+    with opened(tmp_path / "q.jsonl") as f:
+        (row,) = [r for t in stream_rows(f, str(tmp_path / "q.jsonl"), mc, CHOICE.check_row) for r in t.to_pylist()]
+    assert (row["id"], row["rejected"]) == ("1", "not_a_list_of_strings")
+    pq.write_table(table.drop(["choices"]), tmp_path / "none.parquet")
+    with (
+        opened(tmp_path / "none.parquet") as f,
+        pytest.raises(BadInput, match="no column 'choices' \\(the model's field"),
+    ):
+        check_columns(f, str(tmp_path / "none.parquet"), mc)
+
+
+def test_rows_a_family_read_from_its_own_file_are_checked_alike():
+    found = own_rows(
+        [{"id": "q1", "text": "fine"}, {"id": "q2", "text": " "}, {"text": "caf\udce9"}, {"text": "no id"}],
+        columns(),
+        INFERENCE.check_row,
+    )
+    got = flat([r for table in found for r in table.to_pylist()])
+    assert [(r["row"], r["id"], r["text"], r["rejected"]) for r in got] == [
+        (0, "q1", "fine", None),
+        (1, "q2", None, "empty_text"),
+        (2, None, None, "not_utf8"),
+        (3, None, "no id", None),
+    ]
 
 
 def test_the_docs_name_every_reason():

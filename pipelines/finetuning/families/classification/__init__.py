@@ -1,8 +1,9 @@
 """Classification of a text or text pair (a table's label column, or the embedded BBC News
-articles): its metrics (metrics.py) and fine-tuning on it (training.py, over _sequence/)."""
+articles): its metrics (metrics.py), fine-tuning on it (training.py) and its use on unlabelled rows
+(inference.py), both over _sequence/."""
 
 from ...family import Family
-from .._sequence import ARCHITECTURE, KEYS, OUTPUTS
+from .._sequence import ARCHITECTURE, KEYS, OUTPUTS, claims
 
 FAMILY = Family(
     name="classification",
@@ -11,4 +12,6 @@ FAMILY = Family(
     outputs=OUTPUTS,
     training=f"{__name__}.training:CLASSIFICATION",
     keys=KEYS,
+    inference=f"{__name__}.inference:INFERENCE",
+    unrecorded=claims("single_label_classification"),
 )

@@ -1,6 +1,6 @@
 """Multiple choice (SWAG, RACE, or any question with a fixed number of answers): its files
-(reading.py) and fine-tuning on it (training.py: a score per choice, the choices of a question in one
-softmax, accuracy)."""
+(reading.py), fine-tuning on it (training.py: a score per choice, the choices of a question in one
+softmax, accuracy) and its use on unlabelled questions (inference.py)."""
 
 from ...family import Family
 
@@ -12,4 +12,5 @@ FAMILY = Family(
     training=f"{__name__}.training:MULTIPLE_CHOICE",
     keys=("label_column", "context_column", "question_column", "choices_column"),
     choices=True,
+    inference=f"{__name__}.inference:INFERENCE",
 )

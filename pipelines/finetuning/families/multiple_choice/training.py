@@ -52,9 +52,12 @@ def collate(
     pin: bool = False,
     widths: Sequence[int] = (),
 ) -> dict[str, torch.Tensor]:
-    """The questions at `indices` as [B, choices, S] inputs, every choice padded to the batch's widest."""
-    flat = [choice for i in indices for choice in encoded[i]]
-    count = len(encoded[indices[0]]) if len(indices) else 0
+    """The questions at `indices` as [B, choices, S] inputs, every choice padded to the batch's widest.
+    A question with fewer choices than the batch's most (predict's rows may differ; a fine-tuning
+    file's never do) is filled up with one-token choices, whose scores its prediction never reads."""
+    count = max((len(encoded[i]) for i in indices), default=0)
+    filler = ([pad_id], [0])
+    flat = [choice for i in indices for choice in [*encoded[i], *[filler] * (count - len(encoded[i]))]]
     padded = single_collate(flat, range(len(flat)), pad_id, widths=widths)  # loop.collate's padding, per choice
     batch = {k: v.view(len(indices), count, -1) for k, v in padded.items()}
     if targets is not None:

@@ -1,8 +1,9 @@
 """Regression of a number from a text or text pair (a table's numeric label column): its metrics
-(metrics.py) and fine-tuning on it (training.py, over _sequence/)."""
+(metrics.py), fine-tuning on it (training.py) and its use on unlabelled rows (inference.py), both
+over _sequence/."""
 
 from ...family import Family
-from .._sequence import ARCHITECTURE, KEYS, OUTPUTS
+from .._sequence import ARCHITECTURE, KEYS, OUTPUTS, claims
 
 FAMILY = Family(
     name="regression",
@@ -11,4 +12,6 @@ FAMILY = Family(
     outputs=OUTPUTS,
     training=f"{__name__}.training:REGRESSION",
     keys=KEYS,
+    inference=f"{__name__}.inference:INFERENCE",
+    unrecorded=claims("regression"),
 )
