@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ..config import FinetuneSection
+    from .inference import FamilyInference
     from .loop import Collate
     from .tokenizer import PairTokenizer
 
@@ -88,6 +89,9 @@ class Family:
     """Its own rules on the finetune section, raising ConfigError (checks.check_config runs them)."""
     choices: bool = False
     """Its inputs are (batch, choices, sequence): a sequence per choice."""
+    inference: str | None = None
+    """`module:name` of its FamilyInference (pipelines/finetuning/inference.py), imported when
+    predict or serve applies one of its exports (load_inference)."""
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -97,6 +101,11 @@ class Family:
     def load_training(self) -> TaskFamily:
         """Its TaskFamily, imported on first use (it imports torch)."""
         module, _, name = self.training.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def load_inference(self) -> FamilyInference:
+        """Its FamilyInference, imported on first use."""
+        module, _, name = self.inference.partition(":")
         return getattr(importlib.import_module(module), name)
 
 
