@@ -82,14 +82,15 @@ def test_chunks_are_the_entities_the_scores_count():
     assert chunks(["NN", "VBZ", "O"]) == []  # tags without entity prefixes (parts of speech) mark none
 
 
-TAGS = st.lists(st.sampled_from(["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "S-PER", "E-LOC"]), max_size=12)
+TAG = st.sampled_from(["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "S-PER", "E-LOC"])
 
 
-@given(pairs=st.lists(st.tuples(TAGS, TAGS).filter(lambda p: len(p[0]) == len(p[1])), max_size=4))
-def test_an_entity_is_correct_exactly_when_gold_and_prediction_have_the_same_chunk(pairs):
-    gold, predicted = [g for g, _ in pairs], [p for _, p in pairs]
+@given(sentences=st.lists(st.lists(st.tuples(TAG, TAG), max_size=12), max_size=4))
+def test_an_entity_is_correct_exactly_when_gold_and_prediction_have_the_same_chunk(sentences):
+    gold = [[g for g, _ in pairs] for pairs in sentences]
+    predicted = [[p for _, p in pairs] for pairs in sentences]
     counts = count_entities(gold, predicted)
     assert counts.gold == Counter(kind for tags in gold for kind, _, _ in chunks(tags))
     assert counts.predicted == Counter(kind for tags in predicted for kind, _, _ in chunks(tags))
-    same = Counter(kind for g, p in pairs for kind, _, _ in set(chunks(g)) & set(chunks(p)))
+    same = Counter(kind for g, p in zip(gold, predicted) for kind, _, _ in set(chunks(g)) & set(chunks(p)))
     assert counts.correct == same
