@@ -341,3 +341,33 @@ def test_an_input_no_read_task_could_read_is_one_line_before_ray_starts(family_s
         ours = [line for line in captured.err.splitlines() if not line.lstrip("\x1b[0123456789m").startswith("(")]
         assert ours == [f"albert-ray predict: error: {message}"] and "Traceback" not in captured.out, captured.err
         assert not (tmp_path / "run" / "predict").exists()
+
+
+@pytest.mark.slow
+def test_a_conll_file_is_tagged_scored_and_written_as_the_fine_tuning_did(family_suite, tmp_path):
+    """The suite's `entities` model on its own dev.conll, read by the family as CoNLL: every
+    sentence tagged, conlleval's scores equal to the search's best (eval_loss aside: predict keeps no
+    logits), and predictions.conll beside the parquet the very file the fine-tuning wrote."""
+    from pipelines.stages.predict import run_predict
+
+    config_file, run_dir = family_suite
+    task = run_dir / "finetune" / "entities"
+    dev = config_file.parent / "dev.conll"
+    sentences = [block for block in dev.read_text().split("\n\n") if block.strip()]
+    overrides = [
+        f"run_dir={tmp_path}/run",
+        f"predict.model={task / 'best'}",
+        f"predict.input={dev}",
+        "predict.workers=1",
+    ]
+    out = Path(run_predict(load_config(overrides=overrides)))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["kind"] == "token_classification" and manifest["family_files"] == ["predictions.conll"]
+    assert manifest["rows"] == {"read": len(sentences), "predicted": len(sentences), "rejected": {}}
+    best = json.loads((task / "best.json").read_text())
+    assert manifest["metrics"]["rows"] == len(sentences) and manifest["metrics"]["label_not_tags"] == 0
+    for name in ("precision", "recall", "f1", "accuracy"):
+        assert manifest["metrics"][name] == pytest.approx(best["metrics"][name]), name
+    assert (out / "predictions.conll").read_text() == (task / "predictions.conll").read_text()
+    got = predictions(out)
+    assert [len(got[str(i)]["tags"]) for i in range(len(sentences))] == [len(s.splitlines()) for s in sentences]

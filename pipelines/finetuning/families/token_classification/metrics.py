@@ -90,6 +90,20 @@ def count_entities(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[s
     return counts
 
 
+def chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """One sentence's entities as count_entities counts them: (type, first token, the token after
+    its last). Its tags are all `O` or PREFIX-TYPE, or none is (parts of speech: no entity)."""
+    found, start, last = [], None, _OUTSIDE
+    for i, cur in enumerate([*map(split_tag, tags), _OUTSIDE]):  # the sentence's end closes the last
+        if start is not None and _ends(last, cur):
+            found.append((last[1], start, i))
+            start = None
+        if _starts(last, cur):
+            start = i
+        last = cur
+    return found
+
+
 def _prf(correct: int, gold: int, predicted: int) -> dict[str, float]:
     precision = 100.0 * correct / predicted if predicted else 0.0
     recall = 100.0 * correct / gold if gold else 0.0

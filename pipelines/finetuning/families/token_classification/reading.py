@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import IO
 
 from ....config import FinetuneSection
 from ....errors import BadInput, MissingInput
@@ -48,6 +50,30 @@ class Sentences(Accounted):
         )
 
 
+def conll_blocks(lines: Iterable[str]) -> Iterator[tuple[int, list[list[str]]]]:
+    """A CoNLL file's sentences, from its lines: (the sentence's first line number, 1-based; each of
+    its lines split into columns, the token first). Blank lines end a sentence; `-DOCSTART-` lines
+    end one and belong to none."""
+    start, block = 0, []
+    for number, line in enumerate(lines, start=1):
+        columns = line.split()
+        if not columns or columns[0] == "-DOCSTART-":
+            if block:
+                yield start, block
+            block = []
+            continue
+        if not block:
+            start = number
+        block.append(columns)
+    if block:
+        yield start, block
+
+
+def text_lines(data: IO[bytes]) -> Iterable[str]:
+    """A file's lines as every CoNLL reader here reads them: UTF-8, a byte that is not one replaced."""
+    return io.TextIOWrapper(data, encoding="utf-8", errors="replace")
+
+
 def read_conll(path: str, tag_column: int) -> Sentences:
     """A CoNLL file's sentences: the first column is the token, `tag_column` (0-based; -1 the last)
     its tag. As conlleval, every line has as many columns as the file's first: a sentence with a line
@@ -57,37 +83,21 @@ def read_conll(path: str, tag_column: int) -> Sentences:
     if not fs.exists(p):
         raise MissingInput(f"{path}: no such file")
     out = Sentences(path)
-    tokens: list[str] = []
-    tags: list[str] = []
-    start, bad, expected = 0, None, None
-
-    def close() -> None:
-        if tokens:
+    expected = None
+    with fs.open(p, "rb", compression="infer") as f:
+        for start, lines in conll_blocks(text_lines(f)):
             out.read += 1
+            expected = expected or len(lines[0])
+            bad = None
+            for columns in lines:
+                if len(columns) != expected:
+                    bad = bad or "column_count"
+                elif not (len(columns) > 1 and -len(columns) <= tag_column < len(columns)):
+                    bad = bad or "missing_tag"
             if bad:
                 out.reject(f"line {start}", bad)
             else:
-                out.add(list(tokens), list(tags), f"line {start}")
-        tokens.clear()
-        tags.clear()
-
-    with fs.open(p, "rb", compression="infer") as f:
-        for number, line in enumerate(io.TextIOWrapper(f, encoding="utf-8", errors="replace"), start=1):
-            columns = line.split()
-            if not columns or columns[0] == "-DOCSTART-":
-                close()
-                continue
-            if not tokens:
-                start, bad = number, None
-            expected = expected or len(columns)
-            tag = columns[tag_column] if len(columns) > 1 and -len(columns) <= tag_column < len(columns) else None
-            if len(columns) != expected:
-                bad = bad or "column_count"
-            elif tag is None:
-                bad = bad or "missing_tag"
-            tokens.append(columns[0])
-            tags.append(tag or "")
-    close()
+                out.add([c[0] for c in lines], [c[tag_column] for c in lines], f"line {start}")
     if not out.read:
         raise BadInput(f"{path}: no sentence (a token per line, a blank line between sentences)")
     return out
@@ -135,9 +145,11 @@ def sample_sentences(sentences: Sentences, k: int, seed: int) -> list[int]:
 __all__ = [
     "FORMATS",
     "Sentences",
+    "conll_blocks",
     "read_conll",
     "read_sentences",
     "read_token_table",
     "sample_sentences",
     "split_sentences",
+    "text_lines",
 ]

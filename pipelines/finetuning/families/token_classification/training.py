@@ -2,7 +2,9 @@
 the word's first piece (transformers' AlbertForTokenClassification, as its run_ner labels them:
 the other pieces and the special tokens carry no target), scored at the entity level with
 conlleval's rules (precision, recall and F1 of whole spans; accuracy over words), with the
-predictions written as conlleval's input (`token gold predicted`)."""
+predictions written as conlleval's input (`token gold predicted`). A training sentence is cut at
+finetune.max_seq_length; an eval sentence is windowed as inference windows a row (windows.py), so
+that every word is tagged and the eval's tags are what predict gives."""
 
 from __future__ import annotations
 
@@ -23,11 +25,12 @@ from ...tokenizer import PairTokenizer
 from . import FAMILY
 from .metrics import conll_scores
 from .reading import Sentences, read_sentences, sample_sentences, split_sentences
+from .windows import WordFeatures, encode_sentences, read_tags
 
 IGNORED = -100
 """The target of a position that is not a word's first piece (torch's and transformers' ignore index)."""
 OUTSIDE = "O"
-"""The tag predicted for a word cut off by finetune.max_seq_length (counted in the metrics)."""
+"""The tag of a word outside every entity."""
 WORD_START = "first_piece"
 """Where a word's tag is read (and trained): its first piece, each word tokenized alone."""
 
@@ -54,12 +57,12 @@ def tag_scheme(sentences: Sequence[Sequence[str]]) -> str:
 
 @dataclass(frozen=True)
 class TaggedSentences:
-    """What evaluation reads besides the scores: each eval sentence's words and gold tags, and the
-    position of each kept word's first piece (the words after the last are cut off)."""
+    """What evaluation reads besides the scores: each eval sentence's words and gold tags, and
+    where each word's tag is read (windows.WordFeatures.places)."""
 
     tokens: list[list[str]]
     tags: list[list[str]]
-    starts: list[list[int]]
+    places: list[tuple[np.ndarray, np.ndarray]]
     scheme: str
     """The tag scheme of the training and eval tags (tag_scheme)."""
 
@@ -78,22 +81,39 @@ def encode_words(tokenizer: PairTokenizer, words: Sequence[str], max_length: int
     return [*ids, tokenizer.sep_id], starts
 
 
-def encode_split(tokenizer: PairTokenizer, sentences: Sentences, ids: dict[str, int], length: int):
-    """Features, targets [N, length] and first-piece positions of one split; an unseen tag is an error."""
-    features, starts = [], []
-    targets = np.full((len(sentences), length), IGNORED, dtype=np.int64)
-    for i, (words, tags) in enumerate(zip(sentences.tokens, sentences.tags)):
+def tag_ids(sentences: Sentences, ids: dict[str, int]) -> list[list[int]]:
+    """Each sentence's tags as class ids; a tag the training data never had is an error."""
+    for i, tags in enumerate(sentences.tags):
         unknown = [t for t in tags if t not in ids]
         if unknown:
             raise BadInput(
                 f"{sentences.source} {sentences.places[i]}: tag {unknown[0]!r} never appears in the training "
                 f"data; the training tags are {', '.join(ids)}"
             )
+    return [[ids[t] for t in tags] for tags in sentences.tags]
+
+
+def encode_train(tokenizer: PairTokenizer, sentences: Sentences, targets_of: list[list[int]], length: int):
+    """Features, targets [N, length] and first-piece positions of the training sentences, each cut
+    at `length`."""
+    features, starts = [], []
+    targets = np.full((len(sentences), length), IGNORED, dtype=np.int64)
+    for i, (words, tags) in enumerate(zip(sentences.tokens, targets_of)):
         input_ids, first = encode_words(tokenizer, words, length)
         features.append((input_ids, [0] * len(input_ids)))
         starts.append(first)
-        targets[i, first] = [ids[t] for t in tags[: len(first)]]
+        targets[i, first] = tags[: len(first)]
     return features, targets, starts
+
+
+def encode_eval(tokenizer: PairTokenizer, sentences: Sentences, targets_of: list[list[int]], length: int):
+    """The eval sentences windowed (windows.encode_sentences), and targets [features, length]: each
+    word's at the one place its tag is read."""
+    encoded: WordFeatures = encode_sentences(tokenizer, sentences.tokens, length)
+    targets = np.full((len(encoded.features), length), IGNORED, dtype=np.int64)
+    for (features, positions), tags in zip(encoded.places, targets_of):
+        targets[features, positions] = tags
+    return encoded, targets
 
 
 class TokenClassificationFamily:
@@ -117,27 +137,21 @@ class TokenClassificationFamily:
         names = sorted_names({t for tags in train.tags for t in tags})
         ids = {name: i for i, name in enumerate(names)}
         length = cfg.max_seq_length
-        train_features, train_targets, train_starts = encode_split(tokenizer, train, ids, length)
-        eval_features, eval_targets, eval_starts = encode_split(tokenizer, evaluation, ids, length)
-
-        def cut(split: Sentences, starts: list[list[int]]) -> int:
-            return sum(len(words) - len(first) for words, first in zip(split.tokens, starts))
-
+        train_features, train_targets, train_starts = encode_train(tokenizer, train, tag_ids(train, ids), length)
+        windowed, eval_targets = encode_eval(tokenizer, evaluation, tag_ids(evaluation, ids), length)
+        cut = sum(len(words) - len(first) for words, first in zip(train.tokens, train_starts))
         return EncodedTask(
             train=train_features,
             train_targets=train_targets,
-            eval=eval_features,
+            eval=windowed.features,
             eval_targets=eval_targets,
             reference=TaggedSentences(
-                evaluation.tokens, evaluation.tags, eval_starts, tag_scheme([*train.tags, *evaluation.tags])
+                evaluation.tokens, evaluation.tags, windowed.places, tag_scheme([*train.tags, *evaluation.tags])
             ),
             label_names=names,
             num_labels=len(names),
             accounting=splits.accounting,
-            truncated={  # words cut off by finetune.max_seq_length (sentences as words: see `cut`)
-                "train_words": cut(train, train_starts),
-                "eval_words": cut(evaluation, eval_starts),
-            },
+            truncated={"train_words": cut},  # training words past finetune.max_seq_length: no target
             eval_examples=len(evaluation),
         )
 
@@ -151,11 +165,7 @@ class TokenClassificationFamily:
 
     def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
         reference: TaggedSentences = task.reference
-        names = task.label_names
-        predicted = []
-        for i, (words, first) in enumerate(zip(reference.tokens, reference.starts)):
-            tags = [names[k] for k in scores[i, first].argmax(-1)] if first else []
-            predicted.append(tags + [OUTSIDE] * (len(words) - len(first)))
+        predicted = read_tags(scores, reference.places, task.label_names)
         result = conll_scores(reference.tags, predicted)
         metrics = {k: float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
         metrics["eval_loss"] = eval_loss(scores, task.eval_targets)

@@ -2,9 +2,18 @@
 printed the same figures for each case (IOBES given to it as IOB2), and the same lines as
 conll_scores on 300 random IOB1/IOB2 cases: a check run once while writing this, not shipped."""
 
-import pytest
+from collections import Counter
 
-from pipelines.finetuning.families.token_classification.metrics import conll_scores, split_tag
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipelines.finetuning.families.token_classification.metrics import (
+    chunks,
+    conll_scores,
+    count_entities,
+    split_tag,
+)
 
 
 def scores(gold, predicted):
@@ -64,3 +73,24 @@ def test_misaligned_input_names_the_sentence():
         conll_scores([["O"], ["O", "B-PER"]], [["O"], ["O"]])
     with pytest.raises(ValueError, match="2 gold sentences but 1 predicted"):
         conll_scores([["O"], ["O"]], [["O"]])
+
+
+def test_chunks_are_the_entities_the_scores_count():
+    assert chunks(["I-PER", "I-PER", "B-PER", "O", "I-LOC"]) == [("PER", 0, 2), ("PER", 2, 3), ("LOC", 4, 5)]
+    assert chunks(["S-PER", "S-PER", "B-LOC", "E-LOC"]) == [("PER", 0, 1), ("PER", 1, 2), ("LOC", 2, 4)]
+    assert chunks(["B-PER", "I-LOC", "I-LOC"]) == [("PER", 0, 1), ("LOC", 1, 3)]
+    assert chunks(["NN", "VBZ", "O"]) == []  # tags without entity prefixes (parts of speech) mark none
+
+
+TAG = st.sampled_from(["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "S-PER", "E-LOC"])
+
+
+@given(sentences=st.lists(st.lists(st.tuples(TAG, TAG), max_size=12), max_size=4))
+def test_an_entity_is_correct_exactly_when_gold_and_prediction_have_the_same_chunk(sentences):
+    gold = [[g for g, _ in pairs] for pairs in sentences]
+    predicted = [[p for _, p in pairs] for pairs in sentences]
+    counts = count_entities(gold, predicted)
+    assert counts.gold == Counter(kind for tags in gold for kind, _, _ in chunks(tags))
+    assert counts.predicted == Counter(kind for tags in predicted for kind, _, _ in chunks(tags))
+    same = Counter(kind for g, p in zip(gold, predicted) for kind, _, _ in set(chunks(g)) & set(chunks(p)))
+    assert counts.correct == same

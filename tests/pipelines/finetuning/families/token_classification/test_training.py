@@ -65,30 +65,37 @@ def test_the_loss_is_transformers_token_classification_loss(tiny_pretrained):
 
 
 def test_evaluation_scores_whole_entities_and_writes_conlleval_input(tmp_path, tiny_pretrained):
-    """Forced scores: the first pieces' argmax are the predicted tags, a word cut off is O, and the
-    metrics are conlleval's on those tags."""
+    """Forced scores: the argmax at each word's first piece is its predicted tag, and the metrics
+    are conlleval's on those tags; a sentence longer than max_seq_length is windowed, each word
+    tagged at its place in one window, none cut off."""
     tokenizer = PairTokenizer(tiny_pretrained)
     (tmp_path / "eval.conll").write_text("Peter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\nsaid VBD B-VP O\n")
     cfg = ner_config(tmp_path, eval_path=str(tmp_path / "eval.conll"), max_seq_length=32)
     family = task_family("token_classification")
     task = family.encode(cfg, tokenizer)
     names = task.label_names
-    starts = task.reference.starts[0]
-    scores = np.zeros((1, 32, len(names)), np.float32)
-    for position, tag in zip(starts, ["B-PER", "O", "O"]):  # the entity's second word missed
-        scores[0, position, names.index(tag)] = 5.0
-    evaluation = family.evaluate(cfg, task, scores)
+    ((features, positions),) = task.reference.places
+    assert len(task.eval) == 1 and list(features) == [0, 0, 0]
+    assert list(positions) == encode_words(tokenizer, ["Peter", "Blackburn", "said"], 32)[1]
+
+    def forced(task, tags: list[str]) -> np.ndarray:
+        scores = np.zeros((len(task.eval), cfg.max_seq_length, len(names)), np.float32)
+        ((features, positions),) = task.reference.places
+        scores[features, positions, [names.index(t) for t in tags]] = 5.0
+        return scores
+
+    evaluation = family.evaluate(cfg, task, forced(task, ["B-PER", "O", "O"]))  # the entity's second word missed
     expected = conll_scores([["B-PER", "I-PER", "O"]], [["B-PER", "O", "O"]])
     assert evaluation.metrics["f1"] == expected["f1"] == 0.0 and evaluation.metrics["accuracy"] == pytest.approx(
         200 / 3
     )
     assert evaluation.files["predictions.conll"] == "Peter B-PER B-PER\nBlackburn I-PER O\nsaid O O\n\n"
     assert np.isfinite(evaluation.metrics["eval_loss"])
-    # cut to [CLS] + 3 pieces + [SEP]: the words after are predicted O, and counted as cut
+    # [CLS] + 3 pieces + [SEP]: the sentence is windowed, and every word is tagged
     short = family.encode(ner_config(tmp_path, eval_path=str(tmp_path / "eval.conll"), max_seq_length=5), tokenizer)
-    kept = len(short.reference.starts[0])
-    assert kept < 3 and short.truncated["eval_words"] == 3 - kept
-    cut = family.evaluate(cfg, short, np.zeros((1, 5, len(names)), np.float32))
-    assert cut.files["predictions.conll"].splitlines()[kept:3] == [
-        line.rsplit(" ", 1)[0] + " O" for line in "Peter B-PER x\nBlackburn I-PER x\nsaid O x".splitlines()[kept:]
-    ]
+    assert len(short.eval) > 1 and all(len(ids) <= 5 for ids, _ in short.eval)
+    assert "eval_words" not in short.truncated and short.eval_examples == 1
+    assert (short.eval_targets != IGNORED).sum() == 3  # each word's target once, where it is tagged
+    windowed = family.evaluate(cfg, short, forced(short, ["B-PER", "I-PER", "O"]))
+    assert windowed.files["predictions.conll"] == "Peter B-PER B-PER\nBlackburn I-PER I-PER\nsaid O O\n\n"
+    assert windowed.metrics["f1"] == 100.0
