@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ..config import FinetuneSection
+    from .inference import FamilyInference
     from .loop import Collate
     from .tokenizer import PairTokenizer
 
@@ -88,6 +89,8 @@ class Family:
     """Its own rules on the finetune section, raising ConfigError (checks.check_config runs them)."""
     choices: bool = False
     """Its inputs are (batch, choices, sequence): a sequence per choice."""
+    inference: str | None = None
+    """`module:name` of its FamilyInference (inference.py): how predict and serve apply its exports."""
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -96,8 +99,18 @@ class Family:
 
     def load_training(self) -> TaskFamily:
         """Its TaskFamily, imported on first use (it imports torch)."""
-        module, _, name = self.training.partition(":")
-        return getattr(importlib.import_module(module), name)
+        return _load(self.training)
+
+    def load_inference(self) -> FamilyInference:
+        """Its FamilyInference, imported on first use."""
+        if self.inference is None:
+            raise ValueError(f"the {self.name} family declares no inference")
+        return _load(self.inference)
+
+
+def _load(reference: str) -> Any:
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 class TaskFamily(Protocol):
