@@ -22,12 +22,14 @@ windows).
   writes it (loops over the n-best starts and ends of each window, the [CLS] null score, the
   threshold; the n-best of a window's own tokens, as ours). `--padding longest` pads each batch to
   its longest instead.
+Each side's time is the median of --rounds rounds over all the questions, the two alternating (a
+change in the machine's load falls on both), after a warm-up; loading is not timed.
 Agreement: the share of questions with the same answer text (the only expected differences: the
 two tokenizers' character spans of a lone "▁" piece). `same_windows`: whether both sides built the
 same windows (token ids).
 
-    python bench/qa_predict_speed.py                               # base, 200 questions at 384
-    python bench/qa_predict_speed.py --preset tiny --rows 500 --seq 128 --stride 64
+    python bench/qa_predict_speed.py                        # base, 200 questions, the demo's 256 / 128
+    python bench/qa_predict_speed.py --preset tiny --rows 400 --padding longest
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +83,11 @@ def questions(model: str, n: int) -> list[dict[str, str]]:
     return rows
 
 
-def run_ours(model: str, rows: list[dict], batch: int) -> tuple[float, dict[str, str], list[tuple]]:
+Contender = Callable[[list[dict]], tuple[dict[str, str], list[tuple]]]
+"""Questions -> ({id: answer}, the windows' token ids), the model and tokenizer loaded before."""
+
+
+def load_ours(model: str, batch: int) -> Contender:
     from albert_model.hf import load_hf_pretrained
     from pipelines.finetuning.families import FAMILIES
     from pipelines.finetuning.inference import ModelUse
@@ -100,18 +107,15 @@ def run_ours(model: str, rows: list[dict], batch: int) -> tuple[float, dict[str,
     )
     net = load_hf_pretrained(model, family.model_class).eval()
 
-    def answer(chosen: list[dict]) -> tuple[list[dict], list[tuple]]:
+    def answer(chosen: list[dict]) -> tuple[dict[str, str], list[tuple]]:
         encoded = inference.encode(chosen, use)
         with torch.inference_mode():
             pad = use.tokenizer.pad_id
             scores = predict(net, encoded.features, batch, pad, scores_of=training.scores, collate_fn=training.collate)
-        return inference.predictions(chosen, encoded, scores, use), encoded.features
+        predicted = inference.predictions(chosen, encoded, scores, use)
+        return {r["id"]: p["answer"] for r, p in zip(chosen, predicted)}, [tuple(ids) for ids, _ in encoded.features]
 
-    answer(rows[:batch])  # warm-up
-    started = time.perf_counter()
-    predicted, features = answer(rows)
-    seconds = time.perf_counter() - started
-    return seconds, {r["id"]: p["answer"] for r, p in zip(rows, predicted)}, [tuple(ids) for ids, _ in features]
+    return answer
 
 
 def utils_qa_answers(
@@ -143,9 +147,7 @@ def utils_qa_answers(
     return answers
 
 
-def run_transformers(
-    model: str, rows: list[dict], batch: int, padding: str
-) -> tuple[float, dict[str, str], list[tuple]]:
+def load_transformers(model: str, batch: int, padding: str) -> Contender:
     import transformers
 
     from pipelines.storage.models import read_model_config, read_usage
@@ -192,10 +194,23 @@ def run_transformers(
         answers = utils_qa_answers(chosen, windows, start, end, settings["n_best_size"], settings["max_answer_length"])
         return answers, [tuple(w["input_ids"]) for w in windows]
 
-    answer(rows[:batch])  # warm-up
-    started = time.perf_counter()
-    answers, features = answer(rows)
-    return time.perf_counter() - started, answers, features
+    return answer
+
+
+def timed(contenders: dict[str, Contender], rows: list[dict], rounds: int, warm: int) -> dict[str, tuple]:
+    """Each contender's median seconds over `rounds` rounds on `rows` (in each round one after the
+    other, the order alternating, so that a change in the machine's load falls on both), after a
+    warm-up on `warm` rows, and its last answers and windows."""
+    for answer in contenders.values():
+        answer(rows[:warm])
+    seconds: dict[str, list[float]] = {name: [] for name in contenders}
+    results = {}
+    for r in range(rounds):
+        for name in list(contenders)[:: 1 if r % 2 == 0 else -1]:
+            started = time.perf_counter()
+            results[name] = contenders[name](rows)
+            seconds[name].append(time.perf_counter() - started)
+    return {name: (float(np.median(seconds[name])), *results[name]) for name in contenders}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -204,12 +219,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", help="a QA export (with its albert_ray record) to use instead of a random one")
     parser.add_argument("--spiece", help="a folder with spiece.model (default: one trained on the embedded corpus)")
     parser.add_argument("--rows", type=int, default=200, help="questions")
-    parser.add_argument("--seq", type=int, default=384, help="max_seq_length, per window")
+    parser.add_argument("--seq", type=int, default=256, help="max_seq_length, per window (configs/qa-demo.yaml's)")
     parser.add_argument("--query", type=int, default=64, help="max_query_length")
     parser.add_argument("--stride", type=int, default=128, help="doc_stride: pieces between window starts")
     parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass")
     parser.add_argument("--padding", default="max_length", choices=["max_length", "longest"], help="transformers'")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each (the median is reported)")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -220,10 +236,15 @@ def main(argv: list[str] | None = None) -> dict:
             spiece_dir = Path(args.spiece) if args.spiece else Path(default_spiece_dir(root))
             model = make_model(root / "model", args.preset, spiece_dir, args.seq, args.query, args.stride)
         rows = questions(model, args.rows)
-        ours_s, ours, our_windows = run_ours(model, rows, args.batch_size)
-        theirs_s, theirs, their_windows = run_transformers(model, rows, args.batch_size, args.padding)
+        contenders = {
+            "ours": load_ours(model, args.batch_size),
+            "transformers": load_transformers(model, args.batch_size, args.padding),
+        }
+        times = timed(contenders, rows, args.rounds, args.batch_size)
+    (ours_s, ours, our_windows), (theirs_s, theirs, their_windows) = times["ours"], times["transformers"]
     result = {
         "preset": None if args.model else args.preset,
+        "rounds": args.rounds,
         "questions": len(rows),
         "windows": len(our_windows),
         "seq": args.seq,
