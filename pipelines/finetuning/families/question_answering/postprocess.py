@@ -15,8 +15,9 @@ import numpy as np
 class Window:
     """One tokenised window of a question and a slice of its context: row i of the logits belongs to
     the i-th window. `offsets[t]` is the (start, end) character span in the context that token t
-    covers, None for question, special ([CLS], [SEP]) and padding tokens; it may be shorter than the
-    logits' rows, the tokens past its end count as None."""
+    covers, None for question and special ([CLS], [SEP]) tokens; its length is the window's, and the
+    logits past it (the padding to a batch's widest window) are never looked at, so that a window
+    gets the same answer however it was batched."""
 
     example_id: str
     offsets: Sequence[tuple[int, int] | None]
@@ -30,11 +31,18 @@ class QAPredictions:
     `null_odds`: null score - best span score; above the threshold means no answer (null_odds.json,
     the official evaluator's --na-prob-file). `math.inf` for a question without a window (Python's
     json writes and reads it as Infinity).
-    `unwindowed`: the questions that had no window: answered "" without looking at any logits."""
+    `unwindowed`: the questions that had no window: answered "" without looking at any logits.
+    `starts`: the answer's first character in the context, None where the answer is "".
+    `scores`: the best span's score (start logit + end logit), None where no span is a candidate.
+    `null_scores`: the null score (the lowest [CLS] start + end logit over the windows), None for a
+    question without a window."""
 
     answers: dict[str, str]
     null_odds: dict[str, float]
     unwindowed: tuple[str, ...]
+    starts: dict[str, int | None]
+    scores: dict[str, float | None]
+    null_scores: dict[str, float | None]
 
 
 def _window_best_span(
@@ -44,10 +52,11 @@ def _window_best_span(
     context: str,
     n_best_size: int,
     max_answer_length: int,
-) -> tuple[float, str] | None:
-    """(score, text) of the best span whose start and end are among the window's `n_best_size`
-    highest logits, both on context tokens, end >= start, at most `max_answer_length` tokens and not
-    empty as text; None when there is no such span."""
+) -> tuple[float, int, str] | None:
+    """(score, start character, text) of the best span whose start and end are among the window's
+    `n_best_size` highest logits, both on context tokens, end >= start, at most `max_answer_length`
+    tokens and not empty as text; None when there is no such span."""
+    start_logits, end_logits = start_logits[: len(offsets)], end_logits[: len(offsets)]
     starts = np.argsort(-start_logits, kind="stable")[:n_best_size]  # ties: the lower token first
     ends = np.argsort(-end_logits, kind="stable")[:n_best_size]
     in_context = np.zeros(len(start_logits), dtype=bool)
@@ -61,7 +70,7 @@ def _window_best_span(
         text = context[offsets[start][0] : offsets[end][1]]
         # transformers skips a candidate with empty text when choosing the best non-null answer
         if text:
-            return float(scores[rows[k], cols[k]]), text
+            return float(scores[rows[k], cols[k]]), offsets[start][0], text
     return None
 
 
@@ -96,12 +105,13 @@ def postprocess(
     """One answer per question of `contexts` (question id -> its context) from the logits
     [len(windows), tokens] of its windows.
 
-    In each window, every pair of the `n_best_size` highest start and end logits is a candidate when
-    both tokens are context tokens, end >= start and the span has at most `max_answer_length` tokens;
-    it scores start_logit + end_logit and its text is context[offsets[start][0]:offsets[end][1]] (a
-    candidate whose text is empty is skipped, as transformers does). The best candidate over all the
-    question's windows wins (ties: the earlier window, then the higher-ranked start). With no candidate
-    at all, the best span is "" scoring 0.0 (transformers' fallback, with "" for its "empty").
+    In each window, every pair of its tokens' `n_best_size` highest start and end logits (the logits
+    past its offsets, padding, are not ranked) is a candidate when both tokens are context tokens,
+    end >= start and the span has at most `max_answer_length` tokens; it scores start_logit +
+    end_logit and its text is context[offsets[start][0]:offsets[end][1]] (a candidate whose text is
+    empty is skipped, as transformers does). The best candidate over all the question's windows wins
+    (ties: the earlier window, then the higher-ranked start). With no candidate at all, the best span
+    is "" scoring 0.0 (transformers' fallback, with "" for its "empty").
     The null score is the lowest start_logit[0] + end_logit[0] ([CLS]) over the windows; `null_odds`
     is always null score - best span score, and with `version_2` the answer is "" when that exceeds
     `null_threshold` (transformers' `null_score_diff_threshold`)."""
@@ -111,7 +121,7 @@ def postprocess(
     end_logits = np.asarray(end_logits, dtype=np.float64)
     _check_inputs(contexts, windows, start_logits, end_logits)
 
-    best: dict[str, tuple[float, str]] = {}
+    best: dict[str, tuple[float, int, str]] = {}
     null_score: dict[str, float] = {}
     for i, window in enumerate(windows):
         qid = window.example_id
@@ -123,15 +133,23 @@ def postprocess(
         if span is not None and (qid not in best or span[0] > best[qid][0]):
             best[qid] = span
 
-    answers, null_odds = {}, {}
+    answers, null_odds, starts = {}, {}, {}
     for qid in contexts:
         if qid not in null_score:
-            answers[qid], null_odds[qid] = "", math.inf
+            answers[qid], null_odds[qid], starts[qid] = "", math.inf, None
             continue
-        score, text = best.get(qid, (0.0, ""))
+        score, start, text = best.get(qid, (0.0, None, ""))
         null_odds[qid] = null_score[qid] - score
         answers[qid] = "" if version_2 and null_odds[qid] > null_threshold else text
-    return QAPredictions(answers, null_odds, tuple(q for q in contexts if q not in null_score))
+        starts[qid] = start if answers[qid] else None
+    return QAPredictions(
+        answers,
+        null_odds,
+        tuple(q for q in contexts if q not in null_score),
+        starts,
+        {q: best[q][0] if q in best else None for q in contexts},
+        {q: null_score.get(q) for q in contexts},
+    )
 
 
 __all__ = ["QAPredictions", "Window", "postprocess"]

@@ -211,8 +211,9 @@ def _squad_rows(document: dict) -> Iterator[tuple[str, Any]]:
                 yield f"{where}.qas[{k}]", (qa, paragraph.get("context"))
 
 
-def _read_squad(out: QAReadResult, data: bytes) -> None:
-    path = out.source
+def squad_document(path: str, data: bytes) -> dict[str, Any]:
+    """A SQuAD file's JSON (`data` its bytes); one that is not JSON or has no `data` list is BadInput
+    naming `path`."""
     try:
         document = json.loads(data.decode("utf-8", errors="replace"))
     except json.JSONDecodeError as e:
@@ -222,6 +223,47 @@ def _read_squad(out: QAReadResult, data: bytes) -> None:
             f"{path}: not a SQuAD file: it has no top-level 'data' list of articles "
             '({"data": [{"paragraphs": [{"context", "qas": [...]}]}]}); flat rows belong in .jsonl or .parquet'
         )
+    return document
+
+
+def squad_questions(path: str, data: bytes) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(JSON path, {"id", "question", "context"}) of every question of a SQuAD file, for prediction:
+    the question and its paragraph's context as they are (checked by whoever predicts), its id as a
+    training file's (an integer as its decimal string) or None where it has no usable one; answers
+    are not read for prediction: where a question has them as SQuAD gives them (`is_impossible: true`,
+    or `answers` a list of objects whose `text` is a string), the row's `label` holds their texts ([]
+    for an unanswerable one), which predict scores its answers against. A file `squad_document`
+    refuses, or an article or paragraph whose questions cannot be listed, is BadInput naming it."""
+    for where, row in _squad_rows(squad_document(path, data)):
+        if isinstance(row, _Bad):
+            raise BadInput(f"{path} {where}: {row.detail}; its questions cannot be listed")
+        qa, context = row
+        qa = qa if isinstance(qa, dict) else {}
+        try:
+            qid = _id(qa)
+        except _Bad:
+            qid = None
+        row = {"id": qid, "question": qa.get("question"), "context": context}
+        gold = _gold_texts(qa)
+        if gold is not None:
+            row["label"] = gold
+        yield where, row
+
+
+def _gold_texts(qa: dict[str, Any]) -> list[str] | None:
+    """A question's gold answer texts ([] when it is unanswerable), or None when it has none usable."""
+    if qa.get("is_impossible") is True:
+        return []
+    answers = qa.get("answers")
+    if not isinstance(answers, list) or not answers:
+        return None
+    if not all(isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
+        return None
+    return [a["text"] for a in answers]
+
+
+def _read_squad(out: QAReadResult, data: bytes) -> None:
+    document = squad_document(out.source, data)
     out.version_2 = str(document.get("version", "")).lstrip("v").startswith("2")
     _collect(out, _squad_rows(document), lambda row: _squad_example(*row))
 
@@ -292,4 +334,13 @@ def golds_of(examples: Iterable[QAExample]) -> dict[str, list[str]]:
     return golds
 
 
-__all__ = ["FORMATS", "QAReadResult", "flat_row", "golds_of", "qa_format", "read_qa_file"]
+__all__ = [
+    "FORMATS",
+    "QAReadResult",
+    "flat_row",
+    "golds_of",
+    "qa_format",
+    "read_qa_file",
+    "squad_document",
+    "squad_questions",
+]

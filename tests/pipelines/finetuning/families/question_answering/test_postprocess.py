@@ -222,3 +222,21 @@ def test_every_answer_is_whole_context_tokens_of_one_window_on_random_logits():
             }
             assert answer in contexts[qid], qid
             assert answer in allowed, qid
+            # where the answer starts, and the two scores whose difference is the null odds
+            first = result.starts[qid]
+            assert (first is None) == (answer == "") and contexts[qid][first or 0 :].startswith(answer), qid
+            assert result.null_odds[qid] == result.null_scores[qid] - (result.scores[qid] or 0.0), qid
+
+
+def test_the_answer_does_not_depend_on_the_padding_after_a_window():
+    """A window's logits past its own tokens (padding to its batch's widest window, or zeros where
+    batches are gathered) are no candidates, so they take none of the n_best_size places: a window
+    batched with longer ones, or alone, gets the same answer and null odds."""
+    windows = make_windows("q", CONTEXT, chunk=10, stride=10)[:1]  # 16 tokens
+    start, end = flat_logits(windows, 16)
+    start[0, token(4)], end[0, token(5)] = 3.0, 3.0
+    alone = postprocess({"q": CONTEXT}, windows, start, end, n_best_size=2)
+    padding = np.full((1, 8), 20.0)  # a padded position's logits may be anything
+    padded = postprocess({"q": CONTEXT}, windows, np.hstack([start, padding]), np.hstack([end, padding]), n_best_size=2)
+    assert alone.answers == padded.answers == {"q": "w4 w5"}
+    assert padded.null_odds == alone.null_odds
