@@ -13,7 +13,7 @@ UV_SOURCES = $(shell $(PYTHON) .ci/pip_sources.py)
 PYTEST_TIMEOUT ?= 900
 SUITE_TIMEOUT ?= 3600
 
-.PHONY: setup test test-cluster test-learning test-fast lint format bench gpu-suite lock config-doc run stop clean
+.PHONY: setup test test-e2e test-cluster test-learning test-fast lint format bench gpu-suite lock config-doc run stop clean
 
 setup: $(STAMP)
 
@@ -54,6 +54,14 @@ test-cluster: setup
 # about. Minutes of training whatever the code does, so not in `make test`; .ci/run runs it after.
 test-learning: setup
 	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --learning -m learning --timeout=$(PYTEST_TIMEOUT) \
+		--timeout-method=thread tests/pipelines $(PYTEST_ARGS)
+
+# The end-to-end checks (tests marked e2e): the whole job submitted to a real `ray start --head`
+# cluster with its run_dir on S3 (a failing stage, a second submission, a forced stage, a command
+# joining the head), two FSDP workers killed and resumed on one, a search killed after its first
+# trial and resumed. About 6 minutes; .ci/run runs it after `test`, which stays within its budget.
+test-e2e: setup
+	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --e2e -m e2e --timeout=$(PYTEST_TIMEOUT) \
 		--timeout-method=thread tests/pipelines $(PYTEST_ARGS)
 
 # Pure tests only: no Ray session, nothing slow (under a minute).

@@ -46,6 +46,9 @@ def pytest_addoption(parser):
         "--learning", action="store_true", help="also collect the recipes' learning tests (make test-learning)"
     )
     parser.addoption(
+        "--e2e", action="store_true", help="also collect the job and kill-and-resume tests (make test-e2e)"
+    )
+    parser.addoption(
         "--learning-train-seed",
         type=int,
         default=None,
@@ -90,9 +93,9 @@ def parallel_group(item) -> str:
 
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs CUDA (gpu marker); skipped, not passed")
-    # make test: the cluster tests are make test-cluster's and the learning tests make test-learning's,
-    # deselected here (reported as deselected, never as skipped or passed)
-    for marker in ("cluster", "learning"):
+    # make test: the cluster tests are make test-cluster's, the learning tests make test-learning's and
+    # the end-to-end ones make test-e2e's, deselected here (reported as deselected, never as skipped or passed)
+    for marker in ("cluster", "learning", "e2e"):
         if not config.getoption(f"--{marker}"):
             deselected = [item for item in items if item.get_closest_marker(marker)]
             items[:] = [item for item in items if not item.get_closest_marker(marker)]

@@ -53,6 +53,7 @@ def plant_pickles(folder: pathlib.Path, sentinels: pathlib.Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a killed process and a resumed search: make test-e2e
 def test_a_search_killed_after_its_first_trial_resumes_without_rerunning_it(
     ray_session, tiny_pretrained, tmp_path, monkeypatch
 ):

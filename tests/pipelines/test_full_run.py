@@ -16,6 +16,8 @@ from pipelines.rundir.lease import LEASE_FILE
 
 from .runs import TINY
 
+pytestmark = pytest.mark.e2e  # minutes of real job submissions: make test-e2e
+
 STAGE_NAMES = ["vocab", "data", "pretrain", "finetune", "report"]
 OUTPUTS = [
     "vocab/spiece.model",

@@ -150,6 +150,7 @@ def crash_after(monkeypatch, tmp_path, *steps: int):
     return lambda: [monkeypatch.delenv(name) for name in env]
 
 
+@pytest.mark.e2e  # two minutes of multi-process training: make test-e2e
 def test_two_fsdp_workers_restart_from_a_checkpoint_and_a_killed_run_resumes_on_one(
     prepared, one_worker, tmp_path, monkeypatch, capsys, mlflow_server
 ):
