@@ -18,9 +18,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import BadInput
+from ..finetuning.inference import FamilyInference
 from ..finetuning.tables import FORMATS, file_format
 from .columns import Columns
 
@@ -217,4 +219,37 @@ def own_rows(rows: list[dict[str, Any]], columns: Columns, check: Check) -> Iter
     yield from _tables(((row, None) for row in rows), columns, check)
 
 
-__all__ = ["REASONS", "SCHEMA", "is_utf8", "check_columns", "own_rows", "random_access", "stream_rows"]
+def open_input(filesystem: pafs.FileSystem, path: str, own: bool) -> pa.NativeFile:
+    """One input file opened for `file_rows`: a family's own file as its bytes are stored (read_file
+    decompresses it), a parquet file for random access (its footer is at its end; its row groups are
+    still read one at a time, as Ray Data's own ORC reader does), any other as a stream,
+    decompressed after its suffix (`.gz`)."""
+    if own:
+        return filesystem.open_input_stream(path, compression=None)
+    if random_access(path):
+        return filesystem.open_input_file(path)
+    return filesystem.open_input_stream(path, compression="detect")
+
+
+def file_rows(f: BinaryIO, path: str, columns: Columns, inference: FamilyInference, own: bool) -> Iterator[pa.Table]:
+    """An opened input file's rows: SCHEMA plus `path`, checked by the family's inference (its own
+    format read whole by its read_file, a table streamed)."""
+    if own:
+        tables = own_rows(inference.read_file(path, f.read()) or [], columns, inference.check_row)
+    else:
+        tables = stream_rows(f, path, columns, inference.check_row)
+    for table in tables:
+        yield table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
+
+
+__all__ = [
+    "REASONS",
+    "SCHEMA",
+    "check_columns",
+    "file_rows",
+    "is_utf8",
+    "open_input",
+    "own_rows",
+    "random_access",
+    "stream_rows",
+]

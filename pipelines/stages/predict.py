@@ -20,27 +20,28 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as pads
-import ray
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import torch
-from ray.data.datasource import FileBasedDatasource
 
-from ..config import Config
+from ..config import Config, PredictSection
 from ..finetuning.families import FAMILIES
 from ..finetuning.inference import FamilyInference
 from ..inference.columns import Columns, table_columns
 from ..inference.predictor import Predictor, family_of, inference_of, use_of_files
-from ..inference.reading import own_rows, random_access, stream_rows
-from ..inference.table_files import input_tables
+from ..inference.reading import file_rows, open_input
+from ..inference.table_files import InputTables, input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
 from ..storage import arrow_filesystem, join, key_relpath, write_text
 from ..storage.models import applied_length, materialize, read_model_files
-from .ray_runtime import init_ray
 
 log = logging.getLogger(__name__)
 
 PREDICTIONS = "predictions"
 MAX_EXAMPLES = 20
+READ_BLOCK = 1024
+"""Rows a replica takes at once (sorted by length within, to limit padding)."""
 
 
 def predict_model(config: Config) -> str:
@@ -59,41 +60,14 @@ def sequence_length(config: Config, model_config: dict[str, Any], model: str) ->
     return applied_length(model_config, config.predict.max_seq_length, "predict.max_seq_length", model, fallback)
 
 
-class TableRows(FileBasedDatasource):
-    """The files of predict.input as rows of reading.SCHEMA plus `path`, checked by `family`'s
-    inference; `own`: the files it reads itself (table_files.InputTables.own), the others tables."""
-
-    def __init__(self, paths: list[str], columns: Columns, family: str, own: list[str], **kwargs: Any):
-        super().__init__(paths, **kwargs)
-        self.columns = columns
-        self.family = family
-        self.own = set(own)
-
-    def _open_input_source(self, filesystem: pa.fs.FileSystem, path: str, **open_args: Any) -> pa.NativeFile:
-        if path in self.own:  # read_file takes the bytes as stored
-            return filesystem.open_input_stream(path, compression=None)
-        # parquet's footer is at its end: a random-access file, as Ray Data's own ORC reader opens
-        # one (its row groups are still read one at a time)
-        if random_access(path):
-            return filesystem.open_input_file(path)
-        return super()._open_input_source(filesystem, path, **open_args)
-
-    def _read_stream(self, f: pa.NativeFile, path: str):
-        inference = FAMILIES[self.family].load_inference()
-        if path in self.own:
-            tables = own_rows(inference.read_file(path, f.read()) or [], self.columns, inference.check_row)
-        else:
-            tables = stream_rows(f, path, self.columns, inference.check_row)
-        for table in tables:
-            yield table.append_column("path", pa.array([path] * table.num_rows, pa.string()))
-
-
 class PredictRows:
     """A Ray Data actor holding the model: a block of rows in, their predictions out."""
 
-    def __init__(self, files: dict[str, bytes], max_seq_length: int, batch_size: int, root: str, cpus: float):
+    def __init__(
+        self, files: dict[str, bytes], max_seq_length: int, batch_size: int, root: str, cpus: float, work: str = ""
+    ):
         torch.set_num_threads(max(1, int(cpus)))
-        self.work = tempfile.mkdtemp(prefix="albert-predict-")
+        self.work = work or tempfile.mkdtemp(prefix="albert-predict-")
         self.predictor = Predictor.load(materialize(files, self.work), max_seq_length, batch_size)
         self.root = root
 
@@ -128,6 +102,80 @@ class PredictRows:
         )
 
 
+def output_schema(inference: FamilyInference) -> pa.Schema:
+    """The predictions' columns: `id`, the family's outputs, the gold `label` and `rejected`."""
+    outputs = [pa.field(name, kind) for name, kind in inference.output.items()]
+    return pa.schema([pa.field("id", pa.string()), *outputs, ("label", pa.string()), ("rejected", pa.string())])
+
+
+def predict_here(
+    tables: InputTables,
+    columns: Columns,
+    family: str,
+    files: dict[str, bytes],
+    length: int,
+    batch_size: int,
+    out_fs: pafs.FileSystem,
+    out: str,
+) -> None:
+    """A small input predicted in this process: its files read one after another as Ray Data's read
+    tasks read them, blocks of READ_BLOCK rows predicted as PredictRows predicts them, one parquet
+    file written. No Ray: starting or joining a cluster and its actors costs more than such rows."""
+    inference = FAMILIES[family].load_inference()
+    with tempfile.TemporaryDirectory(prefix="albert-predict-") as work:
+        actor = PredictRows(files, length, batch_size, tables.root, torch.get_num_threads(), work)
+        out_fs.create_dir(out)
+        with pq.ParquetWriter(f"{out}/rows.parquet", output_schema(inference), filesystem=out_fs) as writer:
+            for path in tables.files:
+                own = path in tables.own
+                with open_input(tables.filesystem, path, own) as f:
+                    for table in file_rows(f, path, columns, inference, own):
+                        for block in table.to_batches(max_chunksize=READ_BLOCK):
+                            writer.write_table(actor(pa.Table.from_batches([block])))
+
+
+def predict_on_ray(
+    tables: InputTables,
+    columns: Columns,
+    family: str,
+    files: dict[str, bytes],
+    length: int,
+    pc: PredictSection,
+    out_fs: pafs.FileSystem,
+    out: str,
+) -> int:
+    """The input streamed through Ray Data (read tasks, an actor pool holding the model, parquet
+    written by the write tasks); returns the number of model replicas."""
+    import ray
+
+    from ..inference.datasource import TableRows
+    from .ray_runtime import init_ray
+
+    init_ray()
+    cluster = ray.cluster_resources()
+    gpus = int(cluster.get("GPU", 0))
+    workers = pc.workers or (gpus or max(1, int(cluster.get("CPU", 1)) - 1))
+    cpus = 1.0 if gpus else 0.5  # fractional: Ray Data's read tasks need a CPU beside the replicas
+    source = TableRows(tables.files, columns, family, tables.own, filesystem=tables.filesystem)
+    predicted = ray.data.read_datasource(source).map_batches(
+        PredictRows,
+        fn_constructor_kwargs={
+            "files": files,
+            "max_seq_length": length,
+            "batch_size": pc.batch_size,
+            "root": tables.root,
+            "cpus": cpus,
+        },
+        batch_format="pyarrow",
+        batch_size=READ_BLOCK,
+        compute=ray.data.ActorPoolStrategy(size=workers),
+        num_cpus=cpus,
+        num_gpus=1 if gpus else 0,
+    )
+    predicted.write_parquet(out, filesystem=out_fs)
+    return workers
+
+
 def output_rows(written: pads.Dataset, inference: FamilyInference, scored: bool = False) -> list[dict[str, Any]]:
     """The written rows (id, the family's output columns, label, rejected); `scored`: only the
     predicted rows with a gold label."""
@@ -148,30 +196,18 @@ def build_predict(run: StageRun) -> dict:
     tables = input_tables(pc.input, columns, inference)
     length = sequence_length(config, model_config, model)
     use = use_of_files(files, model_config, length, model)
-    init_ray()
-    cluster = ray.cluster_resources()
-    gpus = int(cluster.get("GPU", 0))
-    workers = pc.workers or (gpus or max(1, int(cluster.get("CPU", 1)) - 1))
-    cpus = 1.0 if gpus else 0.5  # fractional: Ray Data's read tasks need a CPU beside the replicas
-    source = TableRows(tables.files, columns, family.name, tables.own, filesystem=tables.filesystem)
-    rows = ray.data.read_datasource(source)
-    predicted = rows.map_batches(
-        PredictRows,
-        fn_constructor_kwargs={
-            "files": files,
-            "max_seq_length": length,
-            "batch_size": pc.batch_size,
-            "root": tables.root,
-            "cpus": cpus,
-        },
-        batch_format="pyarrow",
-        batch_size=1024,
-        compute=ray.data.ActorPoolStrategy(size=workers),
-        num_cpus=cpus,
-        num_gpus=1 if gpus else 0,
-    )
     out_fs, out = arrow_filesystem(run.path(PREDICTIONS))
-    predicted.write_parquet(out, filesystem=out_fs)
+    size = sum(info.size or 0 for info in tables.filesystem.get_file_info(tables.files))
+    if pc.workers is None and size <= pc.in_process_bytes:
+        print(
+            f"predict: {len(tables.files)} file(s), {size:,} bytes: predicted in this process, without Ray "
+            f"(predict.in_process_bytes={pc.in_process_bytes:,})",
+            flush=True,
+        )
+        workers = 0
+        predict_here(tables, columns, family.name, files, length, pc.batch_size, out_fs, out)
+    else:
+        workers = predict_on_ray(tables, columns, family.name, files, length, pc, out_fs, out)
     written = pads.dataset(out, filesystem=out_fs, format="parquet")
     reasons, examples, total = Counter(), [], 0
     for batch in written.to_batches(columns=["id", "rejected"]):

@@ -61,6 +61,7 @@ EXPECTED_SETTINGS = {
     "predict.output": "where a copy goes",
     "predict.batch_size": "batching",
     "predict.workers": "parallelism",
+    "predict.in_process_bytes": "parallelism",
     "tracking.tensorboard": "experiment tracking",
     "tracking.mlflow_uri": "experiment tracking",
     "tracking.mlflow_experiment": "experiment tracking",

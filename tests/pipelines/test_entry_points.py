@@ -352,11 +352,13 @@ def test_a_pickled_pytorch_bin_is_one_line_before_any_trial_or_prediction(
 ):
     """Issue #43: a pytorch_model.bin holding pickled objects other than tensors failed finetune only
     after a trial ran, with a traceback; finetune.pretrained and predict.model are refused in one line
-    on the driver, before Ray starts, and nothing in the file runs."""
+    on the driver, before Ray starts (or a small input is predicted in this process), and nothing in
+    the file runs."""
     from pipelines.stages import finetune, predict
 
-    for stage_module in (finetune, predict):
-        monkeypatch.setattr(stage_module, "init_ray", lambda: pytest.fail("Ray was started"))
+    monkeypatch.setattr(finetune, "init_ray", lambda: pytest.fail("Ray was started"))
+    for work in ("predict_on_ray", "predict_here"):
+        monkeypatch.setattr(predict, work, lambda *args: pytest.fail("rows were predicted"))
     model = pickled_model_dir(tiny_pretrained, tmp_path / "model", tmp_path / "sentinel")
     # a table the search would run on: only the weights stand between it and the trials
     (tmp_path / "train.csv").write_text("text,label\n" + "".join(f"text {i},{'xy'[i % 2]}\n" for i in range(20)))

@@ -197,6 +197,31 @@ def test_a_multi_label_model_over_a_folder_of_tables(family_suite, tmp_path, cap
     for name in ("micro_f1", "macro_f1", "subset_accuracy"):
         assert manifest["metrics"][name] == pytest.approx(best["metrics"][name]), name
 
+    # issue #45: the same small input without predict.workers is predicted in the command's own
+    # process, which never imports Ray, and gives the same rows and manifest
+    script = (
+        "import sys; from pipelines.cli import stage_main; "
+        "status = stage_main('predict', 'predict', sys.argv[1:]); print('ray imported:', 'ray' in sys.modules); "
+        "sys.exit(status)"
+    )
+    here = [f"run_dir={tmp_path}/here", *[o for o in overrides[1:] if not o.startswith("predict.workers")]]
+    process = subprocess.run([sys.executable, "-c", script, *here], capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr
+    assert "without Ray (predict.in_process_bytes=4,194,304)" in process.stdout
+    assert process.stdout.splitlines()[-1] == "ray imported: False"
+    out_here = tmp_path / "here" / "predict"
+    here_rows = predictions(out_here)
+    # the same rows, predictions and reasons; probabilities to float rounding (1 thread there, 2 here)
+    assert {i: {**r, "probabilities": None} for i, r in here_rows.items()} == {
+        i: {**r, "probabilities": None} for i, r in got.items()
+    }
+    for i, row in got.items():
+        np.testing.assert_allclose(here_rows[i]["probabilities"] or [], row["probabilities"] or [], rtol=1e-6)
+    manifest_here = json.loads((out_here / "manifest.json").read_text())
+    assert manifest_here["workers"] == 0 and manifest["workers"] == 1
+    same = ("rows", "rejection_examples", "files", "metrics", "columns", "kind", "label_names", "max_seq_length")
+    assert {k: manifest_here[k] for k in same} == {k: manifest[k] for k in same}
+
 
 @pytest.mark.slow
 def test_a_parquet_file_on_s3(family_suite, s3_endpoint, tmp_path):
