@@ -119,11 +119,18 @@ def load_ours(model: str, batch: int) -> Contender:
 
 
 def utils_qa_answers(
-    rows: list[dict], windows: list[dict], start: np.ndarray, end: np.ndarray, n_best: int, longest: int
+    rows: list[dict],
+    windows: list[dict],
+    start: np.ndarray,
+    end: np.ndarray,
+    n_best: int,
+    longest: int,
+    threshold: float | None,
 ) -> dict[str, str]:
     """transformers' examples/pytorch/question-answering/utils_qa.py `postprocess_qa_predictions`,
-    its loops as written there (version_2_with_negative, null_score_diff_threshold), but ranking a
-    window's own tokens only, as ours does (utils_qa ranks the padding's logits too)."""
+    its loops as written there (version_2_with_negative where `threshold`, the export's recorded
+    null_score_diff_threshold, is not None), but ranking a window's own tokens only, as ours does
+    (utils_qa ranks the padding's logits too)."""
     answers = {}
     by_row: dict[int, list[int]] = {}
     for i, window in enumerate(windows):
@@ -143,7 +150,8 @@ def utils_qa_answers(
                     candidates.append((s_logits[s] + e_logits[e], offsets[s][0], offsets[e][1]))
         texts = [(score, row["context"][a:b]) for score, a, b in sorted(candidates, key=lambda c: -c[0])]
         best = next(((score, text) for score, text in texts if text), (0.0, ""))
-        answers[row["id"]] = "" if min_null is not None and min_null - best[0] > NULL_THRESHOLD else best[1]
+        unanswered = threshold is not None and min_null is not None and min_null - best[0] > threshold
+        answers[row["id"]] = "" if unanswered else best[1]
     return answers
 
 
@@ -191,7 +199,15 @@ def load_transformers(model: str, batch: int, padding: str) -> Contender:
                 width = out.start_logits.shape[1]
                 start[i : i + len(part), :width] = out.start_logits.numpy()
                 end[i : i + len(part), :width] = out.end_logits.numpy()
-        answers = utils_qa_answers(chosen, windows, start, end, settings["n_best_size"], settings["max_answer_length"])
+        answers = utils_qa_answers(
+            chosen,
+            windows,
+            start,
+            end,
+            settings["n_best_size"],
+            settings["max_answer_length"],
+            settings.get("null_threshold"),
+        )
         return answers, [tuple(w["input_ids"]) for w in windows]
 
     return answer

@@ -19,6 +19,7 @@ from typing import Any
 import ray
 import torch
 from ray import serve
+from ray.serve import Application
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -206,6 +207,19 @@ def check_port(options: ServeOptions) -> None:
             raise BadInput(f"--host {options.host} --port {options.port}: cannot listen there ({e.strerror})") from None
 
 
+def endpoint_app(model: str, files: dict[str, bytes], options: ServeOptions, gpus: float) -> Application:
+    """The model's endpoint as a Serve application, its replicas reserving `gpus` each: what
+    start_endpoint runs; apps of several models can share one Serve under names and routes of their own."""
+    deployment = PredictEndpoint.options(
+        num_replicas=options.replicas,
+        # a batch can fill while the one before it runs
+        max_ongoing_requests=2 * options.max_batch_size,
+        ray_actor_options={"num_cpus": options.cpus_per_replica, "num_gpus": gpus},
+    )
+    # the weights go through the object store: bound directly, they would sit in Serve's controller state
+    return deployment.bind(model, options, ray.put(files))
+
+
 def start_endpoint(model: str, files: dict[str, bytes], options: ServeOptions) -> str:
     """Start Serve's HTTP proxy on the head node and the app on it; returns the endpoint's URL. Serve
     must not be running on the cluster already: what this starts, `stop_endpoint` shuts down whole."""
@@ -220,14 +234,7 @@ def start_endpoint(model: str, files: dict[str, bytes], options: ServeOptions) -
     check_port(options)
     serve.start(proxy_location="HeadOnly", http_options={"host": options.host, "port": options.port})
     try:
-        deployment = PredictEndpoint.options(
-            num_replicas=options.replicas,
-            # a batch can fill while the one before it runs
-            max_ongoing_requests=2 * options.max_batch_size,
-            ray_actor_options={"num_cpus": options.cpus_per_replica, "num_gpus": gpus},
-        )
-        # the weights go through the object store: bound directly, they would sit in Serve's controller state
-        serve.run(deployment.bind(model, options, ray.put(files)), name=APP, route_prefix=options.route)
+        serve.run(endpoint_app(model, files, options, gpus), name=APP, route_prefix=options.route)
     except BaseException:
         serve.shutdown()
         raise
@@ -247,6 +254,7 @@ __all__ = [
     "PredictEndpoint",
     "ServeOptions",
     "ServedModel",
+    "endpoint_app",
     "read_model",
     "start_endpoint",
     "stop_endpoint",

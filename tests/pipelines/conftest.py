@@ -69,9 +69,10 @@ def embedded_run(ray_session, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def family_suite(ray_session, tiny_pretrained, tmp_path_factory):
-    """One `albert-ray run --stages finetune,report` of an evaluation suite of three tasks of
-    different families (multi-label, token classification, multiple choice) on the tiny pretrained
-    model: the families' stage tests read their task's folder. Returns (config file, run_dir)."""
+    """One `albert-ray run --stages finetune,report` of an evaluation suite of a task of each of the
+    six families (multi-label, token classification, multiple choice and question answering from
+    family_tasks.py, GLUE's MNLI and STS-B) on the tiny pretrained model: the families' stage tests
+    read their task's folder. Returns (config file, run_dir)."""
     from pipelines.cli.run import main
 
     root = tmp_path_factory.mktemp("suite")

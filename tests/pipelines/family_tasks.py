@@ -1,7 +1,7 @@
-"""Small learnable tasks of three fine-tuning families, written in their real formats, and one
-evaluation suite (finetune.tasks) that searches them and a GLUE task in one `albert-ray run`: the
-families' stage tests read their task's folder of that run instead of each running a search of
-its own."""
+"""Small learnable tasks of four fine-tuning families, written in their real formats, and one
+evaluation suite (finetune.tasks) that searches them and two GLUE tasks in one `albert-ray run`, a
+task of each of the six families: the families' stage tests read their task's folder of that run
+instead of each running a search of its own."""
 
 import csv
 import json
@@ -17,6 +17,11 @@ PEOPLE = ["john", "mary", "ahmed", "li", "sofia"]
 PLACES = [["paris"], ["london"], ["new", "york"], ["rome"]]
 # multiple choice: `The <animal>` -> four endings, the right one its sound
 ANIMALS = {"dog": "barks", "cat": "meows", "cow": "moos", "duck": "quacks"}
+# question answering: `who visited <city> today?` over visits and news; unanswerable where the city
+# is not visited. Every word's first piece is more than SentencePiece's bare `▁`, whose character
+# span transformers' tokenizer reads otherwise (bench/qa_predict_speed.py)
+CITIES = ["london", "paris", "rome", "berlin"]
+NEWS = ["the minister said the vote would take place next week.", "market shares rose as the bank reported profits."]
 
 
 def topics(n: int, seed: int) -> list[dict]:
@@ -53,6 +58,26 @@ def swag(n: int, seed: int) -> str:
     return "".join(rows)
 
 
+def squad(n: int, seed: int) -> dict:
+    """A SQuAD v2.0 file of `n` questions, each on a context of its own of ~60 pieces: two windows
+    of the suite's 64 tokens."""
+    rng = np.random.default_rng(seed)
+    paragraphs = []
+    for i in range(n):
+        people, cities = rng.permutation(PEOPLE)[:3].tolist(), rng.permutation(CITIES).tolist()
+        visits = [f"{person} visited {city} today." for person, city in zip(people, cities)]
+        context = " ".join([visits[0], NEWS[i % 2], *visits[1:], NEWS[1 - i % 2]])
+        asked = cities[i % 4]  # the fourth city is visited by no one
+        answers = []
+        if asked in cities[:3]:
+            person = people[cities.index(asked)]
+            answers = [{"text": person, "answer_start": context.index(f"{person} visited {asked}")}]
+        question = f"who visited {asked} today?"
+        qa = {"id": f"q{i}", "question": question, "answers": answers, "is_impossible": not answers}
+        paragraphs.append({"context": context, "qas": [qa]})
+    return {"version": "v2.0", "data": [{"title": "visits", "paragraphs": paragraphs}]}
+
+
 def swag_rows(path: Path) -> list[dict]:
     """A SWAG file's questions as predict's and serve's multiple-choice rows, with their id (as the
     fine-tuning's predictions.jsonl names them) and gold label."""
@@ -74,8 +99,8 @@ GLUE = Path(__file__).parent.parent / "data" / "glue"
 
 
 def write_suite(folder: Path, pretrained: str, run_dir: str) -> Path:
-    """The three tasks' files (each with a row its reader rejects) and a config naming them, and
-    GLUE's MNLI by name, as an evaluation suite: the multi-label task also scored on a further file
+    """The four tasks' files (the first three each with a row its reader rejects) and a config naming
+    them, and GLUE's MNLI and STS-B by name, as an evaluation suite: the multi-label task also scored on a further file
     (finetune.extra_eval_paths, as MNLI's mismatched set), the token-classification one with a
     repeat of its best configuration (tune.repeats), the multiple-choice one with the
     no-pretraining arm (finetune.compare_random). Returns the config file."""
@@ -89,6 +114,8 @@ def write_suite(folder: Path, pretrained: str, run_dir: str) -> Path:
     (folder / "dev.conll").write_text(conll(15, 1))
     (folder / "swag_train.csv").write_text(swag(40, 0) + "bad,0,x,ctx,The cat,gold,a,b,c,d,7\n")
     (folder / "swag_val.csv").write_text(swag(12, 1))
+    (folder / "squad_train.json").write_text(json.dumps(squad(60, 0)))
+    (folder / "squad_dev.json").write_text(json.dumps(squad(12, 1)))
 
     def space(batch_size: int, epochs: int) -> dict:
         return {"space": {"finetune.lr": 0.001, "finetune.batch_size": batch_size, "finetune.epochs": epochs}}
@@ -129,7 +156,20 @@ def write_suite(folder: Path, pretrained: str, run_dir: str) -> Path:
                     },
                     "tune": space(8, 1),
                 },
-                "mnli": {"finetune": {"max_seq_length": 32}, "tune": space(4, 1)},  # GLUE's files, by name
+                # GLUE's files, by name
+                "mnli": {"finetune": {"max_seq_length": 32}, "tune": space(4, 1)},
+                "stsb": {"finetune": {"max_seq_length": 32}, "tune": space(4, 1)},
+                "visits": {
+                    "finetune": {
+                        "task": "question_answering",
+                        "train_path": str(folder / "squad_train.json"),
+                        "eval_path": str(folder / "squad_dev.json"),
+                        "max_seq_length": 64,
+                        "max_query_length": 16,
+                        "doc_stride": 24,
+                    },
+                    "tune": space(16, 2),
+                },
             },
             "glue_dir": str(GLUE),
         },

@@ -1,5 +1,5 @@
-"""An evaluation suite (finetune.tasks) in one `albert-ray run`: three families and a GLUE task by
-name, each searched and exported under finetune/<task>/, one table in report.md, and each task its
+"""An evaluation suite (finetune.tasks) in one `albert-ray run`: four families and two GLUE tasks by
+name (the six families), each searched and exported under finetune/<task>/, one table in report.md, and each task its
 own unit of caching: changing one task's settings reruns only that task. The suite's run is the
 `family_suite` fixture (tests/pipelines/conftest.py), which the families' own stage tests read too."""
 
@@ -14,7 +14,7 @@ from pipelines.cli.run import main
 from pipelines.config import load_config, task_configs
 from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
 
-TASKS = ["topics", "entities", "endings", "mnli"]
+TASKS = ["topics", "entities", "endings", "mnli", "stsb", "visits"]
 
 
 def report_table(report: str) -> list[dict[str, str]]:
@@ -34,11 +34,20 @@ def test_the_suite_exports_every_task_and_reports_one_table(family_suite):
     assert sorted(manifest["tasks"]) == sorted(TASKS)
     rows = report_table((run_dir / "report" / "report.md").read_text())
     assert [r["task"] for r in rows] == TASKS
-    families = ["multi_label", "token_classification", "multiple_choice", "classification"]
+    families = [
+        "multi_label",
+        "token_classification",
+        "multiple_choice",
+        "classification",
+        "regression",
+        "question_answering",
+    ]
     assert [r["family"] for r in rows] == families
     for row, name in zip(rows, TASKS):
         best = json.loads((run_dir / "finetune" / name / "best.json").read_text())
-        assert row["metric"] == best["metric"] and float(row["best"]) == pytest.approx(best["value"], abs=5e-4)
+        # the cell holds 4 significant digits (report/markdown.fmt): SQuAD's and conlleval's F1 are percents
+        shown = pytest.approx(best["value"], rel=5e-4, abs=5e-4)
+        assert row["metric"] == best["metric"] and float(row["best"]) == shown
         assert (run_dir / "finetune" / name / "best" / "config.json").exists()
         task = json.loads((run_dir / "finetune" / name / "task.json").read_text())
         assert task["fingerprint"] == stage_fingerprint(task_configs(config)[name], "finetune")
@@ -106,10 +115,10 @@ def test_changing_one_task_reruns_only_that_task(family_suite, tmp_path, capsys)
     before = {name: json.loads((copy / "finetune" / name / "best.json").read_text()) for name in TASKS}
 
     assert main(["--config", str(changed), "--stages", "finetune,report", "--dry-run"]) == 0
-    assert "redoes topics; carries over entities, endings, mnli" in capsys.readouterr().out
+    assert "redoes topics; carries over entities, endings, mnli, stsb, visits" in capsys.readouterr().out
     assert main(["--config", str(changed), "--stages", "finetune,report"]) == 0
     after = {name: json.loads((copy / "finetune" / name / "best.json").read_text()) for name in TASKS}
-    for name in ("entities", "endings", "mnli"):  # carried over: the same trials, the same model
+    for name in TASKS[1:]:  # carried over: the same trials, the same model
         assert after[name] == before[name]
         assert (copy / "finetune" / name / "best" / "model.safetensors").read_bytes() == (
             run_dir / "finetune" / name / "best" / "model.safetensors"

@@ -16,6 +16,7 @@ from pipelines.storage.models import RECORD, read_usage
 PAIR = ("The minister said the vote would take place next week.", "Shares rose after the bank reported profits.")
 HEADS = {
     "classification": "AutoModelForSequenceClassification",
+    "regression": "AutoModelForSequenceClassification",
     "multi_label": "AutoModelForSequenceClassification",
     "token_classification": "AutoModelForTokenClassification",
     "multiple_choice": "AutoModelForMultipleChoice",
@@ -25,7 +26,7 @@ SETTINGS = {"token_classification": {"tag_scheme": "IOB2", "word_start": "first_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("export", ["topics", "entities", "endings", "endings/random", "mnli"])
+@pytest.mark.parametrize("export", ["topics", "entities", "endings", "endings/random", "mnli", "stsb"])
 def test_an_export_loads_in_plain_transformers_and_records_its_fine_tuning(family_suite, export):
     _, run_dir = family_suite
     folder = run_dir / "finetune" / export / "best"

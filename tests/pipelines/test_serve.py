@@ -7,8 +7,8 @@ same texts, texts from concurrent callers share batches, malformed requests are 
 field and leave the replica serving (the request checks themselves: inference/test_request.py), a
 body over the limit is a 413 before it is read whole (from its Content-Length, or as it streams),
 GET describes the model, and Ctrl-C shuts Serve down and frees the port. The command's errors known
-before anything starts are one line and exit status 2. The suite's multiple-choice model, served,
-answers as its fine-tuning predicted."""
+before anything starts are one line and exit status 2. Each family's model, served, answers as its
+fine-tuning predicted: test_family_paths.py."""
 
 import http.client
 import json
@@ -32,7 +32,7 @@ from pipelines.inference.predictor import Predictor
 from tests.conftest import VOCAB_SIZE, free_port
 from tests.pickled_weights import pickled_model_dir
 
-from .family_tasks import GLUE, swag_rows
+from .family_tasks import GLUE
 
 LABELS = ["business", "politics", "sport"]
 MNLI = ["contradiction", "entailment", "neutral"]
@@ -234,45 +234,6 @@ def transformers_probabilities(model: str, pairs: list[tuple[str, str]], length:
     )
     with torch.no_grad():
         return torch.softmax(theirs(**batch).logits, -1).numpy()
-
-
-@pytest.mark.slow
-def test_a_multiple_choice_model_serves_its_fine_tuning_predictions(family_suite):
-    """The suite's multiple-choice export behind serve: a question, an optional context and its
-    choices in, the index of the right one out, as the finetune stage's predictions.jsonl says it
-    for the same questions; a row of another number of choices shares a batch with them."""
-    from pipelines.stages.serve import ServeOptions, read_model, start_endpoint, stop_endpoint
-
-    config_file, run_dir = family_suite
-    model = str(run_dir / "finetune" / "endings" / "best")
-    served = read_model(model, None)
-    assert (served.kind, served.fields, served.max_seq_length) == (
-        "multiple_choice",
-        ("question", "context", "choices"),
-        24,
-    )
-    rows = swag_rows(config_file.parent / "swag_val.csv")
-    searched = {
-        p["id"]: p["prediction"]
-        for p in map(json.loads, (run_dir / "finetune" / "endings" / "predictions.jsonl").read_text().splitlines())
-    }
-    options = ServeOptions(port=free_port(), max_seq_length=served.max_seq_length, batch_wait_ms=100)
-    url = start_endpoint(model, served.files, options)
-    try:
-        questions = [{k: r[k] for k in ("question", "context", "choices")} for r in rows]
-        status, answers = call(url, {"inputs": [*questions, {"question": "The dog", "choices": ["barks.", "moos."]}]})
-        assert status == 200 and len(answers) == len(rows) + 1
-        assert {r["id"]: a["prediction"] for r, a in zip(rows, answers)} == searched
-        assert all(len(a["probabilities"]) == 4 and a["labels"] is None for a in answers[:-1])
-        assert len(answers[-1]["probabilities"]) == 2
-        status, answer = call(url, questions[0])
-        assert status == 200 and answer["prediction"] == searched[rows[0]["id"]]
-        status, answer = call(url, {"inputs": [questions[0], {**questions[1], "choices": ["only one"]}]})
-        assert (status, answer) == (400, {"error": "inputs[1].choices: too_few_choices"})
-        status, info = call(url)
-        assert (info["kind"], info["fields"], info["required"]) == ("multiple_choice", list(served.fields), ["choices"])
-    finally:
-        stop_endpoint()
 
 
 def test_a_row_only_encoding_finds_unusable_is_a_400_naming_it():

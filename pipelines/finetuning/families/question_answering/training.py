@@ -6,13 +6,15 @@ question's windows (postprocess.py) and the official script's exact and F1 (metr
 
 For SQuAD v2.0 (a file that says so, or any unanswerable question) the no-answer threshold is the
 one with the best F1 on the eval set (the official script's `best_f1_thresh`), chosen at every
-evaluation and recorded as `null_threshold`; `predictions.json` answers "" where a question's
-null odds exceed it, so its exact and F1 are the reported ones."""
+evaluation and recorded as `null_threshold`, moved off the eval question's odds it equals
+(clear_threshold); `predictions.json` answers "" where a question's null odds exceed it, so its
+exact and F1 are the reported ones."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +80,17 @@ def split_by_context(examples: Sequence[QAExample], fraction: float, seed: int) 
 def sample_questions(examples: Sequence[QAExample], k: int, seed: int) -> list[int]:
     """The indices, in order, of a seeded subsample of `k` questions."""
     return sorted(sorted(range(len(examples)), key=lambda i: seeded_hash(seed, "sample", examples[i].id))[:k])
+
+
+def clear_threshold(threshold: float, odds: Collection[float]) -> float:
+    """The official script's threshold is a question's own null odds, which that question's answer
+    then turns on by the last bits of its logits (onnxruntime's, or transformers' float32 sums, round
+    otherwise): moved halfway to the next odds above it (one logit up where none is), it answers the
+    same eval questions, clear of each."""
+    if threshold not in odds:
+        return threshold
+    above = [o for o in odds if threshold < o < math.inf]
+    return (threshold + min(above)) / 2 if above else threshold + 1.0
 
 
 class QuestionAnsweringFamily:
@@ -163,7 +176,7 @@ class QuestionAnsweringFamily:
         threshold = None  # SQuAD v1.1: every question is answered
         if ref.version_2:
             searched = squad_scores(ref.golds, answers, na_probs=predicted.null_odds)
-            threshold = float(searched["best_f1_thresh"])
+            threshold = clear_threshold(float(searched["best_f1_thresh"]), predicted.null_odds.values())
             answers = {q: "" if predicted.null_odds[q] > threshold else a for q, a in answers.items()}
             metrics["null_threshold"] = threshold
             files["null_odds.json"] = json.dumps(predicted.null_odds, indent=1, sort_keys=True) + "\n"

@@ -1,0 +1,157 @@
+"""Issue #44's parity: for each of the six families, the model the suite fine-tuned (`family_suite`)
+gives the same prediction of every eval row on each path that applies it: the finetune stage's
+predictions file, `albert-ray predict` (run_predict) over the same rows, `albert-ray serve` over
+HTTP (the product's PredictEndpoint, the six models as six applications of one Serve), onnxruntime
+on the product's ONNX export, and plain transformers (tests/pipelines/family_paths.py): the same
+answer text (QA), the same tags (NER), else the same label and probabilities within 1e-4. And
+predict's metrics, recomputed from its output with the official semantics (SQuAD v2.0's evaluate,
+conlleval, GLUE's and the families' metrics), equal the finetune stage's on the same rows. Served
+multiple choice also answers questions of other numbers of choices, and names a bad one."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.config import load_config
+from pipelines.finetuning.families import FAMILIES
+from pipelines.inference.predictor import Predictor
+from tests.conftest import free_port
+
+from .family_paths import (
+    CUT,
+    TASKS,
+    call,
+    eval_rows,
+    finetune_predictions,
+    onnx_predictions,
+    predict_input,
+    served_predictions,
+    transformers_predictions,
+)
+from .family_tasks import swag_rows
+
+pytestmark = pytest.mark.slow
+
+ANSWER = {"question_answering": "answer", "token_classification": "tags"}
+"""The output each family's paths must agree on; the others: prediction and probabilities."""
+
+
+@pytest.fixture(scope="module")
+def served(family_suite):
+    """One Serve on a free port with each family's best/ as an application of its own at /<family>,
+    each replica on a quarter CPU (the session's Ray has four, and predict needs some); its base URL."""
+    from ray import serve
+    from ray.serve import RunTarget
+
+    from pipelines.stages.serve import ServeOptions, endpoint_app, read_model
+
+    _, run_dir = family_suite
+    port = free_port()
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+    try:
+        targets = []
+        for family, task in TASKS.items():
+            model = str(run_dir / "finetune" / task / "best")
+            options = ServeOptions(port=port, route=f"/{family}", cpus_per_replica=0.25)
+            app = endpoint_app(model, read_model(model, None).files, options, gpus=0.0)
+            targets.append(RunTarget(app, name=family, route_prefix=options.route))
+        serve.run_many(targets)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+
+
+def run_predict_on(family: str, model: Path, inputs: Path, rows: list[dict], scratch: Path) -> tuple[dict, dict]:
+    """predict's output row of each eval row by id, and its manifest."""
+    from pipelines.stages.predict import run_predict
+
+    path, columns = predict_input(family, inputs, rows, scratch)
+    overrides = [f"run_dir={scratch}/run", f"predict.model={model}", f"predict.input={path}", "predict.workers=1"]
+    out = Path(run_predict(load_config(overrides=[*overrides, *columns])))
+    table = pq.read_table(out / "predictions").to_pylist()
+    return {str(row["id"]): row for row in table}, json.loads((out / "manifest.json").read_text())
+
+
+def assert_same(family: str, expected: dict, got: dict, where: str) -> None:
+    if family in ANSWER:
+        assert got[ANSWER[family]] == expected[ANSWER[family]], where
+        return
+    if family == "regression":
+        assert got["prediction"] == pytest.approx(expected["prediction"], abs=1e-4), where
+        assert got["probabilities"] is None, where
+        return
+    assert got["prediction"] == expected["prediction"], where
+    np.testing.assert_allclose(got["probabilities"], expected["probabilities"], atol=1e-4, err_msg=where)
+
+
+@pytest.mark.parametrize("family", list(TASKS))
+def test_every_path_gives_the_fine_tuning_predictions_and_its_metric(family, family_suite, served, tmp_path):
+    config_file, run_dir = family_suite
+    task = run_dir / "finetune" / TASKS[family]
+    model, inputs = task / "best", config_file.parent
+    rows = eval_rows(family, inputs)
+    ids = [row["id"] for row in rows]
+    assert len(set(ids)) == len(rows) > 1
+
+    # predict is the reference: every eval row predicted under its id, none rejected
+    predicted, manifest = run_predict_on(family, model, inputs, rows, tmp_path)
+    assert manifest["kind"] == family and sorted(predicted) == sorted(ids)
+    assert all(predicted[i]["rejected"] is None for i in ids)
+    searched = finetune_predictions(family, task)
+    assert sorted(searched) == sorted(ids)
+    key = ANSWER.get(family, "prediction")
+    for i in ids:  # predictions files keep no probabilities; a regression's number, at full precision
+        same = searched[i] == (
+            pytest.approx(predicted[i][key], abs=1e-4) if family == "regression" else predicted[i][key]
+        )
+        assert same, (i, searched[i], predicted[i][key])
+
+    fields = FAMILIES[family].load_inference().fields
+    status, info = call(f"{served}/{family}")
+    assert (status, info["kind"], info["fields"]) == (200, family, list(fields))
+    paths = {
+        "serve": served_predictions(f"{served}/{family}", fields, rows),
+        "onnxruntime": onnx_predictions(model, rows, tmp_path),
+        "transformers": transformers_predictions(family, model, rows),
+    }
+    for name, answers in paths.items():
+        assert len(answers) == len(rows), name
+        for row, answer in zip(rows, answers):
+            if answer != CUT:
+                assert_same(family, predicted[row["id"]], answer, f"{name}: {row['id']}")
+    cut = [row["id"] for row, answer in zip(rows, paths["transformers"]) if answer == CUT]
+    if family == "token_classification":  # those plain transformers would cut are those the family windows
+        owners = Predictor.load(str(model), device="cpu").encode(rows).owners
+        assert cut == [row["id"] for i, row in enumerate(rows) if owners.count(i) > 1] and len(cut) < len(rows) / 2
+    assert family == "token_classification" or not cut
+
+    # the metric predict recomputes from its output equals the one the finetune stage reported
+    best = json.loads((task / "best.json").read_text())
+    metrics = manifest["metrics"]
+    assert metrics["rows"] == len(rows) and metrics[best["metric"]] == pytest.approx(best["value"], abs=1e-6)
+    shared = set(metrics) & set(best["metrics"])
+    assert best["metric"] in shared
+    for name in shared:
+        assert metrics[name] == pytest.approx(best["metrics"][name], abs=1e-5), name
+
+
+def test_a_served_question_of_other_choices_shares_a_batch_and_a_bad_one_is_named(family_suite, served):
+    """Multiple choice over HTTP: a question of two choices in one request with the suite's of four,
+    a single question as one object, a question of one choice a 400 naming it."""
+    config_file, _ = family_suite
+    url = f"{served}/multiple_choice"
+    questions = [
+        {k: r[k] for k in ("question", "context", "choices")} for r in swag_rows(config_file.parent / "swag_val.csv")
+    ]
+    status, answers = call(url, {"inputs": [*questions[:3], {"question": "The dog", "choices": ["barks.", "moos."]}]})
+    assert status == 200 and [len(a["probabilities"]) for a in answers] == [4, 4, 4, 2]
+    assert all(a["labels"] is None for a in answers)
+    status, answer = call(url, questions[0])
+    assert status == 200 and answer["prediction"] == answers[0]["prediction"]
+    status, answer = call(url, {"inputs": [questions[0], {**questions[1], "choices": ["only one"]}]})
+    assert (status, answer) == (400, {"error": "inputs[1].choices: too_few_choices"})
+    status, info = call(url)
+    assert (info["max_seq_length"], info["required"]) == (24, ["choices"])
