@@ -13,7 +13,7 @@ UV_SOURCES = $(shell $(PYTHON) .ci/pip_sources.py)
 PYTEST_TIMEOUT ?= 900
 SUITE_TIMEOUT ?= 3600
 
-.PHONY: setup test test-e2e test-cluster test-learning test-fast lint format bench gpu-suite lock config-doc run stop clean
+.PHONY: setup test test-e2e test-bench test-cluster test-learning test-fast lint format bench gpu-suite lock config-doc run stop clean
 
 setup: $(STAMP)
 
@@ -63,6 +63,13 @@ test-learning: setup
 test-e2e: setup
 	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --e2e -m e2e --timeout=$(PYTEST_TIMEOUT) \
 		--timeout-method=thread tests/pipelines $(PYTEST_ARGS)
+
+# The benchmark scripts' smoke runs (tests/bench/: each bench runs both sides on a tiny size and
+# they agree; the figures are the scripts' own, in docs/BENCHMARKS.md). About 2 minutes; .ci/run
+# runs it after `test-e2e`.
+test-bench: setup
+	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --bench -m bench --timeout=$(PYTEST_TIMEOUT) \
+		--timeout-method=thread tests/bench $(PYTEST_ARGS)
 
 # Pure tests only: no Ray session, nothing slow (under a minute).
 test-fast: setup lint

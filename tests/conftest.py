@@ -46,6 +46,9 @@ def pytest_addoption(parser):
         "--learning", action="store_true", help="also collect the recipes' learning tests (make test-learning)"
     )
     parser.addoption(
+        "--bench", action="store_true", help="also collect the benchmark scripts' smoke runs (make test-bench)"
+    )
+    parser.addoption(
         "--e2e", action="store_true", help="also collect the job and kill-and-resume tests (make test-e2e)"
     )
     parser.addoption(
@@ -93,9 +96,13 @@ def parallel_group(item) -> str:
 
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs CUDA (gpu marker); skipped, not passed")
-    # make test: the cluster tests are make test-cluster's, the learning tests make test-learning's and
-    # the end-to-end ones make test-e2e's, deselected here (reported as deselected, never as skipped or passed)
-    for marker in ("cluster", "learning", "e2e"):
+    # make test: the cluster tests are make test-cluster's, the learning tests make test-learning's, the
+    # end-to-end ones make test-e2e's and the benches' smoke runs (tests/bench/) make test-bench's,
+    # deselected here (reported as deselected, never as skipped or passed)
+    for item in items:
+        if item.nodeid.startswith("tests/bench/"):
+            item.add_marker(pytest.mark.bench)
+    for marker in ("cluster", "learning", "e2e", "bench"):
         if not config.getoption(f"--{marker}"):
             deselected = [item for item in items if item.get_closest_marker(marker)]
             items[:] = [item for item in items if not item.get_closest_marker(marker)]

@@ -148,7 +148,7 @@ def predict_on_ray(
     written by the write tasks); returns the number of model replicas."""
     import ray
 
-    from ..inference.datasource import TableRows
+    from .predict_source import TableRows
     from .ray_runtime import init_ray
 
     init_ray()

@@ -31,6 +31,19 @@ from .ray_runtime import gpu_capacity
 
 log = logging.getLogger(__name__)
 
+
+class OwnServeNote(logging.Filter):
+    """Drops Serve's 'Connecting to existing Serve app ... New http_options/controller_options will
+    not be applied' INFO line: serve.run logs it on connecting to the Serve that start_endpoint has
+    just started with the command's HTTP options (Serve applies them only at its first start,
+    ray-project/ray#17577), so it is about our own Serve, right after it started, and nothing to act on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Connecting to existing Serve app")
+
+
+OWN_SERVE_NOTE = OwnServeNote()
+
 APP = "albert-ray"
 """The Serve application's name."""
 MAX_BODY_BYTES = 1 << 20
@@ -233,6 +246,7 @@ def start_endpoint(model: str, files: dict[str, bytes], options: ServeOptions) -
     gpus = replica_gpus(options)
     check_port(options)
     serve.start(proxy_location="HeadOnly", http_options={"host": options.host, "port": options.port})
+    logging.getLogger("ray.serve").addFilter(OWN_SERVE_NOTE)
     try:
         serve.run(endpoint_app(model, files, options, gpus), name=APP, route_prefix=options.route)
     except BaseException:

@@ -12,6 +12,7 @@ fine-tuning predicted: test_family_paths.py."""
 
 import http.client
 import json
+import logging
 import socket
 import time
 import urllib.error
@@ -209,6 +210,7 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, mon
         raise KeyboardInterrupt
 
     monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
+    serve_log = RecordsOf("ray.serve")
     # a long batch wait, so that callers arriving together surely share a batch; no --max-seq-length
     argv = ["--port", str(port), "--max-batch-size", "8", "--batch-wait-ms", "300"]
     try:
@@ -217,10 +219,29 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, mon
         out = capsys.readouterr().out
         assert out.startswith(f"serving {model} (classification: {', '.join(MNLI)}; 32 tokens) at {url}\n")
         assert f"curl -s {url} -H 'Content-Type: application/json'" in out and out.endswith("stopped\n")
+        # issue #45: Serve's note on connecting to the Serve the command itself started is not in the log
+        assert not [m for m in serve_log.messages if m.startswith("Connecting to existing Serve app")]
         assert serve.status().applications == {}
         assert refuses_connections(port)
     finally:
+        serve_log.close()
         serve.shutdown()  # a no-op when the command shut down; the session's Ray serves the other tests
+
+
+class RecordsOf(logging.Handler):
+    """The messages a logger passes to its handlers (after its filters), until closed."""
+
+    def __init__(self, name: str):
+        super().__init__(logging.DEBUG)
+        self.logger, self.messages = logging.getLogger(name), []
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def close(self) -> None:
+        self.logger.removeHandler(self)
+        super().close()
 
 
 def transformers_probabilities(model: str, pairs: list[tuple[str, str]], length: int) -> np.ndarray:

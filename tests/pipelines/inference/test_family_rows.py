@@ -32,7 +32,7 @@ class GzippedLines:
 
 
 def test_a_familys_own_files_are_read_by_it_as_stored_and_the_others_as_tables(tmp_path, monkeypatch):
-    from pipelines.inference.datasource import TableRows
+    from pipelines.stages.predict_source import TableRows
 
     monkeypatch.setitem(FAMILIES, "lines", SimpleNamespace(load_inference=GzippedLines))
     (tmp_path / "a.lines.gz").write_bytes(gzip.compress(b"one\n \ntwo\n"))

@@ -11,8 +11,8 @@ import pyarrow as pa
 from ray.data.datasource import FileBasedDatasource
 
 from ..finetuning.families import FAMILIES
-from .columns import Columns
-from .reading import file_rows, open_input, random_access
+from ..inference.columns import Columns
+from ..inference.reading import file_rows, open_input, random_access
 
 
 class TableRows(FileBasedDatasource):
