@@ -30,6 +30,7 @@ from albert_model import AlbertConfig
 from albert_model.hf import save_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification
 from pipelines.inference.predictor import Predictor
+from pipelines.stages.serve import APP
 from tests.conftest import VOCAB_SIZE, free_port
 from tests.pickled_weights import pickled_model_dir
 
@@ -219,7 +220,9 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, mon
         out = capsys.readouterr().out
         assert out.startswith(f"serving {model} (classification: {', '.join(MNLI)}; 32 tokens) at {url}\n")
         assert f"curl -s {url} -H 'Content-Type: application/json'" in out and out.endswith("stopped\n")
-        # issue #45: Serve's note on connecting to the Serve the command itself started is not in the log
+        # issue #45: Serve's note on connecting to the Serve the command itself started is not in the
+        # log, while Serve's other INFO lines of this process are
+        assert any(m.startswith(f"Application '{APP}' is ready") for m in serve_log.messages), serve_log.messages
         assert not [m for m in serve_log.messages if m.startswith("Connecting to existing Serve app")]
         assert serve.status().applications == {}
         assert refuses_connections(port)
