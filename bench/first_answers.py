@@ -34,8 +34,7 @@ import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
-
-from bench.predict_throughput import default_spiece, make_model
+from predict_throughput import default_spiece, make_model  # bench/ beside this file: sys.path[0] for a script
 
 BIN = Path(sys.executable).parent
 TRANSFORMERS_SCRIPT = """

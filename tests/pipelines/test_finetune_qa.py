@@ -88,6 +88,7 @@ def squad_file(examples, version="v2.0") -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # a second QA fine-tune beside the suite's (make test keeps one a family): make test-e2e
 def test_a_squad_v2_search_writes_the_official_files_and_transformers_loads_the_export(
     ray_session, s3_endpoint, tiny_pretrained, tmp_path, capsys
 ):
