@@ -13,14 +13,9 @@ import transformers
 from pipelines.finetuning.tokenizer import PairTokenizer
 from pipelines.storage.models import RECORD, read_usage
 
+from .family_paths import HEADS
+
 PAIR = ("The minister said the vote would take place next week.", "Shares rose after the bank reported profits.")
-HEADS = {
-    "classification": "AutoModelForSequenceClassification",
-    "regression": "AutoModelForSequenceClassification",
-    "multi_label": "AutoModelForSequenceClassification",
-    "token_classification": "AutoModelForTokenClassification",
-    "multiple_choice": "AutoModelForMultipleChoice",
-}
 SETTINGS = {"token_classification": {"tag_scheme": "IOB2", "word_start": "first_piece"}}
 """The families' recorded post-processing settings; the others record none."""
 
