@@ -283,13 +283,10 @@ def main(argv: list[str] | None = None) -> dict:
 def default_spiece_dir(root: Path) -> str:
     """A folder holding a 1,000-piece SentencePiece model trained on a tenth of the embedded BBC
     News texts (bench/predict_throughput.py's)."""
-    from pipelines.finetuning.tables import bbc_news_examples
-    from pipelines.prep.text import normalize_text
-    from pipelines.stages.vocab import train_sentencepiece
+    from predict_throughput import default_spiece  # bench/ beside this file: sys.path[0] for a script
 
-    lines = [s for t in bbc_news_examples().texts[::10] for s in t.splitlines() if s.strip()]
     (root / "spiece").mkdir()
-    (root / "spiece" / "spiece.model").write_bytes(train_sentencepiece([normalize_text(s) for s in lines], 1000, []))
+    default_spiece(root / "spiece")
     return str(root / "spiece")
 
 

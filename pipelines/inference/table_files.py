@@ -15,7 +15,7 @@ from ..finetuning.inference import FamilyInference
 from ..finetuning.tables import FORMATS, file_format
 from ..storage import arrow_filesystem, join
 from .columns import Columns
-from .reading import check_columns, random_access
+from .reading import check_columns, open_input
 
 CHECK_THREADS = 16
 """Files whose headers are read at once (each a small read; on S3 a request's round trip)."""
@@ -35,6 +35,8 @@ class InputTables:
     skipped: list[str]
     own: list[str] = field(default_factory=list)
     """Of `files`, those the family read as its own format (the others are tables)."""
+    size: int = 0
+    """The files' bytes as stored, in all (from the listing: predict's choice of where to run)."""
 
 
 def own_format(inference: FamilyInference, path: str) -> bool:
@@ -81,18 +83,19 @@ def input_tables(path: str, columns: Columns, inference: FamilyInference) -> Inp
 
     if info.type == pafs.FileType.File:
         _check_format(path, inference)
-        files, skipped = [root], []
+        files, skipped, size = [root], [], info.size or 0
     else:
         root = root.rstrip("/")
         found = fs.get_file_info(pafs.FileSelector(root, recursive=True))
-        files, skipped = [], []
-        for inside in sorted(i.path for i in found if i.type == pafs.FileType.File):
-            rel = inside[len(root) + 1 :]
+        files, skipped, size = [], [], 0
+        for entry in sorted((i for i in found if i.type == pafs.FileType.File), key=lambda i: i.path):
+            inside, rel = entry.path, entry.path[len(root) + 1 :]
             if _is_marker(rel) and not _is_table(rel, inference):
                 skipped.append(rel)
                 continue
             _check_format(shown(inside), inference)
             files.append(inside)
+            size += entry.size or 0
         if not files:
             listed = ", ".join(skipped[:MAX_SKIPPED_SHOWN]) + (", ..." if len(skipped) > MAX_SKIPPED_SHOWN else "")
             raise BadInput(
@@ -104,20 +107,17 @@ def input_tables(path: str, columns: Columns, inference: FamilyInference) -> Inp
     def check(inside: str) -> bool:
         """Whether the file is the family's own format (else a table, checked)."""
         if own_format(inference, inside):
-            with fs.open_input_stream(inside, compression=None) as f:  # as stored: read_file's bytes
+            with open_input(fs, inside, own=True) as f:
                 data = f.read()
             if inference.read_file(shown(inside), data) is not None:
                 return True
-        opened = (
-            fs.open_input_file(inside) if random_access(inside) else fs.open_input_stream(inside, compression="detect")
-        )
-        with opened as f:
+        with open_input(fs, inside, own=False) as f:
             check_columns(f, shown(inside), columns)
         return False
 
     with ThreadPoolExecutor(min(CHECK_THREADS, len(files))) as pool:
         own = list(pool.map(check, files))  # the first failing file's error, in name order
-    return InputTables(fs, root, files, skipped, [f for f, mine in zip(files, own) if mine])
+    return InputTables(fs, root, files, skipped, [f for f, mine in zip(files, own) if mine], size)
 
 
 __all__ = ["InputTables", "input_tables", "own_format"]

@@ -197,10 +197,9 @@ def build_predict(run: StageRun) -> dict:
     length = sequence_length(config, model_config, model)
     use = use_of_files(files, model_config, length, model)
     out_fs, out = arrow_filesystem(run.path(PREDICTIONS))
-    size = sum(info.size or 0 for info in tables.filesystem.get_file_info(tables.files))
-    if pc.workers is None and size <= pc.in_process_bytes:
+    if pc.workers is None and tables.size <= pc.in_process_bytes:
         print(
-            f"predict: {len(tables.files)} file(s), {size:,} bytes: predicted in this process, without Ray "
+            f"predict: {len(tables.files)} file(s), {tables.size:,} bytes: predicted in this process, without Ray "
             f"(predict.in_process_bytes={pc.in_process_bytes:,})",
             flush=True,
         )

@@ -28,10 +28,9 @@ from ....config import FinetuneSection
 from ....errors import BadInput
 from ...inference import Encoded, ModelUse
 from .features import QAExample, RejectedExample, qa_windows
-from .metrics import squad_scores
 from .postprocess import postprocess
 from .reading import squad_questions
-from .training import REPORTED
+from .training import reported
 
 PREDICTIONS_FILE = "predictions.json"
 
@@ -142,9 +141,7 @@ class QuestionAnsweringInference:
                 unusable += 1
                 continue
             golds[str(i)], answers[str(i)] = label, prediction["answer"]
-        scored = squad_scores(golds, answers) if golds else {}
-        reported = {k: float(scored[k]) for k in REPORTED if k in scored}
-        return {"rows": len(golds), "label_not_answers": unusable, **reported}
+        return {"rows": len(golds), "label_not_answers": unusable, **(reported(golds, answers) if golds else {})}
 
     def read_file(self, path: str, data: bytes) -> list[dict[str, Any]] | None:
         """A SQuAD v1.1/v2.0 .json file's questions: rows of id, question, context and, where the file

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,12 @@ from .reading import QAReadResult, golds_of, read_qa_file
 DEMO = f"{BBC_NEWS} (cloze questions)"
 """The embedded task's source name: demo.py's questions from the BBC News articles (seed 0)."""
 REPORTED = ("exact", "f1", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1")
+
+
+def reported(golds: Mapping[str, Sequence[str]], answers: Mapping[str, str]) -> dict[str, float]:
+    """The official script's scores the family reports (REPORTED, those that apply) of `answers`."""
+    scored = squad_scores(golds, answers)
+    return {k: float(scored[k]) for k in REPORTED if k in scored}
 
 
 @dataclass(frozen=True)
@@ -180,8 +186,7 @@ class QuestionAnsweringFamily:
             answers = {q: "" if predicted.null_odds[q] > threshold else a for q, a in answers.items()}
             metrics["null_threshold"] = threshold
             files["null_odds.json"] = json.dumps(predicted.null_odds, indent=1, sort_keys=True) + "\n"
-        scored = squad_scores(ref.golds, answers)
-        metrics.update({k: float(scored[k]) for k in REPORTED if k in scored})
+        metrics.update(reported(ref.golds, answers))
         files["predictions.json"] = json.dumps(answers, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
         usage = {
             "max_query_length": cfg.max_query_length,
@@ -194,8 +199,7 @@ class QuestionAnsweringFamily:
 
     def baseline(self, cfg: FinetuneSection, task: EncodedTask) -> Baseline:
         ref: QAReference = task.reference
-        scored = squad_scores(ref.golds, dict.fromkeys(ref.golds, ""))
-        metrics = {k: float(scored[k]) for k in REPORTED if k in scored}
+        metrics = reported(ref.golds, dict.fromkeys(ref.golds, ""))
         return Baseline("no answer to any question (SQuAD's no-answer baseline)", metrics)
 
 

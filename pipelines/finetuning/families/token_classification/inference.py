@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from ....errors import BadInput
 from ...inference import Encoded, ModelUse
-from .metrics import chunks, conll_scores
+from .metrics import chunks, predictions_conll, reported_scores
 from .reading import conll_blocks, text_lines
 from .training import WORD_START
 from .windows import encode_sentences, read_tags
@@ -79,6 +79,12 @@ def tokens_problem(tokens: Any) -> str | None:
     if not all(t.strip() for t in tokens):
         return "empty_token"
     return None
+
+
+def gold_tags(row: Mapping[str, Any]) -> list[str] | None:
+    """A predicted row's gold tags (its `label`, as JSON), or None where it has no tag per word."""
+    gold = json.loads(row["label"]) if row.get("label") is not None else None
+    return gold if isinstance(gold, list) and len(gold) == len(row["words"]) else None
 
 
 def sort_key(value: Any) -> tuple[int, Any]:
@@ -148,23 +154,13 @@ class TokenClassificationInference:
                 continue
             gold.append(tags)
             predicted.append(list(prediction["tags"]))
-        scored = {}
-        if gold:
-            result = conll_scores(gold, predicted)
-            scored = {k: float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
+        scored = reported_scores(gold, predicted) if gold else {}
         return {"rows": len(gold), "label_not_tags": unusable, **scored}
 
     def files(self, results: Iterable[Mapping[str, Any]]) -> dict[str, str]:
         """predictions.conll of the predicted rows, in sentence order."""
-        lines = []
-        for row in sorted((r for r in results if r.get("rejected") is None), key=lambda r: sort_key(r["id"])):
-            gold = json.loads(row["label"]) if row.get("label") is not None else None
-            if not isinstance(gold, list) or len(gold) != len(row["words"]):
-                gold = None
-            for i, (word, tag) in enumerate(zip(row["words"], row["tags"])):
-                lines.append(f"{word} {gold[i]} {tag}\n" if gold is not None else f"{word} {tag}\n")
-            lines.append("\n")
-        return {PREDICTIONS_FILE: "".join(lines)}
+        predicted = sorted((r for r in results if r.get("rejected") is None), key=lambda r: sort_key(r["id"]))
+        return {PREDICTIONS_FILE: predictions_conll((r["words"], gold_tags(r), r["tags"]) for r in predicted)}
 
     def read_file(self, path: str, data: bytes) -> list[dict[str, Any]] | None:
         """A CoNLL file's sentences (`.conll`, gzipped or not, read as training reads them): rows of

@@ -14,7 +14,7 @@ matches, sentence breaks excluded."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 _IOBES_AS_IOB2 = {"S": "B", "E": "I"}
@@ -134,3 +134,22 @@ def conll_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str
             for kind in types
         },
     }
+
+
+def reported_scores(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict[str, float]:
+    """The overall scores the family reports (conll_scores' precision, recall, f1 and accuracy)."""
+    result = conll_scores(gold, predicted)
+    return {k: float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
+
+
+def predictions_conll(sentences: Iterable[tuple[Sequence[str], Sequence[str] | None, Sequence[str]]]) -> str:
+    """predictions.conll, conlleval's input: `word gold predicted` a line (`word predicted` for a
+    sentence without gold tags), a blank line after each sentence; `sentences` of (words, gold, tags)."""
+    lines = []
+    for words, gold, tags in sentences:
+        if gold is None:
+            lines += [f"{w} {p}\n" for w, p in zip(words, tags)]
+        else:
+            lines += [f"{w} {g} {p}\n" for w, g, p in zip(words, gold, tags)]
+        lines.append("\n")
+    return "".join(lines)

@@ -23,7 +23,7 @@ from ...loop import collate
 from ...splits import Units, train_and_eval
 from ...tokenizer import PairTokenizer
 from . import FAMILY
-from .metrics import conll_scores
+from .metrics import predictions_conll, reported_scores
 from .reading import Sentences, read_sentences, sample_sentences, split_sentences
 from .windows import WordFeatures, encode_sentences, read_tags
 
@@ -166,19 +166,15 @@ class TokenClassificationFamily:
     def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
         reference: TaggedSentences = task.reference
         predicted = read_tags(scores, reference.places, task.label_names)
-        result = conll_scores(reference.tags, predicted)
-        metrics = {k: float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
+        metrics = reported_scores(reference.tags, predicted)
         metrics["eval_loss"] = eval_loss(scores, task.eval_targets)
-        lines = []
-        for words, gold, tags in zip(reference.tokens, reference.tags, predicted):
-            lines += [f"{w} {g} {p}\n" for w, g, p in zip(words, gold, tags)] + ["\n"]
+        written = predictions_conll(zip(reference.tokens, reference.tags, predicted))
         usage = {"tag_scheme": reference.scheme, "word_start": WORD_START}
-        return Evaluation(metrics, {"predictions.conll": "".join(lines)}, usage)
+        return Evaluation(metrics, {"predictions.conll": written}, usage)
 
     def baseline(self, cfg: FinetuneSection, task: EncodedTask) -> Baseline:
         reference: TaggedSentences = task.reference
-        result = conll_scores(reference.tags, [[OUTSIDE] * len(words) for words in reference.tokens])
-        metrics = {k: float(result[k]) for k in ("precision", "recall", "f1", "accuracy")}
+        metrics = reported_scores(reference.tags, [[OUTSIDE] * len(words) for words in reference.tokens])
         return Baseline(f"every word tagged {OUTSIDE} (no entity)", metrics)
 
 
