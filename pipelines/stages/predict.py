@@ -92,14 +92,8 @@ class PredictRows:
             rows["id"][i] if rows["id"][i] is not None else self.place(rows["path"][i], rows["row"][i])
             for i in range(count)
         ]
-        return pa.table(
-            {
-                "id": pa.array(ids, pa.string()),
-                **{name: pa.array(columns[name], kind) for name, kind in types.items()},
-                "label": pa.array(rows["label"], pa.string()),
-                "rejected": pa.array(reasons, pa.string()),
-            }
-        )
+        data = {"id": ids, **columns, "label": rows["label"], "rejected": reasons}
+        return pa.Table.from_pydict(data, schema=output_schema(self.predictor.inference))
 
 
 def output_schema(inference: FamilyInference) -> pa.Schema:
