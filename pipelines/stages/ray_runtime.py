@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import secrets
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import ray
 from ray.data import ActorPoolStrategy
 
 from ..errors import BadInput, UserError, find_user_error
+from ..native_stderr import drop_native_lines
 from ..prep.corpus import InputFile, pack_units
 from ..storage import join
 from ..storage.contained import Contained
@@ -39,6 +41,7 @@ def init_ray() -> None:
     RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) is used as it is. (Its Prometheus metrics ports listen on
     the machine's address: docs/running.md, "Ports and the token".)"""
     if not ray.is_initialized():
+        drop_native_lines()  # Ray's known-false core worker error line (ray-project/ray#57733)
         address = os.environ.get("RAY_ADDRESS")
         head = None if address else load_head()
         if address:
@@ -70,12 +73,23 @@ def init_ray() -> None:
 STARTUP_TIMEOUT = "timed out during startup"
 
 
+API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"
+
+
 def start_own_ray() -> None:
-    """ray.init of a Ray for this command alone. On a loaded machine its raylet may take longer to
-    register than the 30 s Ray waits, which no setting of Ray's raises (ray/_private/node.py,
-    raylet_start_wait_time_s): that failure is one line saying so and what to do instead."""
+    """ray.init of a Ray for this command alone. Its dashboard listens on a port picked here, named
+    to the cluster's processes (they inherit this environment) as RAY_API_SERVER_ADDRESS: Ray Train's
+    helper actors (PlacementGroupCleaner, TrainStateActor) call Ray's state API with no address, which
+    otherwise looks the cluster up among the machine's and fails, a traceback in the log, whenever
+    another Ray runs there. On a loaded machine its raylet may take longer to register than the 30 s
+    Ray waits, which no setting of Ray's raises (ray/_private/node.py, raylet_start_wait_time_s):
+    that failure is one line saying so and what to do instead."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dashboard_port = s.getsockname()[1]
+    os.environ[API_SERVER_ENV] = f"http://127.0.0.1:{dashboard_port}"
     try:
-        ray.init(logging_level=logging.WARNING)
+        ray.init(logging_level=logging.WARNING, include_dashboard=True, dashboard_port=dashboard_port)
     except Exception as e:
         if STARTUP_TIMEOUT not in str(e):
             raise

@@ -16,18 +16,26 @@ import os, ray
 from pipelines.stages.ray_runtime import init_ray
 init_ray()
 print(ray.get(ray.remote(lambda: os.environ.get("RAY_AUTH_TOKEN", "")[:8]).remote()))
+# what Ray Train's helper actors do (PlacementGroupCleaner, TrainStateActor): the state API with no address
+nodes = ray.get(ray.remote(lambda: [n.node_id for n in ray.util.state.list_nodes()]).remote())
+print(nodes == [ray.get_runtime_context().get_node_id()])
 """
 
 
 @pytest.mark.slow
-def test_a_local_ray_gets_a_private_token_not_a_world_readable_file(tmp_path):
+@pytest.mark.ray
+def test_a_local_ray_gets_a_private_token_not_a_world_readable_file(ray_session, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
     env["HOME"] = str(tmp_path)  # Ray writes its default token under ~/.ray
     done = subprocess.run(
         [sys.executable, "-c", STARTS_RAY], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.strip().splitlines()[-1]) == 8  # its workers hold the token, from the environment
+    token, own_cluster = done.stdout.strip().splitlines()[-2:]
+    assert len(token) == 8  # its workers hold the token, from the environment
+    # with another Ray on the machine (the test session's), its workers' state API finds their own
+    # cluster: Ray looks it up by RAY_API_SERVER_ADDRESS, not among the machine's instances
+    assert own_cluster == "True", done.stderr
     assert "Token authentication is enabled" in done.stderr  # Ray's own line: auth is on
     assert not (tmp_path / ".ray" / "auth_token").exists()
 
