@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 from collections.abc import Iterator
@@ -53,6 +54,7 @@ def init_ray() -> None:
             # token auth on for this process itself, which it does for no explicit address (setting
             # RAY_AUTH_MODE now, after Ray read its config at import, would not take)
             os.environ[TOKEN_ENV] = head.token
+            logging.getLogger("ray._private.services").addFilter(ChosenHead(head.ports["port"]))
             ray.init(address="auto", _temp_dir=head.temp_dir, logging_level=logging.WARNING)
         else:
             print(
@@ -68,6 +70,22 @@ def init_ray() -> None:
                 os.environ[TOKEN_ENV] = secrets.token_hex(32)
             start_own_ray()
     ray.data.DataContext.get_current().enable_progress_bars = False
+
+
+class ChosenHead(logging.Filter):
+    """Drops Ray's warning that it found several Ray instances on the machine and connects to the one
+    the temp dir names, when that one is the local head: `address="auto"` in the head's temp dir is
+    how init_ray chooses it, so the warning says only that the choice worked. A connection to any
+    other cluster keeps the warning."""
+
+    def __init__(self, port: int):
+        super().__init__()
+        self.port = str(port)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        chosen = re.search(r"Connecting to latest cluster at [^\s:]+:(\d+)\.", message)
+        return not (message.startswith("Found multiple active Ray instances") and chosen and chosen[1] == self.port)
 
 
 STARTUP_TIMEOUT = "timed out during startup"

@@ -63,3 +63,23 @@ def test_a_ray_that_does_not_come_up_in_time_is_one_line(monkeypatch, capsys, tm
     assert stage_main("vocab", "the vocab stage", argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "albert-ray local start" in err[0] and "Traceback" not in err[0]
+
+
+def test_the_several_instances_warning_goes_only_when_ray_connected_to_the_chosen_head():
+    """Joining the local head by `address="auto"` in its temp dir, Ray warns that it found several Ray
+    instances and connects to the one the temp dir names: dropped when that is the head (port 46849
+    here), kept when Ray connected elsewhere, and every other line of Ray's kept."""
+    import logging
+
+    from pipelines.stages.ray_runtime import ChosenHead
+
+    def kept(message: str) -> bool:
+        return ChosenHead(46849).filter(logging.LogRecord("ray._private.services", 30, "", 0, message, (), None))
+
+    several = (
+        "Found multiple active Ray instances: {'192.0.2.2:38117', '192.0.2.2:46849'}. Connecting to latest cluster "
+        "at 192.0.2.2:PORT. You can override this by setting the `--address` flag or `RAY_ADDRESS` variable."
+    )
+    assert not kept(several.replace("PORT", "46849"))
+    assert kept(several.replace("PORT", "38117")) and kept(several.replace("PORT", "4684"))
+    assert kept("Connecting to existing Ray cluster at address: 192.0.2.2:46849...")
