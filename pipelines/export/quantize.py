@@ -69,19 +69,18 @@ def quantize_int8(model: ir.Model) -> Quantized:
     for node, _ in plans:
         _retype_int8(node.inputs[1])
         _integer_matmul(graph, node, scales)
-    tables = [
-        node
-        for node in list(graph)
+    tables = {
+        node.inputs[0].name: node.inputs[0]
+        for node in graph
         if node.op_type == "Gather"
         and node.inputs[0].is_initializer()
         and node.inputs[0].const_value is not None
         and node.inputs[0].const_value.dtype == ir.DataType.FLOAT
         and len(node.inputs[0].shape) == 2
-        and node.attributes.get_int("axis", 0) == 0
-        and node.inputs[0].name not in leaves
-    ]
-    for node in tables:
-        _integer_gather(graph, node)
+        and all(u.node.op_type == "Gather" and u.node.attributes.get_int("axis", 0) == 0 for u in node.inputs[0].uses())
+    }
+    for table in tables.values():
+        _integer_table(graph, table)
     return Quantized(matmuls=len(plans), tables=len(tables), matrices=len(leaves))
 
 
@@ -112,6 +111,8 @@ def _operand_leaves(value: ir.Value) -> dict[ir.Value, int]:
     leaves: dict[ir.Value, int] = {}
 
     def walk(v: ir.Value, axis: int) -> bool:
+        if not all(use.node.op_type in WEIGHT_OPS or (use.node.op_type, use.idx) == ("MatMul", 1) for use in v.uses()):
+            return False  # read elsewhere as a float too (a tied weight): left float
         if v.is_initializer():
             tensor = v.const_value
             if tensor is None or tensor.dtype != ir.DataType.FLOAT or len(tensor.shape) != 2:
@@ -184,19 +185,20 @@ def _integer_matmul(graph: ir.Graph, node: ir.Node, scales: dict[str, np.ndarray
     graph.remove(node, safe=True)
 
 
-def _integer_gather(graph: ir.Graph, node: ir.Node) -> None:
-    """Gather(table, ids) -> Gather(Cast(int8 table) * row scales, ids): the product reads only
-    initializers, so onnxruntime computes it once when it loads the file, and lookups stay float32
-    gathers (the file holds int8; memory, the float table)."""
-    table = node.inputs[0]
-    name = node.name or node.outputs[0].name
+def _integer_table(graph: ir.Graph, table: ir.Value) -> None:
+    """Gather(table, ids) -> Gather(Cast(int8 table) * row scales, ids), for each Gather of `table`:
+    the product reads only initializers, so onnxruntime computes it once when it loads the file, and
+    lookups stay float32 gathers (the file holds int8; memory, the float table)."""
+    readers = [use.node for use in table.uses()]
+    first = next(node for node in graph if node in readers)
     scale = _quantize_initializer(graph, table, 0)[:, :1]  # [V, 1]: a row's scale, for its elements
     row_scales = ir.Value(name=f"{table.name}.scale", const_value=ir.tensor(np.ascontiguousarray(scale)))
     graph.register_initializer(row_scales)
-    cast = ir.Node("", "Cast", [table], [ir.AttrInt64("to", ir.DataType.FLOAT)], name=f"{name}_cast")
-    scaled = ir.Node("", "Mul", [cast.outputs[0], row_scales], name=f"{name}_table")
-    graph.insert_before(node, [cast, scaled])
-    node.replace_input_with(0, scaled.outputs[0])
+    cast = ir.Node("", "Cast", [table], [ir.AttrInt64("to", ir.DataType.FLOAT)], name=f"{table.name}_cast")
+    scaled = ir.Node("", "Mul", [cast.outputs[0], row_scales], name=f"{table.name}_dequantized")
+    graph.insert_before(first, [cast, scaled])
+    for node in readers:
+        node.replace_input_with(0, scaled.outputs[0])
 
 
 __all__ = ["Quantized", "quantize_int8"]
