@@ -35,7 +35,7 @@ from albert_model.hf import load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
-from ..storage.models import RECORD
+from ..storage.models import USAGE_KEYS
 from .quantize import Quantized, quantize_int8
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -53,10 +53,6 @@ QUANTIZATIONS = ("int8",)
 AGREEMENT_ROWS = (64, 64)
 """(batch, sequence) of the int8 check's rows, beside CHECK_SHAPES' (random token ids: a model's
 predictions on them are closer to ties than on text, so the figure understates agreement on text)."""
-USAGE_KEYS = (RECORD, "id2label", "problem_type")
-"""config.json's keys on how the model is applied (the record of its fine-tuning, its labels, a
-sequence classifier's problem type), kept in the ONNX file's metadata as JSON: a runtime holding
-only the file applies it as the folder says."""
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from ..errors import BadInput, MissingInput
-from ..export.onnx import INPUT_NAMES, USAGE_KEYS
 from ..storage import exists, read_bytes
+from ..storage.models import USAGE_KEYS
 
 ONNX_FILE = "model.onnx"
 """The ONNX file's name in a replica's copy of the model folder (storage.models.materialize)."""
@@ -53,12 +53,13 @@ class OnnxRunner(nn.Module):
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]  # input_ids, attention_mask, token_type_ids
         self.names = outputs
 
     def forward(self, **batch: torch.Tensor | None) -> Any:
         if batch["attention_mask"] is None:  # the loop drops a mask without padding (loader.to_device)
             batch["attention_mask"] = torch.ones_like(batch["input_ids"])
-        values = self.session.run(list(self.names), {name: batch[name].numpy() for name in INPUT_NAMES})
+        values = self.session.run(list(self.names), {name: batch[name].numpy() for name in self.inputs})
         tensors = [torch.from_numpy(v) for v in values]
         return tensors[0] if len(tensors) == 1 else SimpleNamespace(**dict(zip(self.names, tensors)))
 

@@ -319,45 +319,6 @@ def test_an_export_predict_does_not_serve_is_refused_by_name(tiny_pretrained, tm
     assert not (tmp_path / "run" / "predict").exists()
 
 
-def test_an_onnx_file_that_is_missing_or_of_another_model_is_refused_before_ray(tiny_pretrained, tmp_path):
-    """predict.backend=onnx: a missing predict.onnx, or an ONNX file whose metadata is not
-    predict.model's, is refused by name before any row is read or Ray starts; nothing is written."""
-    import onnx
-    from onnx import helper
-
-    from albert_model import AlbertConfig, AlbertForSequenceClassification
-    from albert_model.hf import save_hf_pretrained
-    from pipelines.errors import MissingInput
-    from pipelines.stages.predict import run_predict
-    from tests.conftest import VOCAB_SIZE
-
-    config = AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE).replace(num_labels=2)
-    folder = save_hf_pretrained(
-        AlbertForSequenceClassification(config),
-        tmp_path / "model",
-        spiece_model=f"{tiny_pretrained}/spiece.model",
-        id2label={0: "no", 1: "yes"},
-    )
-    (tmp_path / "rows.csv").write_text("text\nhello\n")
-    file = tmp_path / "model.onnx"
-
-    def predict() -> None:
-        run_predict(
-            load_config(
-                overrides=[f"run_dir={tmp_path}/run", f"predict.model={folder}", f"predict.input={tmp_path}/rows.csv"]
-                + ["predict.backend=onnx", f"predict.onnx={file}"]
-            )
-        )
-
-    with pytest.raises(MissingInput, match=f"predict.onnx: {file} does not exist"):
-        predict()
-    graph = helper.make_graph([], "other", [], [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1])])
-    onnx.save(helper.make_model(graph), file)  # no id2label: not an export of this folder
-    with pytest.raises(BadInput, match=f"predict.onnx {file}: not an export of {folder}: its id2label differ"):
-        predict()
-    assert not (tmp_path / "run" / "predict").exists()
-
-
 def test_an_input_no_read_task_could_read_is_one_line_before_ray_starts(family_suite, tmp_path, capsys, monkeypatch):
     """Issue #43: a missing column was one line after ~170 lines of Ray's tracebacks, a parquet file
     Ray Data's traceback, an empty folder Ray's own. The real command in a process of its own, and
