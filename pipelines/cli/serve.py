@@ -3,7 +3,7 @@ behind an HTTP endpoint on Ray Serve, until Ctrl-C (or SIGTERM) shuts it down.
 
     albert-ray serve runs/x/finetune/best [--host 127.0.0.1] [--port 8000] [--route /predict]
         [--replicas N] [--gpus-per-replica G] [--cpus-per-replica C] [--max-batch-size 32]
-        [--batch-wait-ms 10] [--max-seq-length L]
+        [--batch-wait-ms 10] [--max-seq-length L] [--backend onnx --onnx FILE]
 """
 
 from __future__ import annotations
@@ -87,6 +87,19 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="tokens per input (a text pair, a choice, a window); by default the length the model was fine-tuned "
         "at (its config.json's albert_ray.max_seq_length), else 512 or the model's positions where fewer",
     )
+    add(
+        "--backend",
+        choices=["torch", "onnx"],
+        default=DEFAULTS.backend,
+        help="what runs the model: torch (MODEL_DIR's weights) or onnx (--onnx FILE in onnxruntime, on the "
+        "replica's CPUs) (default: %(default)s)",
+    )
+    add(
+        "--onnx",
+        metavar="FILE",
+        help="--backend onnx: an ONNX export of MODEL_DIR (`albert-ray export onnx MODEL_DIR FILE [--quantize int8]`), "
+        "local or s3://",
+    )
     return parser
 
 
@@ -109,6 +122,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             parser.error(f"--gpus-per-replica {args.gpus_per_replica:g}: must be 0 or more")
         if args.batch_wait_ms < 0:
             parser.error(f"--batch-wait-ms {args.batch_wait_ms:g}: must be 0 or more")
+        if (args.onnx is not None) != (args.backend == "onnx"):
+            raise BadInput("--backend onnx runs an ONNX file: give it as --onnx FILE (and --onnx only with it)")
+        if args.backend == "onnx" and args.gpus_per_replica:
+            raise BadInput(f"--gpus-per-replica {args.gpus_per_replica:g}: --backend onnx runs on CPU")
         options = ServeOptions(
             host=args.host,
             port=args.port,
@@ -119,8 +136,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             max_batch_size=args.max_batch_size,
             batch_wait_ms=args.batch_wait_ms,
             max_seq_length=args.max_seq_length,
+            backend=args.backend,
         )
-        model = read_model(args.model_dir, options.max_seq_length)
+        model = read_model(args.model_dir, options.max_seq_length, args.onnx)
         options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
         init_ray()
         url = start_endpoint(args.model_dir, model.files, options)
@@ -131,7 +149,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             print(
                 f"serving {args.model_dir} ({model.kind}"
                 + (f": {', '.join(model.labels)}" if model.labels else "")
-                + f"; {model.max_seq_length} tokens) at {url}\n"
+                + f"; {model.max_seq_length} tokens"
+                + (f"; onnxruntime on {args.onnx}" if args.onnx else "")
+                + f") at {url}\n"
                 f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'"
                 + (f"    # and {', '.join(optional)}" if optional else "")
                 + f"\n  curl -s {url}    # the model's family, fields, labels and max_seq_length\n"

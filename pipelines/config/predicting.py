@@ -8,7 +8,9 @@ from typing import ClassVar
 
 from pydantic.dataclasses import dataclass
 
-from .base import STRICT, Section, setting
+from .base import STRICT, Section, neutral_at, setting
+
+BACKENDS = ("torch", "onnx")
 
 
 @dataclass(config=STRICT)
@@ -24,6 +26,13 @@ class PredictSection(Section):
     model: str | None = None
     """A fine-tuned transformers ALBERT folder of any task family (its config.json says which);
     null = {run_dir}/finetune/best."""
+    backend: str = field(default="torch", metadata=neutral_at("torch"))
+    """What runs the model: torch (predict.model's weights, on GPUs where the cluster has them) or
+    onnx (predict.onnx, an ONNX export of predict.model, fp32 or int8, in onnxruntime on CPU; the
+    tokenizer, labels and settings still come from predict.model)."""
+    onnx: str | None = field(default=None, metadata=neutral_at(None))
+    """predict.backend=onnx: the ONNX file (`albert-ray export onnx predict.model FILE [--quantize
+    int8]`), local or s3://; its metadata must match predict.model's config.json. null otherwise."""
     text_column: str = "text"
     """Column holding a row's `text` field (the first segment; raw text for token classification);
     the other fields are read from the columns of their names."""
@@ -61,8 +70,14 @@ class PredictSection(Section):
     output is the same. 0: always Ray Data."""
 
     def __post_init__(self) -> None:
-        for name in ("input", "model", "output", "text_pair_column", "id_column", "label_column"):
+        for name in ("input", "model", "onnx", "output", "text_pair_column", "id_column", "label_column"):
             self.require(name, getattr(self, name) != "", "must not be empty (use null)")
+        self.require("backend", self.backend in BACKENDS, f"must be one of {', '.join(BACKENDS)}")
+        self.require(
+            "onnx",
+            (self.onnx is not None) == (self.backend == "onnx"),
+            "must name the ONNX file where predict.backend=onnx, and only there",
+        )
         self.require("text_column", bool(self.text_column), "must not be empty")
         self.require("label_delimiter", bool(self.label_delimiter.strip()), "must not be empty or blank")
         self.require("max_seq_length", self.max_seq_length is None or self.max_seq_length >= 4, "must be >= 4 or null")

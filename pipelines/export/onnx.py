@@ -35,7 +35,8 @@ from albert_model.hf import load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
-from ..storage.models import RECORD
+from ..storage.models import USAGE_KEYS
+from .quantize import Quantized, quantize_int8
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 # protobuf's 2 GiB limit on one message, less room for the graph itself: heavier weights go beside
@@ -47,10 +48,11 @@ CHECK_SHAPES = ((3, 17), (2, 40))
 _EXAMPLE_SHAPE = (2, 8)
 OPSETS = range(18, 23)  # measured with torch 2.13 and onnxruntime 1.32 (docs/model.md#onnx)
 _EXAMPLE_CHOICES, _CHECK_CHOICES = 3, 4  # multiple choice: (batch, choices, sequence)
-USAGE_KEYS = (RECORD, "id2label", "problem_type")
-"""config.json's keys on how the model is applied (the record of its fine-tuning, its labels, a
-sequence classifier's problem type), kept in the ONNX file's metadata as JSON: a runtime holding
-only the file applies it as the folder says."""
+QUANTIZATIONS = ("int8",)
+"""`--quantize` choices (pipelines/export/quantize.py)."""
+AGREEMENT_ROWS = (64, 64)
+"""(batch, sequence) of the int8 check's rows, beside CHECK_SHAPES' (random token ids: a model's
+predictions on them are closer to ties than on text, so the figure understates agreement on text)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class OnnxExport:
     """The folder's weight files (model.safetensors), for the size ratio."""
     duplicates_removed: int
     seconds: float
+    quantized: Quantized | None = None
 
     @property
     def ratio(self) -> float:
@@ -138,12 +141,18 @@ def load_exportable(directory: str | os.PathLike) -> ExportableModel:
 
 
 def export_onnx(
-    exportable: ExportableModel, output: str | os.PathLike, opset: int | None = None, force: bool = False
+    exportable: ExportableModel,
+    output: str | os.PathLike,
+    opset: int | None = None,
+    force: bool = False,
+    quantize: str | None = None,
 ) -> OnnxExport:
     """Write the model to `output` (refusing an existing file unless `force`), its shared weights
-    stored once and the folder's usage in its metadata; `opset` None is torch's default. The file
-    appears only once complete."""
+    stored once and the folder's usage in its metadata; `opset` None is torch's default; `quantize`
+    "int8": its weights int8 (quantize.py). The file appears only once complete."""
     output = check_target(output, exportable.directory, opset, force)
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise ConfigError(f"--quantize {quantize}: the choices are {', '.join(QUANTIZATIONS)}")
     output.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     program = _torch_export(exportable, opset)
@@ -152,6 +161,7 @@ def export_onnx(
     # tiny model's weights. It names local paths too.
     ClearMetadataAndDocStringPass()(program.model)
     program.model.metadata_props.update(exportable.usage)
+    quantized = quantize_int8(program.model) if quantize == "int8" else None
     removed = _deduplicate_initializers(program.model)
     written = _save(program.model, output)
     return OnnxExport(
@@ -161,7 +171,21 @@ def export_onnx(
         weights_bytes=sum(f.stat().st_size for f in _weight_files(exportable.directory)),
         duplicates_removed=removed,
         seconds=time.perf_counter() - start,
+        quantized=quantized,
     )
+
+
+def quantize_export(fp32: str | os.PathLike, output: str | os.PathLike, force: bool = False) -> Quantized:
+    """An fp32 export's int8 copy at `output`, as `export_onnx(quantize="int8")` writes it, without
+    tracing the model again (one trace for both files: the benches, the tests)."""
+    output = Path(output)
+    if output.exists() and not force:
+        raise RefusedPath(f"{output} exists; pass --force to replace it")
+    model = onnx_ir.load(fp32)
+    quantized = quantize_int8(model)
+    _deduplicate_initializers(model)
+    _save(model, output)
+    return quantized
 
 
 def check_target(
@@ -231,6 +255,22 @@ def max_abs_difference(
                 raise ValueError(f"{path}: output {name} has shape {a.shape} where PyTorch's has {b.shape}")
             worst = max(worst, float(np.abs(a - b).max()))
     return worst
+
+
+def prediction_agreement(exportable: ExportableModel, path: str | os.PathLike) -> float:
+    """The share of predictions onnxruntime's outputs and PyTorch's agree on: the argmax over each
+    output's last axis (a class, a choice, an answer start or end, a position's tag), for
+    `check_inputs` of AGREEMENT_ROWS and CHECK_SHAPES; the check of an int8 export, whose outputs
+    differ from PyTorch's by ~1e-3, not 1e-6."""
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    agreed = total = 0
+    for batch, sequence in (AGREEMENT_ROWS, *CHECK_SHAPES):
+        inputs = check_inputs(exportable.config, batch, sequence, _CHECK_CHOICES if exportable.head.choices else None)
+        ours = session.run(list(exportable.head.outputs), inputs)
+        for a, b in zip(ours, torch_outputs(exportable, inputs)):
+            same = a.argmax(-1) == b.argmax(-1)
+            agreed, total = agreed + int(same.sum()), total + same.size
+    return agreed / total
 
 
 @torch.no_grad()
@@ -326,6 +366,7 @@ __all__ = [
     "HEADS",
     "INPUT_NAMES",
     "OPSETS",
+    "QUANTIZATIONS",
     "USAGE_KEYS",
     "ExportableModel",
     "HeadExport",
@@ -335,5 +376,7 @@ __all__ = [
     "export_onnx",
     "load_exportable",
     "max_abs_difference",
+    "prediction_agreement",
+    "quantize_export",
     "torch_outputs",
 ]

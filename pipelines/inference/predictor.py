@@ -27,6 +27,7 @@ from ..finetuning.inference import Encoded, FamilyInference, ModelUse
 from ..finetuning.loop import predict
 from ..finetuning.tokenizer import PairTokenizer
 from ..storage.models import RECORD, TOKENIZER_FILES, applied_length, read_model_config, read_usage
+from .onnx_runner import OnnxRunner
 
 
 def family_of(config: Mapping[str, Any], where: str) -> Family:
@@ -92,7 +93,8 @@ def use_of_files(files: Mapping[str, bytes], config: Mapping[str, Any], max_seq_
 @dataclass
 class Predictor:
     """A loaded export and its family: `predict(rows)` -> one output dict per row (checked rows:
-    `check_row` says why one cannot be predicted)."""
+    `check_row` says why one cannot be predicted). `model` is what runs the head: the folder's
+    weights in PyTorch, or an ONNX export of it in onnxruntime (onnx_runner.OnnxRunner), called alike."""
 
     family: Family
     inference: FamilyInference
@@ -104,16 +106,26 @@ class Predictor:
 
     @classmethod
     def load(
-        cls, model_dir: str, max_seq_length: int | None = None, batch_size: int = 64, device: str | None = None
+        cls,
+        model_dir: str,
+        max_seq_length: int | None = None,
+        batch_size: int = 64,
+        device: str | None = None,
+        onnx: str | None = None,
     ) -> Predictor:
-        """The local folder's model; `max_seq_length` None: storage.models.applied_length's default."""
+        """The local folder's model; `max_seq_length` None: storage.models.applied_length's default;
+        `onnx`: a local ONNX export of it (onnx_runner.check_onnx), run instead of its weights, on CPU."""
         config = read_model_config(model_dir, "model")
         family = family_of(config, model_dir)
         inference = inference_of(family, model_dir)
         length = applied_length(config, max_seq_length, "max_seq_length", model_dir)
-        target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         training = family.load_training()
-        model = load_hf_pretrained(model_dir, training.model_class).to(target).eval()
+        if onnx is not None:
+            target = torch.device("cpu")
+            model = OnnxRunner(onnx, family.outputs, torch.get_num_threads())
+        else:
+            target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            model = load_hf_pretrained(model_dir, training.model_class).to(target).eval()
         use = model_use(config, PairTokenizer(model_dir), length, model_dir)
         return cls(family, inference, training, model, use, batch_size, target)
 

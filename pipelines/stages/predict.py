@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import tempfile
 from collections import Counter
 from typing import Any
@@ -28,6 +29,7 @@ from ..config import Config, PredictSection
 from ..finetuning.families import FAMILIES
 from ..finetuning.inference import FamilyInference
 from ..inference.columns import Columns, table_columns
+from ..inference.onnx_runner import ONNX_FILE, read_onnx
 from ..inference.predictor import Predictor, family_of, inference_of, use_of_files
 from ..inference.reading import file_rows, open_input
 from ..inference.table_files import InputTables, input_tables
@@ -68,7 +70,9 @@ class PredictRows:
     ):
         torch.set_num_threads(max(1, int(cpus)))
         self.work = work or tempfile.mkdtemp(prefix="albert-predict-")
-        self.predictor = Predictor.load(materialize(files, self.work), max_seq_length, batch_size)
+        folder = materialize(files, self.work)
+        onnx = os.path.join(folder, ONNX_FILE) if ONNX_FILE in files else None  # predict.backend=onnx
+        self.predictor = Predictor.load(folder, max_seq_length, batch_size, onnx=onnx)
         self.root = root
 
     def place(self, path: str, row: int) -> str:
@@ -147,7 +151,7 @@ def predict_on_ray(
 
     init_ray()
     cluster = ray.cluster_resources()
-    gpus = int(cluster.get("GPU", 0))
+    gpus = int(cluster.get("GPU", 0)) if pc.backend == "torch" else 0  # onnxruntime runs on CPU here
     workers = pc.workers or (gpus or max(1, int(cluster.get("CPU", 1)) - 1))
     cpus = 1.0 if gpus else 0.5  # fractional: Ray Data's read tasks need a CPU beside the replicas
     source = TableRows(tables.files, columns, family, tables.own, filesystem=tables.filesystem)
@@ -190,6 +194,8 @@ def build_predict(run: StageRun) -> dict:
     tables = input_tables(pc.input, columns, inference)
     length = sequence_length(config, model_config, model)
     use = use_of_files(files, model_config, length, model)
+    if pc.backend == "onnx":
+        files = {**files, ONNX_FILE: read_onnx(pc.onnx, "predict.onnx", model_config, family.outputs, model)}
     out_fs, out = arrow_filesystem(run.path(PREDICTIONS))
     if pc.workers is None and tables.size <= pc.in_process_bytes:
         print(
@@ -214,6 +220,7 @@ def build_predict(run: StageRun) -> dict:
         "model": model,
         "input": pc.input,
         "kind": family.name,
+        "backend": pc.backend,
         "label_names": use.label_names,
         "max_seq_length": length,
         "columns": columns.keys(),

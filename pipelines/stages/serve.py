@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shutil
 import socket
 import tempfile
@@ -24,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, UserError, one_line
+from ..inference.onnx_runner import ONNX_FILE, read_onnx
 from ..inference.predictor import Predictor, family_of, inference_of, label_names
 from ..inference.request import MAX_INPUTS, parse_request
 from ..storage.models import applied_length, materialize, read_model_files
@@ -78,6 +80,9 @@ class ServeOptions:
     max_seq_length: int | None = None
     """Tokens per input (a text pair, a choice, a window); by default the length the model was
     fine-tuned at (its config.json's record), else 512 capped by its position embeddings."""
+    backend: str = "torch"
+    """What runs the model: torch (the folder's weights) or onnx (an ONNX export of it, the
+    ServedModel's, in onnxruntime on the replica's CPUs)."""
 
 
 async def read_body(request: Request) -> bytes:
@@ -119,7 +124,8 @@ class PredictEndpoint:
         torch.set_num_threads(max(1, int(options.cpus_per_replica)))
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
         local = materialize(ray.get(files), self.work)
-        self.predictor = Predictor.load(local, options.max_seq_length, options.max_batch_size)
+        onnx = os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
+        self.predictor = Predictor.load(local, options.max_seq_length, options.max_batch_size, onnx=onnx)
         self.predict_rows.set_max_batch_size(options.max_batch_size)
         self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
         inference = self.predictor.inference
@@ -131,6 +137,7 @@ class PredictEndpoint:
             "outputs": list(inference.output),
             "labels": self.predictor.use.label_names,
             "max_seq_length": self.predictor.use.max_seq_length,
+            "backend": options.backend,
             "max_batch_size": options.max_batch_size,
             "max_inputs": MAX_INPUTS,
         }
@@ -183,21 +190,27 @@ class ServedModel:
     """The length it is applied at: --max-seq-length, or its default (storage.models.applied_length)."""
 
 
-def read_model(model_dir: str, max_seq_length: int | None) -> ServedModel:
+def read_model(model_dir: str, max_seq_length: int | None, onnx: str | None = None) -> ServedModel:
     """The model folder (local or s3://), checked before anything starts: a missing folder, an export
-    of no family serve applies, a length over its positions."""
+    of no family serve applies, a length over its positions; with `onnx`, that ONNX export of it
+    (onnx_runner.read_onnx), carried with its files."""
     files = read_model_files(model_dir, "MODEL_DIR")
     config = json.loads(files["config.json"])
     family = family_of(config, model_dir)
     inference = inference_of(family, model_dir)
     length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
+    if onnx is not None:
+        files = {**files, ONNX_FILE: read_onnx(onnx, "--onnx", config, family.outputs, model_dir)}
     return ServedModel(
         files, family.name, tuple(inference.fields), tuple(inference.required), label_names(config), length
     )
 
 
 def replica_gpus(options: ServeOptions) -> float:
-    """--gpus-per-replica, or 1 where the cluster has GPUs; refused where it can never have any."""
+    """--gpus-per-replica, or 1 where the cluster has GPUs (0 for the onnx backend, which runs on
+    CPU); refused where it can never have any."""
+    if options.backend == "onnx":
+        return options.gpus_per_replica or 0.0  # the command refuses more before Ray starts
     now, most = gpu_capacity()
     gpus = options.gpus_per_replica if options.gpus_per_replica is not None else float(now > 0)
     if gpus > 0 and most == 0:

@@ -26,6 +26,11 @@ TOKENIZER_FILES = ("spiece.model", "tokenizer_config.json")
 RECORD = "albert_ray"
 """config.json's key holding a fine-tuned export's ModelUsage: transformers keeps it as a config
 attribute (saved again with the model) and reads nothing in it; our loader ignores it."""
+USAGE_KEYS = (RECORD, "id2label", "problem_type")
+"""config.json's keys on how the model is applied (the record of its fine-tuning, its labels, a
+sequence classifier's problem type): an ONNX export keeps them in its metadata as JSON, so a runtime
+holding only the file applies it as the folder says, and the onnx backend checks a file against its
+folder by them."""
 
 
 @dataclass(frozen=True)

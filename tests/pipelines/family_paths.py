@@ -1,24 +1,20 @@
 """The paths a fine-tuned export of each family is applied by, beside predict and serve (which the
 test drives through their own entry points): the suite's eval rows of each family as the
-fine-tuning read them, its predictions file, onnxruntime on the product's ONNX export behind the
-generic Predictor, and plain transformers as that family's users apply a model (issue #44)."""
+fine-tuning read them, its predictions file, onnxruntime on the product's ONNX export (fp32 and
+int8) behind the generic Predictor, and plain transformers as that family's users apply a model (issue #44)."""
 
 import csv
 import json
 import urllib.error
 import urllib.request
-from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-import onnxruntime
 import torch
 import transformers
-from torch import nn
 
-from pipelines.export.onnx import INPUT_NAMES, export_onnx, load_exportable
+from pipelines.export.onnx import export_onnx, load_exportable, quantize_export
 from pipelines.finetuning.families import FAMILIES
 from pipelines.inference.predictor import Predictor
 
@@ -107,30 +103,14 @@ def served_predictions(url: str, fields: tuple[str, ...], rows: list[dict]) -> l
     return answers
 
 
-class OnnxHead(nn.Module):
-    """An ONNX export run by onnxruntime where the Predictor calls its torch model: the batch the
-    family's collate makes in, the outputs as the head returns them (a tensor, or QA's two fields)."""
-
-    def __init__(self, path: Path, outputs: tuple[str, ...]):
-        super().__init__()
-        self.session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        self.names = outputs
-
-    def forward(self, **batch: torch.Tensor | None) -> Any:
-        if batch["attention_mask"] is None:  # the loop drops a mask without padding (loop.to_device)
-            batch["attention_mask"] = torch.ones_like(batch["input_ids"])
-        values = self.session.run(list(self.names), {name: batch[name].numpy() for name in INPUT_NAMES})
-        tensors = [torch.from_numpy(v) for v in values]
-        return tensors[0] if len(tensors) == 1 else SimpleNamespace(**dict(zip(self.names, tensors)))
-
-
-def onnx_predictions(folder: Path, rows: list[dict], scratch: Path) -> list[dict]:
-    """The export written by the product's exporter, run by onnxruntime behind the generic
-    Predictor: the family encodes, collates, scores and predicts as predict's replicas do."""
-    exportable = load_exportable(folder)
-    done = export_onnx(exportable, scratch / "model.onnx")
-    predictor = Predictor.load(str(folder), device="cpu")
-    return replace(predictor, model=OnnxHead(done.path, exportable.head.outputs)).predict(rows)
+def onnx_predictions(folder: Path, rows: list[dict], scratch: Path) -> dict[str, list[dict]]:
+    """The export written by the product's exporter, fp32 and its int8 copy, each run by onnxruntime
+    behind the generic Predictor (predict.backend=onnx): the family encodes, collates, scores and
+    predicts as predict's replicas do. By precision."""
+    files = {"fp32": scratch / "model.onnx", "int8": scratch / "model.int8.onnx"}
+    export_onnx(load_exportable(folder), files["fp32"])
+    quantize_export(files["fp32"], files["int8"])
+    return {name: Predictor.load(str(folder), onnx=str(path)).predict(rows) for name, path in files.items()}
 
 
 CUT = {"tags": "cut"}

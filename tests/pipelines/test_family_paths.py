@@ -36,6 +36,8 @@ from .family_tasks import swag_rows
 pytestmark = pytest.mark.slow
 
 ANSWER = {"question_answering": "answer", "token_classification": "tags"}
+INT8_AGREEMENT = 0.9
+"""The share of eval rows whose int8 prediction is the fp32 one, at least (measured: docs/model.md#int8)."""
 """The output each family's paths must agree on; the others: prediction and probabilities."""
 
 
@@ -64,12 +66,16 @@ def served(family_suite):
         serve.shutdown()
 
 
-def run_predict_on(family: str, model: Path, inputs: Path, rows: list[dict], scratch: Path) -> tuple[dict, dict]:
-    """predict's output row of each eval row by id, and its manifest."""
+def run_predict_on(
+    family: str, model: Path, inputs: Path, rows: list[dict], scratch: Path, *settings: str
+) -> tuple[dict, dict]:
+    """predict's output row of each eval row by id, and its manifest; on Ray Data (one replica)
+    unless `settings` say otherwise."""
     from pipelines.stages.predict import run_predict
 
     path, columns = predict_input(family, inputs, rows, scratch)
-    overrides = [f"run_dir={scratch}/run", f"predict.model={model}", f"predict.input={path}", "predict.workers=1"]
+    overrides = [f"run_dir={scratch}/run", f"predict.model={model}", f"predict.input={path}"]
+    overrides += list(settings) or ["predict.workers=1"]
     out = Path(run_predict(load_config(overrides=[*overrides, *columns])))
     table = pq.read_table(out / "predictions").to_pylist()
     return {str(row["id"]): row for row in table}, json.loads((out / "manifest.json").read_text())
@@ -112,9 +118,10 @@ def test_every_path_gives_the_fine_tuning_predictions_and_its_metric(family, fam
     fields = FAMILIES[family].load_inference().fields
     status, info = call(f"{served}/{family}")
     assert (status, info["kind"], info["fields"]) == (200, family, list(fields))
+    onnx = onnx_predictions(model, rows, tmp_path)
     paths = {
         "serve": served_predictions(f"{served}/{family}", fields, rows),
-        "onnxruntime": onnx_predictions(model, rows, tmp_path),
+        "onnxruntime": onnx["fp32"],
         "transformers": transformers_predictions(family, model, rows),
     }
     for name, answers in paths.items():
@@ -127,6 +134,15 @@ def test_every_path_gives_the_fine_tuning_predictions_and_its_metric(family, fam
         owners = Predictor.load(str(model), device="cpu").encode(rows).owners
         assert cut == [row["id"] for i, row in enumerate(rows) if owners.count(i) > 1] and len(cut) < len(rows) / 2
     assert family == "token_classification" or not cut
+
+    # int8 (export --quantize int8): the same answer (label, tags, answer text) on most rows
+    same = [
+        abs(answer[key] - predicted[row["id"]][key]) <= 0.05
+        if family == "regression"
+        else answer[key] == predicted[row["id"]][key]
+        for row, answer in zip(rows, onnx["int8"])
+    ]
+    assert sum(same) >= INT8_AGREEMENT * len(rows), (family, sum(same), len(rows))
 
     # the metric predict recomputes from its output equals the one the finetune stage reported
     best = json.loads((task / "best.json").read_text())
@@ -155,3 +171,48 @@ def test_a_served_question_of_other_choices_shares_a_batch_and_a_bad_one_is_name
     assert (status, answer) == (400, {"error": "inputs[1].choices: too_few_choices"})
     status, info = call(url)
     assert (info["max_seq_length"], info["required"]) == (24, ["choices"])
+
+
+def test_predict_and_serve_run_an_onnx_export(family_suite, served, tmp_path):
+    """predict.backend=onnx (in the command's process) on the classifier's fp32 export gives the torch
+    backend's labels and probabilities within 1e-4; serve --backend onnx (an app beside the six, on
+    the same Serve) answers with its int8 export as the Predictor running that file does."""
+    from ray import serve
+
+    from pipelines.export.onnx import export_onnx, load_exportable, quantize_export
+    from pipelines.stages.serve import ServeOptions, endpoint_app, read_model
+
+    config_file, run_dir = family_suite
+    family = "classification"
+    model, inputs = run_dir / "finetune" / TASKS[family] / "best", config_file.parent
+    rows = eval_rows(family, inputs)
+    fp32, int8 = tmp_path / "model.onnx", tmp_path / "model.int8.onnx"
+    export_onnx(load_exportable(model), fp32)
+    quantize_export(fp32, int8)
+
+    in_process = "predict.workers=null"
+    torch_rows, _ = run_predict_on(family, model, inputs, rows, tmp_path / "torch", in_process)
+    onnx_rows, manifest = run_predict_on(
+        family, model, inputs, rows, tmp_path / "onnx", in_process, "predict.backend=onnx", f"predict.onnx={fp32}"
+    )
+    assert manifest["backend"] == "onnx" and manifest["workers"] == 0 and sorted(onnx_rows) == sorted(torch_rows)
+    for i, expected in torch_rows.items():
+        assert_same(family, expected, onnx_rows[i], f"predict.backend=onnx: {i}")
+
+    port = int(served.rsplit(":", 1)[1])
+    options = ServeOptions(port=port, route="/onnx", cpus_per_replica=0.25, backend="onnx")
+    serve.run(
+        endpoint_app(str(model), read_model(str(model), None, str(int8)).files, options, 0.0),
+        name="onnx",
+        route_prefix="/onnx",
+    )
+    try:
+        status, info = call(f"{served}/onnx")
+        assert (status, info["backend"], info["kind"]) == (200, "onnx", family)
+        row = {f: rows[0][f] for f in ("text", "text_pair")}
+        status, answer = call(f"{served}/onnx", row)
+        expected = Predictor.load(str(model), onnx=str(int8)).predict([row])[0]
+        assert status == 200 and answer["prediction"] == expected["prediction"]
+        np.testing.assert_allclose(answer["probabilities"], expected["probabilities"], atol=1e-6)
+    finally:
+        serve.delete("onnx")

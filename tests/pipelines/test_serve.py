@@ -328,3 +328,41 @@ def test_a_pickled_pytorch_bin_is_one_line_before_serve_starts(classifier, tmp_p
     err = capsys.readouterr().err
     assert err.startswith(f"albert-ray serve: error: MODEL_DIR: {folder}/pytorch_model.bin: not loaded: it holds ")
     assert err.count("\n") == 1 and not (tmp_path / "sentinel").exists()
+
+
+def test_onnx_backend_refusals_are_one_line_before_serve_starts(classifier, tmp_path, capsys):
+    """--backend onnx without its file, --onnx without the backend, onnx on a GPU request, a missing
+    file, a file that is not ONNX, and an ONNX file whose metadata is not the folder's: each one line,
+    exit 2, before Ray starts (the tests' Ray session is not started by this test)."""
+    import onnx
+    from onnx import helper
+
+    from pipelines.cli.command import main
+
+    def refused(*args: str) -> str:
+        assert main(["serve", classifier, *args]) == 2
+        captured = capsys.readouterr()
+        assert captured.err.count("\n") == 1 and not captured.out, captured
+        return captured.err.removeprefix("albert-ray serve: error: ").strip()
+
+    file = tmp_path / "model.onnx"
+    assert refused("--backend", "onnx") == (
+        "--backend onnx runs an ONNX file: give it as --onnx FILE (and --onnx only with it)"
+    )
+    assert refused("--onnx", str(file)).startswith("--backend onnx runs an ONNX file")
+    assert refused("--backend", "onnx", "--onnx", str(file), "--gpus-per-replica", "1") == (
+        "--gpus-per-replica 1: --backend onnx runs on CPU"
+    )
+    assert refused("--backend", "onnx", "--onnx", str(file)) == (
+        f"--onnx: {file} does not exist (write it with `albert-ray export onnx {classifier} {file}`)"
+    )
+    file.write_bytes(b"\x00not onnx")
+    assert refused("--backend", "onnx", "--onnx", str(file)).startswith(f"--onnx {file}: not an ONNX model")
+    graph = helper.make_graph([], "other", [], [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1])])
+    other = helper.make_model(graph)
+    helper.set_model_props(other, {"id2label": json.dumps({"0": "x"})})
+    onnx.save(other, file)
+    assert refused("--backend", "onnx", "--onnx", str(file)) == (
+        f"--onnx {file}: not an export of {classifier}: its id2label differ from the folder's config.json "
+        "(export the folder with `albert-ray export onnx`)"
+    )

@@ -1,0 +1,279 @@
+"""int8 ONNX on CPU (issue #46 item 5): one classifier as torch fp32, onnxruntime fp32 (`albert-ray
+export onnx`), our int8 (`--quantize int8`, pipelines/export/quantize.py) and optimum's dynamic
+int8 of the same fp32 export, side by side in one run: file size, accuracy on the same eval rows,
+and latency at batch 1 and 32, sequence 128. And QA predict through the onnx backend (fp32 and
+int8) against bench/qa_predict_speed.py's plain transformers loop (issue #44's goal: >= 2x).
+
+The model: `--run-dir`, a run whose finetune stage fine-tuned the embedded BBC News task (its
+finetune/best; the eval rows are the stage's own held-out split, rebuilt from its config.yaml); or,
+without it, a random classifier of `--preset` on the first `--rows` BBC articles (a smoke run: the
+accuracy then means nothing, the agreement does).
+
+optimum's side: optimum 2.3.0's `AutoQuantizationConfig.avx512_vnni(is_static=False,
+per_channel=False)`, applied by onnxruntime's ONNXQuantizer with the arguments
+`ORTQuantizer.quantize` passes it (copied from optimum-onnx 0.1.0's quantization.py): ORTQuantizer
+itself cannot be imported beside transformers 5 (optimum-onnx 0.1.0 imports
+`transformers.utils.is_offline_mode`, which transformers 5 removed; it requires transformers<4.58).
+
+Accuracy and agreement: each file run by the product's Predictor (predict.backend=onnx: the same
+encode, collate and decode as torch's), at the length the model records. Latency: the model alone
+(torch's module; an onnxruntime session on `--threads` threads), random token ids, no padding, the
+median of `--rounds` calls of each, the four interleaved (a change in the machine's load falls on
+all), after a warm-up. QA: bench/qa_predict_speed.py's random QA export of `--qa-preset`, its
+questions, its transformers loop; ours is the Predictor with the QA export's ONNX files.
+
+    python bench/onnx_int8.py --run-dir /tmp/run            # make run's model (finetune/best)
+    python bench/onnx_int8.py --preset tiny --rows 40 --rounds 3 --qa-rows 8   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/'s modules, as a script sees them
+
+SIDES = ("torch fp32", "ORT fp32", "ORT int8 (ours)", "ORT int8 (optimum)")
+SEQ = 128
+
+
+def eval_rows(run_dir: Path) -> tuple[list[dict], list[str]]:
+    """The finetune stage's held-out BBC rows ({"text"}) and their gold labels, rebuilt from its config."""
+    from pipelines.config import load_config
+    from pipelines.finetuning.families import FAMILIES
+    from pipelines.finetuning.families._sequence.task import load_task
+
+    config = load_config(str(run_dir / "finetune" / "config.yaml"))
+    task = load_task(config.finetune, FAMILIES[config.finetune.task].load_training())
+    return [{"text": t} for t in task.eval.texts], list(task.eval.labels)
+
+
+def spiece_dir(args, root: Path) -> str:
+    """--spiece, or qa_predict_speed's SentencePiece model trained here once."""
+    from qa_predict_speed import default_spiece_dir
+
+    if args.spiece:
+        return args.spiece
+    return str(root / "spiece") if (root / "spiece").is_dir() else default_spiece_dir(root)
+
+
+def random_classifier(root: Path, spiece: str, preset: str, rows: int) -> tuple[Path, list[dict], list[str]]:
+    """A random classifier of `preset` over the BBC labels (qa_predict_speed's SentencePiece model),
+    and the first `rows` BBC articles."""
+    from albert_model import AlbertConfig, AlbertForSequenceClassification
+    from pipelines.finetuning.tables import bbc_news_examples
+    from pipelines.storage.models import ModelUsage, save_model
+
+    examples = bbc_news_examples()
+    labels = sorted(set(examples.labels))
+    torch.manual_seed(0)
+    config = AlbertConfig.from_preset(preset, vocab_size=1000).replace(num_labels=len(labels))
+    model = AlbertForSequenceClassification(config).eval()
+    picked = np.random.default_rng(0).choice(len(examples), rows, replace=False)
+    usage = ModelUsage("classification", SEQ)
+    save_model(model, spiece, str(root / "model"), labels, None, usage)
+    return root / "model", [{"text": examples.texts[i]} for i in picked], [examples.labels[i] for i in picked]
+
+
+def optimum_int8(fp32: Path, output: Path) -> None:
+    """optimum's dynamic int8 of `fp32` (the module docstring)."""
+    import onnx
+    from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer
+    from optimum.onnxruntime.configuration import AutoQuantizationConfig
+
+    config = AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=False)
+    quantizer = ONNXQuantizer(
+        model=onnx.load(str(fp32)),
+        static=config.is_static,
+        per_channel=config.per_channel,
+        mode=config.mode,
+        weight_qType=config.weights_dtype,
+        activation_qType=config.activations_dtype,
+        tensors_range=None,
+        reduce_range=config.reduce_range,
+        nodes_to_quantize=config.nodes_to_quantize,
+        nodes_to_exclude=config.nodes_to_exclude,
+        op_types_to_quantize=[getattr(op, "value", op) for op in config.operators_to_quantize],
+        extra_options={
+            "WeightSymmetric": config.weights_symmetric,
+            "ActivationSymmetric": config.activations_symmetric,
+            "EnableSubgraph": False,
+            "ForceSymmetric": config.activations_symmetric and config.weights_symmetric,
+            "AddQDQPairToWeight": config.qdq_add_pair_to_weight,
+            "DedicatedQDQPair": config.qdq_dedicated_pair,
+            "QDQOpTypePerChannelSupportToAxis": config.qdq_op_type_per_channel_support_to_axis,
+        },
+    )
+    quantizer.quantize_model()
+    quantizer.model.save_model_to_file(str(output))
+
+
+def session(path: Path, threads: int):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def latencies(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median seconds of each call, the calls interleaved, after one warm-up call each."""
+    for call in calls.values():
+        call()
+    seconds: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            seconds[name].append(time.perf_counter() - start)
+    return {name: float(np.median(s)) for name, s in seconds.items()}
+
+
+def classifier_figures(model: Path, files: dict[str, Path | None], rows, gold, args) -> dict:
+    from pipelines.export.onnx import check_inputs
+    from pipelines.inference.predictor import Predictor
+
+    predictions = {
+        side: [p["prediction"] for p in Predictor.load(str(model), onnx=path and str(path)).predict(rows)]
+        for side, path in files.items()
+    }
+    net = Predictor.load(str(model), device="cpu").model
+    figures: dict = {side: {} for side in files}
+    for side, path in files.items():
+        figures[side]["bytes"] = (
+            path.stat().st_size if path else sum(f.stat().st_size for f in model.glob("*.safetensors"))
+        )
+        figures[side]["accuracy"] = float(np.mean([p == g for p, g in zip(predictions[side], gold)]))
+        figures[side]["agreement_with_torch"] = float(
+            np.mean([p == q for p, q in zip(predictions[side], predictions["torch fp32"])])
+        )
+    sessions = {side: session(path, args.threads) for side, path in files.items() if path}
+    config = net.config
+    for batch in (1, 32):
+        inputs = check_inputs(config, batch, SEQ, seed=1)
+        inputs["attention_mask"][:] = 1
+        tensors = {k: torch.from_numpy(v) for k, v in inputs.items()}
+
+        def run_torch(t=tensors):
+            with torch.inference_mode():
+                return net(**t)
+
+        calls = {"torch fp32": run_torch} | {
+            side: (lambda s=s, i=inputs: s.run(None, i)) for side, s in sessions.items()
+        }
+        for side, s in latencies(calls, args.rounds if batch == 1 else max(1, args.rounds // 4)).items():
+            figures[side][f"ms_batch{batch}"] = s * 1e3
+    return figures
+
+
+def qa_figures(args, root: Path) -> dict:
+    """QA predict through the onnx backend (fp32, int8) against the plain transformers loop."""
+    from qa_predict_speed import load_transformers, make_model, questions, timed
+
+    from pipelines.export.onnx import export_onnx, load_exportable, quantize_export
+    from pipelines.inference.predictor import Predictor
+
+    model = make_model(root / "qa", args.qa_preset, Path(spiece_dir(args, root)), 256, 64, 128)
+    fp32, int8 = root / "qa.onnx", root / "qa.int8.onnx"
+    export_onnx(load_exportable(model), fp32)
+    quantize_export(fp32, int8)
+    rows = questions(model, args.qa_rows)
+
+    def ours(path: Path):
+        predictor = Predictor.load(model, batch_size=16, onnx=str(path))
+
+        def answer(chosen):
+            return {r["id"]: p["answer"] for r, p in zip(chosen, predictor.predict(chosen))}, []
+
+        return answer
+
+    contenders = {
+        "onnx fp32": ours(fp32),
+        "onnx int8": ours(int8),
+        "transformers": load_transformers(model, 16, "max_length"),
+    }
+    times = timed(contenders, rows, args.qa_rounds, 16)
+    theirs_s, theirs = times["transformers"][0], times["transformers"][1]
+    return {
+        "preset": args.qa_preset,
+        "questions": len(rows),
+        **{
+            name: {
+                "questions_per_s": len(rows) / times[name][0],
+                "speedup_vs_transformers": theirs_s / times[name][0],
+                "same_answers": float(np.mean([times[name][1][k] == theirs[k] for k in theirs])),
+            }
+            for name in contenders
+        },
+    }
+
+
+def table(figures: dict) -> str:
+    fp32 = figures["ORT fp32"]
+    lines = [
+        "| | size | vs ORT fp32 | accuracy | agreement with torch | batch 1 ms | speedup vs ORT fp32 | batch 32 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for side in SIDES:
+        f = figures[side]
+        lines.append(
+            f"| {side} | {f['bytes'] / 1e6:.2f} MB | {f['bytes'] / fp32['bytes']:.3f}x | {f['accuracy']:.4f} | "
+            f"{f['agreement_with_torch']:.4f} | {f['ms_batch1']:.2f} | {fp32['ms_batch1'] / f['ms_batch1']:.2f}x | "
+            f"{f['ms_batch32']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", help="a run whose finetune stage fine-tuned BBC News (finetune/best)")
+    parser.add_argument("--preset", default="tiny", help="without --run-dir: a random classifier of this size")
+    parser.add_argument("--rows", type=int, default=200, help="without --run-dir: BBC articles")
+    parser.add_argument("--spiece", help="without --run-dir: a folder with spiece.model (default: one trained here)")
+    parser.add_argument("--threads", type=int, default=1, help="torch's and each onnxruntime session's")
+    parser.add_argument("--rounds", type=int, default=100, help="timed calls at batch 1 (a quarter at batch 32)")
+    parser.add_argument("--qa-preset", default="tiny")
+    parser.add_argument("--qa-rows", type=int, default=100, help="QA questions (0: no QA timing)")
+    parser.add_argument("--qa-rounds", type=int, default=3)
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from pipelines.export.onnx import export_onnx, load_exportable, quantize_export
+
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work)
+        if args.run_dir:
+            model = Path(args.run_dir) / "finetune" / "best"
+            rows, gold = eval_rows(Path(args.run_dir))
+        else:
+            model, rows, gold = random_classifier(root, spiece_dir(args, root), args.preset, args.rows)
+        files = {side: root / f"{i}.onnx" for i, side in enumerate(SIDES) if i}
+        export_onnx(load_exportable(model), files["ORT fp32"])
+        quantize_export(files["ORT fp32"], files["ORT int8 (ours)"])
+        optimum_int8(files["ORT fp32"], files["ORT int8 (optimum)"])
+        figures = classifier_figures(model, {"torch fp32": None, **files}, rows, gold, args)
+        result = {
+            "model": str(model) if args.run_dir else f"random {args.preset}",
+            "eval_rows": len(rows),
+            "threads": args.threads,
+            "rounds": args.rounds,
+            "classifier": figures,
+            "qa": qa_figures(args, root) if args.qa_rows else None,
+        }
+    print(table(figures))
+    print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

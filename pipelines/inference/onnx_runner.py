@@ -1,0 +1,77 @@
+"""An ONNX export of a model folder (`albert-ray export onnx`, fp32 or `--quantize int8`) run by
+onnxruntime on CPU where the Predictor runs its torch model (predict.backend=onnx, serve --backend
+onnx): the batch the family's collate makes in, the outputs as the head returns them. The file is
+checked against the folder first: the usage it records (its fine-tuning's record, labels, problem
+type) must be the folder's, whose tokenizer and settings encode and decode for it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import onnx
+import onnxruntime
+import torch
+from torch import nn
+
+from ..errors import BadInput, MissingInput
+from ..storage import exists, read_bytes
+from ..storage.models import USAGE_KEYS
+
+ONNX_FILE = "model.onnx"
+"""The ONNX file's name in a replica's copy of the model folder (storage.models.materialize)."""
+
+
+def check_onnx(data: bytes, config: Mapping[str, Any], outputs: tuple[str, ...], where: str, model: str) -> None:
+    """BadInput unless `data` is an ONNX export with the model folder's usage metadata (the same
+    record, labels and problem type as its config.json: `config`) and the family's `outputs`."""
+    try:
+        proto = onnx.load_model_from_string(data)
+    except Exception as e:  # protobuf's DecodeError and others: not an ONNX file
+        raise BadInput(f"{where}: not an ONNX model ({type(e).__name__})") from None
+    recorded = {p.key: p.value for p in proto.metadata_props if p.key in USAGE_KEYS}
+    folder = {key: json.dumps(config[key], sort_keys=True) for key in USAGE_KEYS if key in config}
+    differs = sorted(key for key in set(recorded) | set(folder) if recorded.get(key) != folder.get(key))
+    if differs:
+        raise BadInput(
+            f"{where}: not an export of {model}: its {', '.join(differs)} differ from the folder's config.json "
+            "(export the folder with `albert-ray export onnx`)"
+        )
+    names = [o.name for o in proto.graph.output]
+    if list(outputs) != names:
+        raise BadInput(f"{where}: outputs {names}, where the model's head has {list(outputs)}")
+
+
+class OnnxRunner(nn.Module):
+    """The ONNX file in an onnxruntime CPU session on `threads` threads, called as the head is."""
+
+    def __init__(self, path: str, outputs: tuple[str, ...], threads: int):
+        super().__init__()
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]  # input_ids, attention_mask, token_type_ids
+        self.names = outputs
+
+    def forward(self, **batch: torch.Tensor | None) -> Any:
+        if batch["attention_mask"] is None:  # the loop drops a mask without padding (loader.to_device)
+            batch["attention_mask"] = torch.ones_like(batch["input_ids"])
+        values = self.session.run(list(self.names), {name: batch[name].numpy() for name in self.inputs})
+        tensors = [torch.from_numpy(v) for v in values]
+        return tensors[0] if len(tensors) == 1 else SimpleNamespace(**dict(zip(self.names, tensors)))
+
+
+def read_onnx(path: str, key: str, config: Mapping[str, Any], outputs: tuple[str, ...], model: str) -> bytes:
+    """The ONNX file at `path` (local or s3://), checked against the model folder (`check_onnx`);
+    MissingInput naming `key` where there is none."""
+    if not exists(path):
+        raise MissingInput(f"{key}: {path} does not exist (write it with `albert-ray export onnx {model} {path}`)")
+    data = read_bytes(path)
+    check_onnx(data, config, outputs, f"{key} {path}", model)
+    return data
+
+
+__all__ = ["ONNX_FILE", "OnnxRunner", "check_onnx", "read_onnx"]

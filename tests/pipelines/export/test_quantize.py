@@ -1,0 +1,113 @@
+"""`albert-ray export onnx --quantize int8` (pipelines/export/quantize.py) on a 4-layer shared
+classifier: the file at most 0.35x the fp32 export's; each of the shared layer's matrices stored
+once, as int8 (its per-channel quantization, no float copy left); the weight MatMuls computed by
+MatMulInteger and the attention's activation x activation MatMuls left float; the same usage
+metadata as fp32; predictions agreeing with PyTorch's; the command's line (e2e: a second export).
+Agreement on a fine-tuned model's eval rows: tests/pipelines/test_family_paths.py."""
+
+import json
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+from onnx import numpy_helper
+
+from albert_model import AlbertConfig, AlbertForSequenceClassification
+from albert_model.hf import save_hf_pretrained
+from pipelines.cli.command import main
+from pipelines.export.onnx import export_onnx, load_exportable, prediction_agreement, quantize_export
+from pipelines.storage.models import RECORD
+
+from .test_onnx import layer_matrices
+
+CONFIG = AlbertConfig.from_preset("tiny", vocab_size=1000).replace(num_hidden_layers=4, num_labels=3)
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """A classifier folder recording its fine-tuning, exported fp32 and int8 (from the fp32 file, as
+    the command's `--quantize int8` does from the trace: one export's time)."""
+    root = tmp_path_factory.mktemp("int8")
+    torch.manual_seed(0)
+    record = {RECORD: {"task": "classification", "max_seq_length": 32}}
+    labels = {0: "a", 1: "b", 2: "c"}
+    folder = save_hf_pretrained(
+        AlbertForSequenceClassification(CONFIG), root / "model", id2label=labels, extra_config=record
+    )
+    exportable = load_exportable(folder)
+    fp32 = export_onnx(exportable, root / "model.onnx")
+    quantized = quantize_export(fp32.path, root / "model.int8.onnx")
+    path = root / "model.int8.onnx"
+    return folder, exportable, fp32, SimpleNamespace(path=path, onnx_bytes=path.stat().st_size, quantized=quantized)
+
+
+def int8_copy(matrix: np.ndarray, axis: int) -> np.ndarray:
+    """`matrix` quantized per channel along `axis` as the export does: symmetric, max |w| / 127."""
+    scale = np.abs(matrix).max(axis=1 - axis, keepdims=True) / 127
+    return np.round(matrix / scale).astype(np.int8)
+
+
+def test_the_int8_file_is_a_third_of_fp32_with_the_shared_layer_once(exports):
+    folder, _, fp32, int8 = exports
+    assert int8.onnx_bytes <= 0.35 * fp32.onnx_bytes, (int8.onnx_bytes, fp32.onnx_bytes)
+    initializers = [numpy_helper.to_array(t) for t in onnx.load(str(int8.path)).graph.initializer]
+    matrices = layer_matrices(folder)
+    assert len(matrices) == 6
+    for name, matrix in matrices.items():
+        quantized = int8_copy(matrix, 0)  # [out, in]: a channel is a row
+        same = [a for a in initializers if a.dtype == np.int8 and a.shape == matrix.shape]
+        assert sum(np.array_equal(a, quantized) for a in same) == 1, name
+        floats = [a for a in initializers if a.dtype == np.float32 and a.size == matrix.size]
+        assert not any(np.array_equal(a.reshape(matrix.shape), matrix) for a in floats), name
+        assert not any(a.shape == matrix.T.shape and np.array_equal(a, matrix.T) for a in floats), name
+    assert int8.quantized.matrices == 6 + 2  # the layer's, the embedding mapping's, the pooler's
+
+
+def test_weight_matmuls_are_integer_and_attention_stays_float(exports):
+    _, _, fp32, int8 = exports
+    ops = [n.op_type for n in onnx.load(str(int8.path)).graph.node]
+    fp32_matmuls = [n.op_type for n in onnx.load(str(fp32.path)).graph.node].count("MatMul")
+    # per application: q/k/v fused, the attention's output, the FFN's two; with the embedding mapping
+    # and the pooler (the last layer runs at [CLS] only, with q and k/v apart)
+    assert ops.count("MatMulInteger") == int8.quantized.matmuls == 4 * 4 + 1 + 1 + 1
+    assert ops.count("DynamicQuantizeLinear") == int8.quantized.matmuls
+    assert ops.count("MatMul") == 2 * 4  # q.k and the attention's weighted sum, at each depth step
+    assert fp32_matmuls == ops.count("MatMul") + int8.quantized.matmuls - 1  # the pooler was a Gemm
+    assert ops.count("Gemm") == 1  # the classifier, float
+
+
+def test_the_int8_file_carries_the_same_usage_and_agrees_with_pytorch(exports):
+    _, exportable, fp32, int8 = exports
+
+    def metadata(path):
+        return onnxruntime.InferenceSession(str(path)).get_modelmeta().custom_metadata_map
+
+    assert metadata(int8.path) == metadata(fp32.path) and json.loads(metadata(int8.path)[RECORD])["task"]
+    assert prediction_agreement(exportable, int8.path) >= 0.95
+    assert prediction_agreement(exportable, fp32.path) == 1.0
+
+
+def weights(path) -> list[tuple]:
+    """A file's initializers as (type, shape, bytes), sorted."""
+    return sorted(
+        (t.data_type, tuple(t.dims), numpy_helper.to_array(t).tobytes()) for t in onnx.load(str(path)).graph.initializer
+    )
+
+
+@pytest.mark.e2e
+def test_the_command_quantizes_and_says_the_agreement(exports, tmp_path, capsys):
+    folder = exports[0]
+    output = tmp_path / "model.int8.onnx"
+    assert main(["export", "onnx", str(folder), str(output), "--quantize", "int8"]) == 0
+    out = capsys.readouterr().out
+    assert "int8: 8 matrices, 3 tables)" in out and "max abs difference" not in out
+    agreement = float(re.search(r"predictions agreeing with PyTorch \(onnxruntime CPU, int8\): (\S+)%", out).group(1))
+    assert 95 <= agreement <= 100
+    assert weights(output) == weights(exports[3].path)  # as quantized from the fp32 file
+    with pytest.raises(SystemExit, match="2"):
+        main(["export", "onnx", str(folder), str(tmp_path / "x.onnx"), "--quantize", "int4"])
+    assert "invalid choice: 'int4'" in capsys.readouterr().err

@@ -1,0 +1,46 @@
+"""The onnx backend's runner (pipelines/inference/onnx_runner.py) as predict meets it: a missing
+predict.onnx, or an ONNX file that is not an export of predict.model, is refused by name before any
+row is read or Ray starts. Running the exports of every family: tests/pipelines/test_family_paths.py;
+serve's refusals: test_serve.py."""
+
+import onnx
+import pytest
+from onnx import helper
+
+from albert_model import AlbertConfig, AlbertForSequenceClassification
+from albert_model.hf import save_hf_pretrained
+from pipelines.config import load_config
+from pipelines.errors import BadInput, MissingInput
+from tests.conftest import VOCAB_SIZE
+
+
+def test_an_onnx_file_that_is_missing_or_of_another_model_is_refused_before_ray(tiny_pretrained, tmp_path):
+    """predict.backend=onnx: a missing predict.onnx, or an ONNX file whose metadata is not
+    predict.model's, is refused by name before any row is read or Ray starts; nothing is written."""
+    from pipelines.stages.predict import run_predict
+
+    config = AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE).replace(num_labels=2)
+    folder = save_hf_pretrained(
+        AlbertForSequenceClassification(config),
+        tmp_path / "model",
+        spiece_model=f"{tiny_pretrained}/spiece.model",
+        id2label={0: "no", 1: "yes"},
+    )
+    (tmp_path / "rows.csv").write_text("text\nhello\n")
+    file = tmp_path / "model.onnx"
+
+    def predict() -> None:
+        run_predict(
+            load_config(
+                overrides=[f"run_dir={tmp_path}/run", f"predict.model={folder}", f"predict.input={tmp_path}/rows.csv"]
+                + ["predict.backend=onnx", f"predict.onnx={file}"]
+            )
+        )
+
+    with pytest.raises(MissingInput, match=f"predict.onnx: {file} does not exist"):
+        predict()
+    graph = helper.make_graph([], "other", [], [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1])])
+    onnx.save(helper.make_model(graph), file)  # no id2label: not an export of this folder
+    with pytest.raises(BadInput, match=f"predict.onnx {file}: not an export of {folder}: its id2label differ"):
+        predict()
+    assert not (tmp_path / "run" / "predict").exists()
