@@ -169,6 +169,15 @@ class AlbertTransformer(nn.Module):
             x = self.albert_layer_groups[self.group_of_step(step)](x, attn_mask, positions if step == last else None)
         return x
 
+    def step_states(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> list[torch.Tensor]:
+        """The state after each depth step, (B, S, H) each: what early exit and depth distillation read."""
+        x = self.embedding_hidden_mapping_in(x)
+        states = []
+        for step in range(self.config.num_hidden_layers):
+            x = self.albert_layer_groups[self.group_of_step(step)](x, attn_mask)
+            states.append(x)
+        return states
+
 
 def gather_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """x[b, positions[b]] for every b: (B, S, H), (B, P) -> (B, P, H)."""
@@ -216,6 +225,16 @@ class AlbertModel(nn.Module):
         x = self.encoder(self.embeddings(input_ids, token_type_ids), padding_mask(attention_mask), positions)
         pooled = None if self.pooler is None else torch.tanh(self.pooler(x[:, 0]))
         return AlbertModelOutput(last_hidden_state=x if positions is None else x[:, 1:], pooler_output=pooled)
+
+    def step_states(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> list[torch.Tensor]:
+        """The encoder's state after each application of its layers, (B, S, H) each; the last is
+        forward's last_hidden_state."""
+        return self.encoder.step_states(self.embeddings(input_ids, token_type_ids), padding_mask(attention_mask))
 
 
 class AlbertMLMHead(nn.Module):
@@ -326,6 +345,21 @@ class AlbertForSequenceClassification(LinearHead):
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return self.classifier(self.dropout(self.pooled(input_ids, token_type_ids, attention_mask)))  # (B, labels)
+
+    def read_state(self, state: torch.Tensor) -> torch.Tensor:
+        """The head on one depth's state (B, S, H): pooler over [CLS], dropout, classifier -> (B, labels).
+        Every depth is read by the same head: early exit adds no parameter."""
+        return self.classifier(self.dropout(torch.tanh(self.albert.pooler(state[:, 0]))))
+
+    def depth_logits(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The logits the head reads at every depth: (D, B, labels), the last forward's."""
+        states = self.albert.step_states(input_ids, token_type_ids, attention_mask)
+        return torch.stack([self.read_state(state) for state in states])
 
 
 class AlbertForQuestionAnswering(nn.Module):
