@@ -1,0 +1,139 @@
+"""Depth distillation in a trial, without Ray: the student starts as the fine-tuned teacher's own
+weights at fewer layers, learns its teacher's outputs, and exports as a standard transformers ALBERT
+that gives predict's answers; the objectives' wiring (packed targets, the head at every depth,
+hidden-state matching) against their parts."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from albert_model.hf import load_hf_pretrained
+from albert_model.model import AlbertForSequenceClassification
+from pipelines.config import DistillSection, FinetuneSection
+from pipelines.finetuning.distill import Teacher, build_student, packed_targets, teacher_scores, unpack
+from pipelines.finetuning.distill_losses import depth_weighted_sum, hidden_mse_sum, mixed_loss, softmax_kl_sum
+from pipelines.finetuning.families.classification.training import CLASSIFICATION
+from pipelines.finetuning.family import EncodedTask
+from pipelines.finetuning.loop import collate
+from pipelines.finetuning.objective import EveryDepth, HiddenMatched, build_objective
+from pipelines.finetuning.trial import TrialData, fit_trial
+from pipelines.inference.predictor import Predictor
+from tests.pipelines.finetuning.test_step import toy_trial_data
+
+TEACHER_CFG = FinetuneSection(epochs=2, batch_size=4, lr=1e-3)
+
+
+def train(cfg, data, directory, root):
+    reports = []
+    fit_trial(cfg, data, directory, str(root), lambda metrics, checkpoint: reports.append((metrics, checkpoint)))
+    return reports
+
+
+@pytest.fixture(scope="module")
+def teacher(tiny_pretrained, tmp_path_factory):
+    """A 4-layer classifier fine-tuned on the toy task: its last epoch's export."""
+    return train(TEACHER_CFG, toy_trial_data(), tiny_pretrained, tmp_path_factory.mktemp("teacher"))[-1][1]
+
+
+def distilled(teacher, settings, cfg=TEACHER_CFG):
+    data = toy_trial_data()
+    logits = teacher_scores(cfg, CLASSIFICATION, data.encoded.train, data.pad_id, teacher)
+    data.teacher = Teacher(logits, settings.student_layers(4), 4, settings)
+    return data
+
+
+def test_the_student_is_the_teachers_weights_applied_fewer_times(teacher):
+    student = build_student(teacher, AlbertForSequenceClassification, 2, 0.1)
+    reference = load_hf_pretrained(teacher, AlbertForSequenceClassification).state_dict()
+    assert student.config.num_hidden_layers == 2 and student.state_dict().keys() == reference.keys()
+    assert all(torch.equal(v, reference[k]) for k, v in student.state_dict().items())  # no new parameter
+
+
+def test_packed_targets_carry_the_hard_targets_and_the_teachers_logits_of_each_example():
+    for targets, flat in ((np.array([0, 2, 1]), True), (np.array([[1, 0], [0, 1], [1, 1]]), False)):
+        encoded = [([2, 3], [0, 0])] * 3
+        task = EncodedTask(encoded, targets, [], np.array([]), num_labels=2)
+        logits = np.arange(6, dtype=np.float32).reshape(3, 2)
+        packed = packed_targets(task, Teacher(logits, 1, 2, DistillSection(layers=1)))
+        hard, soft = unpack(packed[[2, 0]], 2, torch.long, flat)  # a batch: rows 2 and 0
+        assert torch.equal(hard, torch.as_tensor(targets[[2, 0]])) and hard.dtype == torch.long
+        assert torch.equal(soft, torch.tensor(logits[[2, 0]]))
+
+
+def test_a_distilling_trial_learns_its_teachers_outputs(teacher, tmp_path):
+    """alpha=0: the loss is the KL to the teacher alone, which training lowers from where the
+    half-depth student starts."""
+    settings = DistillSection(layers="half", alpha=0.0, temperature=2.0)
+    data = distilled(teacher, settings)
+    student = build_student(teacher, AlbertForSequenceClassification, 2, 0.1)
+    batch = collate(data.encoded.train, range(16), 0)
+    target = torch.tensor(data.teacher.logits)
+    with torch.no_grad():
+        before = softmax_kl_sum(student.eval()(**batch), target, 2.0).item()
+    checkpoint = train(TEACHER_CFG, data, teacher, tmp_path)[-1][1]
+    after_model = load_hf_pretrained(checkpoint, AlbertForSequenceClassification).eval()
+    with torch.no_grad():
+        after = softmax_kl_sum(after_model(**batch), target, 2.0).item()
+    assert after_model.config.num_hidden_layers == 2
+    assert after < before
+
+
+def test_the_student_loads_in_transformers_and_gives_predicts_answers(teacher, tmp_path):
+    checkpoint = train(TEACHER_CFG, distilled(teacher, DistillSection(layers=2)), teacher, tmp_path)[-1][1]
+    rows = [{"text": "Shares rose in the market today."}, {"text": "The team won the cup final."}]
+    model = AutoModelForSequenceClassification.from_pretrained(checkpoint).eval()
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    assert model.config.num_hidden_layers == 2
+    with torch.no_grad():
+        expected = [
+            model(**tokenizer(row["text"], truncation=True, return_tensors="pt")).logits.softmax(-1)[0].tolist()
+            for row in rows
+        ]
+    found = Predictor.load(checkpoint, device="cpu").predict(rows)
+    np.testing.assert_allclose([f["probabilities"] for f in found], expected, atol=1e-5)
+    assert [f["prediction"] for f in found] == [model.config.id2label[int(np.argmax(e))] for e in expected]
+
+
+def test_exit_heads_train_every_depths_head_with_pabees_weighted_loss(tiny_pretrained):
+    data = toy_trial_data()
+    cfg = FinetuneSection(exit_heads=True, classifier_dropout=0.0)
+    objective = build_objective(cfg, CLASSIFICATION, data.encoded, tiny_pretrained, None)
+    assert isinstance(objective.trained, EveryDepth) and objective.trained.model is objective.model
+    batch = collate(data.encoded.train, range(6), 0, objective.targets)
+    targets = batch.pop("labels")
+    outputs = objective.trained(**batch)
+    assert outputs.shape == (4, 6, 2)
+    expected = depth_weighted_sum([CLASSIFICATION.loss_sum(outputs[d], targets) for d in range(4)])
+    assert objective.loss_of(outputs, targets).item() == pytest.approx(expected.item())
+
+
+def test_hidden_matching_adds_the_weighted_state_error_against_a_frozen_teacher(teacher):
+    settings = DistillSection(layers=2, alpha=0.3, temperature=3.0, hidden_weight=0.5)
+    data = distilled(teacher, settings)
+    cfg = FinetuneSection(classifier_dropout=0.0)
+    objective = build_objective(cfg, CLASSIFICATION, data.encoded, teacher, data.teacher)
+    assert isinstance(objective.trained, HiddenMatched) and objective.trained.pairs == [2, 4]
+    objective.trained.train()
+    assert not objective.trained.teacher.training  # the targets without dropout
+    batch = collate(data.encoded.train, range(6), 0, objective.targets)
+    targets = batch.pop("labels")
+    logits, hidden = objective.trained(**batch)
+    reference = load_hf_pretrained(teacher, AlbertForSequenceClassification).eval()
+    with torch.no_grad():
+        student_states = objective.model.albert.step_states(**batch)
+        teacher_states = reference.albert.step_states(**batch)
+    assert hidden.item() == pytest.approx(
+        hidden_mse_sum(student_states, [teacher_states[1], teacher_states[3]], batch["attention_mask"]).item(), rel=1e-5
+    )
+    hard, soft = targets[:, 0].long(), targets[:, 1:]
+    mixed = mixed_loss(CLASSIFICATION.loss_sum(logits, hard), CLASSIFICATION.soft_loss_sum(logits, soft, 3.0), 0.3)
+    loss = objective.loss_of((logits, hidden), targets)
+    assert loss.item() == pytest.approx((mixed + 0.5 * hidden).item(), rel=1e-5)
+    loss.backward()
+    assert all(p.grad is None for p in objective.trained.teacher.parameters())
+    assert objective.model.albert.encoder.albert_layer_groups[0].albert_layers[0].ffn.weight.grad is not None
+
+
+def test_trial_data_without_a_teacher_fine_tunes_as_before():
+    assert TrialData("classification", toy_trial_data().encoded, 0, {}).teacher is None
