@@ -61,26 +61,33 @@ def test_packed_targets_carry_the_hard_targets_and_the_teachers_logits_of_each_e
         assert torch.equal(soft, torch.tensor(logits[[2, 0]]))
 
 
-def test_a_distilling_trial_learns_its_teachers_outputs(teacher, tmp_path):
-    """alpha=0: the loss is the KL to the teacher alone, which training lowers from where the
-    half-depth student starts."""
-    settings = DistillSection(layers="half", alpha=0.0, temperature=2.0)
-    data = distilled(teacher, settings)
-    student = build_student(teacher, AlbertForSequenceClassification, 2, 0.1)
+KL_ONLY = DistillSection(layers="half", alpha=0.0, temperature=2.0)
+
+
+@pytest.fixture(scope="module")
+def student(teacher, tmp_path_factory):
+    """The half-depth student of `teacher` trained against its outputs alone (alpha=0: the loss is
+    the KL to the teacher), and the data it was trained on."""
+    data = distilled(teacher, KL_ONLY)
+    return train(TEACHER_CFG, data, teacher, tmp_path_factory.mktemp("student"))[-1][1], data
+
+
+def test_a_distilling_trial_learns_its_teachers_outputs(teacher, student):
+    """Training lowers the KL to the teacher from where the half-depth student starts."""
+    checkpoint, data = student
     batch = collate(data.encoded.train, range(16), 0)
     target = torch.tensor(data.teacher.logits)
+    start = build_student(teacher, AlbertForSequenceClassification, 2, 0.1).eval()
+    trained = load_hf_pretrained(checkpoint, AlbertForSequenceClassification).eval()
     with torch.no_grad():
-        before = softmax_kl_sum(student.eval()(**batch), target, 2.0).item()
-    checkpoint = train(TEACHER_CFG, data, teacher, tmp_path)[-1][1]
-    after_model = load_hf_pretrained(checkpoint, AlbertForSequenceClassification).eval()
-    with torch.no_grad():
-        after = softmax_kl_sum(after_model(**batch), target, 2.0).item()
-    assert after_model.config.num_hidden_layers == 2
+        before = softmax_kl_sum(start(**batch), target, 2.0).item()
+        after = softmax_kl_sum(trained(**batch), target, 2.0).item()
+    assert trained.config.num_hidden_layers == 2
     assert after < before
 
 
-def test_the_student_loads_in_transformers_and_gives_predicts_answers(teacher, tmp_path):
-    checkpoint = train(TEACHER_CFG, distilled(teacher, DistillSection(layers=2)), teacher, tmp_path)[-1][1]
+def test_the_student_loads_in_transformers_and_gives_predicts_answers(student):
+    checkpoint = student[0]
     rows = [{"text": "Shares rose in the market today."}, {"text": "The team won the cup final."}]
     model = AutoModelForSequenceClassification.from_pretrained(checkpoint).eval()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
