@@ -226,16 +226,6 @@ class AlbertModel(nn.Module):
         pooled = None if self.pooler is None else torch.tanh(self.pooler(x[:, 0]))
         return AlbertModelOutput(last_hidden_state=x if positions is None else x[:, 1:], pooler_output=pooled)
 
-    def step_states(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-    ) -> list[torch.Tensor]:
-        """The encoder's state after each application of its layers, (B, S, H) each; the last is
-        forward's last_hidden_state."""
-        return self.encoder.step_states(self.embeddings(input_ids, token_type_ids), padding_mask(attention_mask))
-
 
 class AlbertMLMHead(nn.Module):
     """H -> E transform, then the decoder tied to the word embeddings (weight passed in)."""
@@ -345,21 +335,6 @@ class AlbertForSequenceClassification(LinearHead):
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return self.classifier(self.dropout(self.pooled(input_ids, token_type_ids, attention_mask)))  # (B, labels)
-
-    def read_state(self, state: torch.Tensor) -> torch.Tensor:
-        """The head on one depth's state (B, S, H): pooler over [CLS], dropout, classifier -> (B, labels).
-        Every depth is read by the same head: early exit adds no parameter."""
-        return self.classifier(self.dropout(torch.tanh(self.albert.pooler(state[:, 0]))))
-
-    def depth_logits(
-        self,
-        input_ids: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """The logits the head reads at every depth: (D, B, labels), the last forward's."""
-        states = self.albert.step_states(input_ids, token_type_ids, attention_mask)
-        return torch.stack([self.read_state(state) for state in states])
 
 
 class AlbertForQuestionAnswering(nn.Module):

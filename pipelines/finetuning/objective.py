@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from albert_model.depths import depth_logits, read_state, step_states
 from albert_model.hf import load_hf_pretrained
 
 from ..config import FinetuneSection
@@ -40,7 +41,7 @@ class EveryDepth(nn.Module):
         self.model = model
 
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
-        return self.model.depth_logits(**inputs)
+        return depth_logits(self.model, **inputs)
 
 
 class HiddenMatched(nn.Module):
@@ -63,11 +64,11 @@ class HiddenMatched(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        states = self.student.albert.step_states(input_ids, token_type_ids, attention_mask)
+        states = step_states(self.student.albert, input_ids, token_type_ids, attention_mask)
         with torch.no_grad():
-            targets = self.teacher.albert.step_states(input_ids, token_type_ids, attention_mask)
+            targets = step_states(self.teacher.albert, input_ids, token_type_ids, attention_mask)
         hidden = hidden_mse_sum(states, [targets[j - 1] for j in self.pairs], attention_mask)
-        read = [self.student.read_state(s) for s in (states if self.every_depth else states[-1:])]
+        read = [read_state(self.student, s) for s in (states if self.every_depth else states[-1:])]
         return (torch.stack(read) if self.every_depth else read[0]), hidden
 
 

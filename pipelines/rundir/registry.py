@@ -75,6 +75,9 @@ class Stage:
     over from the current output, not redone."""
 
 
+TASK_FILES = ("finetune.train_path", "finetune.eval_path", "finetune.extra_eval_paths")
+"""The fine-tuning task's files, which the finetune and distill stages read (their content fingerprinted)."""
+
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in [
@@ -116,21 +119,24 @@ STAGES: dict[str, Stage] = {
             config_keys=("finetune", "tune"),
             inputs=("pretrain",),
             outputs=("trials.csv", "best.json", "best/"),
-            input_paths=(
-                "finetune.pretrained",
-                "finetune.train_path",
-                "finetune.eval_path",
-                "finetune.extra_eval_paths",
-            ),
-            content_keys=(
-                "finetune.pretrained",
-                "finetune.train_path",
-                "finetune.eval_path",
-                "finetune.extra_eval_paths",
-            ),
+            input_paths=("finetune.pretrained", *TASK_FILES),
+            content_keys=("finetune.pretrained", *TASK_FILES),
             input_override=("pretrain", "finetune.pretrained"),
             resumable=True,
             units="finetune.tasks",
+        ),
+        Stage(
+            "distill",
+            "pipelines.stages.distill:build_distill",
+            "a shallower student of the fine-tuned model and its search",
+            config_keys=("distill", "finetune", "tune"),
+            inputs=("finetune",),
+            outputs=("trials.csv", "best.json", "best/"),
+            input_paths=("distill.teacher", *TASK_FILES),
+            content_keys=("distill.teacher", *TASK_FILES),
+            input_override=("finetune", "distill.teacher"),
+            resumable=True,
+            enabled_by="distill.layers",
         ),
         Stage(
             "predict",

@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from albert_model.depths import step_states
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification
 from pipelines.config import DistillSection, FinetuneSection
@@ -128,8 +129,8 @@ def test_hidden_matching_adds_the_weighted_state_error_against_a_frozen_teacher(
     logits, hidden = objective.trained(**batch)
     reference = load_hf_pretrained(teacher, AlbertForSequenceClassification).eval()
     with torch.no_grad():
-        student_states = objective.model.albert.step_states(**batch)
-        teacher_states = reference.albert.step_states(**batch)
+        student_states = step_states(objective.model.albert, **batch)
+        teacher_states = step_states(reference.albert, **batch)
     assert hidden.item() == pytest.approx(
         hidden_mse_sum(student_states, [teacher_states[1], teacher_states[3]], batch["attention_mask"]).item(), rel=1e-5
     )
