@@ -4,14 +4,16 @@ that gives predict's answers; the objectives' wiring (packed targets, the head a
 hidden-state matching) against their parts."""
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from albert_model.depths import step_states
+from albert_model.depths import depth_logits, step_states
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification
 from pipelines.config import DistillSection, FinetuneSection
+from pipelines.errors import BadInput
 from pipelines.finetuning.distill import Teacher, build_student, packed_targets, teacher_scores, unpack
 from pipelines.finetuning.distill_losses import depth_weighted_sum, hidden_mse_sum, mixed_loss, softmax_kl_sum
 from pipelines.finetuning.families.classification.training import CLASSIFICATION
@@ -145,3 +147,31 @@ def test_hidden_matching_adds_the_weighted_state_error_against_a_frozen_teacher(
 
 def test_trial_data_without_a_teacher_fine_tunes_as_before():
     assert TrialData("classification", toy_trial_data().encoded, 0, {}).teacher is None
+
+
+ROWS = [{"text": t} for t in ("Shares rose today.", "The team won the cup.", "A new phone.", "Ministers met.")]
+
+
+def test_predict_exits_early_under_patience_and_says_at_which_depth(teacher):
+    full = Predictor.load(teacher, device="cpu").predict(ROWS)
+    never = Predictor.load(teacher, device="cpu", exit_patience=10).predict(ROWS)  # more than the 4 depths
+    assert [r["exit_depth"] for r in never] == [4] * 4 and "exit_depth" not in full[0]
+    np.testing.assert_allclose([r["probabilities"] for r in never], [r["probabilities"] for r in full], atol=1e-5)
+    eager = Predictor.load(teacher, device="cpu", exit_patience=1)
+    assert eager.output == {**eager.inference.output, "exit_depth": pa.int32()}
+    model = load_hf_pretrained(teacher, AlbertForSequenceClassification).eval()
+    for row, answer in zip(ROWS, eager.predict(ROWS)):
+        ids, types = eager.use.tokenizer.encode(row["text"], None, eager.use.max_seq_length)
+        with torch.no_grad():
+            depths = depth_logits(model, torch.tensor([ids]), torch.tensor([types]))[:, 0]
+        predicted = depths.argmax(-1).tolist()
+        expected = next((d + 1 for d in range(1, 4) if predicted[d] == predicted[d - 1]), 4)
+        assert answer["exit_depth"] == expected
+        np.testing.assert_allclose(answer["probabilities"], depths[expected - 1].softmax(-1).tolist(), atol=1e-5)
+
+
+def test_early_exit_is_refused_where_a_prediction_has_no_argmax():
+    from pipelines.finetuning.families.regression.inference import INFERENCE
+
+    with pytest.raises(BadInput, match="early exit needs classes"):
+        INFERENCE.exit_rule(1, None, None)

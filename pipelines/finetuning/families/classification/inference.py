@@ -9,7 +9,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from albert_model.depths import ExitRule
+
 from ....config import PredictSection
+from ...inference import ModelUse
 from .._sequence.inference import SequenceInference
 from . import FAMILY
 
@@ -17,6 +20,9 @@ from . import FAMILY
 class ClassificationInference(SequenceInference):
     family = FAMILY
     output = {"prediction": pa.string(), "probabilities": pa.list_(pa.float64())}
+
+    def exit_rule(self, patience: int | None, entropy: float | None, use: ModelUse) -> ExitRule:
+        return ExitRule(patience, entropy)
 
     def probabilities(self, logits: np.ndarray) -> list[list[float]]:
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))

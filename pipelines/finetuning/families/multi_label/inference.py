@@ -10,7 +10,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from albert_model.depths import ExitRule
+
 from ....config import PredictSection
+from ...inference import ModelUse
 from .._sequence.inference import SequenceInference
 from . import FAMILY
 
@@ -18,6 +21,9 @@ from . import FAMILY
 class MultiLabelInference(SequenceInference):
     family = FAMILY
     output = {"prediction": pa.list_(pa.string()), "probabilities": pa.list_(pa.float64())}
+
+    def exit_rule(self, patience: int | None, entropy: float | None, use: ModelUse) -> ExitRule:
+        return ExitRule(patience, entropy, independent=True)
 
     def probabilities(self, logits: np.ndarray) -> list[list[float]]:
         return (1.0 / (1.0 + np.exp(-logits))).tolist()
