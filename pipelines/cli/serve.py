@@ -87,6 +87,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="tokens per input (a text pair, a choice, a window); by default the length the model was fine-tuned "
         "at (its config.json's albert_ray.max_seq_length), else 512 or the model's positions where fewer",
     )
+    add(
+        "--exit-patience",
+        metavar="N",
+        type=positive(int),
+        help="early exit: a row stops once its prediction held N more depths",
+    )
+    add(
+        "--exit-entropy",
+        metavar="H",
+        type=float,
+        help="early exit: a row stops once its prediction's entropy is below H",
+    )
     return parser
 
 
@@ -119,8 +131,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             max_batch_size=args.max_batch_size,
             batch_wait_ms=args.batch_wait_ms,
             max_seq_length=args.max_seq_length,
+            exit_patience=args.exit_patience,
+            exit_entropy=args.exit_entropy,
         )
-        model = read_model(args.model_dir, options.max_seq_length)
+        if args.exit_entropy is not None and args.exit_entropy <= 0:
+            parser.error(f"--exit-entropy {args.exit_entropy:g}: must be more than 0")
+        exits = args.exit_patience is not None or args.exit_entropy is not None
+        model = read_model(args.model_dir, options.max_seq_length, exits)
         options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
         init_ray()
         url = start_endpoint(args.model_dir, model.files, options)

@@ -150,7 +150,7 @@ class Predictor:
             exit_rule = getattr(inference, "exit_rule", None)
             if exit_rule is None:
                 raise BadInput(f"{model_dir}: a {family.name} export; early exit reads a sequence head at every depth")
-            rule = exit_rule(exit_patience, exit_entropy, use)
+            rule = exit_rule(exit_patience, exit_entropy)
         return cls(family, inference, training, model, use, batch_size, target, rule)
 
     @property

@@ -78,6 +78,10 @@ class ServeOptions:
     max_seq_length: int | None = None
     """Tokens per input (a text pair, a choice, a window); by default the length the model was
     fine-tuned at (its config.json's record), else 512 capped by its position embeddings."""
+    exit_patience: int | None = None
+    """Early exit: a row stops once its prediction has held for this many more depths (PABEE)."""
+    exit_entropy: float | None = None
+    """Early exit: a row stops once its prediction's entropy (nats) falls below this."""
 
 
 async def read_body(request: Request) -> bytes:
@@ -119,7 +123,13 @@ class PredictEndpoint:
         torch.set_num_threads(max(1, int(options.cpus_per_replica)))
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
         local = materialize(ray.get(files), self.work)
-        self.predictor = Predictor.load(local, options.max_seq_length, options.max_batch_size)
+        self.predictor = Predictor.load(
+            local,
+            options.max_seq_length,
+            options.max_batch_size,
+            exit_patience=options.exit_patience,
+            exit_entropy=options.exit_entropy,
+        )
         self.predict_rows.set_max_batch_size(options.max_batch_size)
         self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
         inference = self.predictor.inference
@@ -128,7 +138,7 @@ class PredictEndpoint:
             "kind": self.predictor.family.name,
             "fields": list(inference.fields),
             "required": list(inference.required),
-            "outputs": list(inference.output),
+            "outputs": list(self.predictor.output),
             "labels": self.predictor.use.label_names,
             "max_seq_length": self.predictor.use.max_seq_length,
             "max_batch_size": options.max_batch_size,
@@ -183,13 +193,18 @@ class ServedModel:
     """The length it is applied at: --max-seq-length, or its default (storage.models.applied_length)."""
 
 
-def read_model(model_dir: str, max_seq_length: int | None) -> ServedModel:
+def read_model(model_dir: str, max_seq_length: int | None, exits: bool = False) -> ServedModel:
     """The model folder (local or s3://), checked before anything starts: a missing folder, an export
-    of no family serve applies, a length over its positions."""
+    of no family serve applies, a length over its positions, early exit (`exits`) where its family's
+    prediction cannot exit early."""
     files = read_model_files(model_dir, "MODEL_DIR")
     config = json.loads(files["config.json"])
     family = family_of(config, model_dir)
     inference = inference_of(family, model_dir)
+    if exits and getattr(inference, "exit_rule", None) is None:
+        raise BadInput(f"{model_dir}: a {family.name} export; early exit reads a sequence head at every depth")
+    if exits:
+        inference.exit_rule(1, None)  # a family whose prediction cannot settle refuses it
     length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
     return ServedModel(
         files, family.name, tuple(inference.fields), tuple(inference.required), label_names(config), length

@@ -3,6 +3,10 @@ weights at fewer layers, learns its teacher's outputs, and exports as a standard
 that gives predict's answers; the objectives' wiring (packed targets, the head at every depth,
 hidden-state matching) against their parts."""
 
+import json
+from collections import Counter
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -174,4 +178,21 @@ def test_early_exit_is_refused_where_a_prediction_has_no_argmax():
     from pipelines.finetuning.families.regression.inference import INFERENCE
 
     with pytest.raises(BadInput, match="early exit needs classes"):
-        INFERENCE.exit_rule(1, None, None)
+        INFERENCE.exit_rule(1, None)
+
+
+def test_the_predict_stage_writes_each_rows_exit_depth_and_their_histogram(teacher, tmp_path):
+    import pyarrow.parquet as pq
+
+    from pipelines.config import load_config
+    from pipelines.stages.predict import run_predict
+
+    (tmp_path / "rows.csv").write_text("text\n" + "\n".join(r["text"] for r in ROWS) + "\n")
+    overrides = [f"run_dir={tmp_path}/run", f"predict.model={teacher}", f"predict.input={tmp_path}/rows.csv"]
+    out = run_predict(load_config(overrides=[*overrides, "predict.exit_patience=1"]))  # in this process: no Ray
+    table = pq.read_table(f"{out}/predictions").to_pylist()
+    expected = Predictor.load(teacher, device="cpu", exit_patience=1).predict(ROWS)
+    assert [r["exit_depth"] for r in table] == [e["exit_depth"] for e in expected]
+    manifest = json.loads(Path(out, "manifest.json").read_text())
+    assert sum(manifest["exit_depths"].values()) == len(ROWS)
+    assert manifest["exit_depths"] == {str(d): n for d, n in sorted(Counter(r["exit_depth"] for r in table).items())}

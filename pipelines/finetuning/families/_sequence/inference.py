@@ -67,7 +67,7 @@ class SequenceInference:
             for p, q in zip(predicted, self.probabilities(outputs.astype(np.float64)))
         ]
 
-    def exit_rule(self, patience: int | None, entropy: float | None, use: ModelUse) -> ExitRule:
+    def exit_rule(self, patience: int | None, entropy: float | None) -> ExitRule:
         """Early exit's rule for this family's prediction (predict.exit_patience, predict.exit_entropy)."""
         raise BadInput("early exit needs classes whose prediction can settle: a number has no argmax")
 

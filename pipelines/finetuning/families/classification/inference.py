@@ -12,7 +12,6 @@ import pyarrow as pa
 from albert_model.depths import ExitRule
 
 from ....config import PredictSection
-from ...inference import ModelUse
 from .._sequence.inference import SequenceInference
 from . import FAMILY
 
@@ -21,7 +20,7 @@ class ClassificationInference(SequenceInference):
     family = FAMILY
     output = {"prediction": pa.string(), "probabilities": pa.list_(pa.float64())}
 
-    def exit_rule(self, patience: int | None, entropy: float | None, use: ModelUse) -> ExitRule:
+    def exit_rule(self, patience: int | None, entropy: float | None) -> ExitRule:
         return ExitRule(patience, entropy)
 
     def probabilities(self, logits: np.ndarray) -> list[list[float]]:

@@ -13,7 +13,6 @@ import pyarrow as pa
 from albert_model.depths import ExitRule
 
 from ....config import PredictSection
-from ...inference import ModelUse
 from .._sequence.inference import SequenceInference
 from . import FAMILY
 
@@ -22,7 +21,7 @@ class MultiLabelInference(SequenceInference):
     family = FAMILY
     output = {"prediction": pa.list_(pa.string()), "probabilities": pa.list_(pa.float64())}
 
-    def exit_rule(self, patience: int | None, entropy: float | None, use: ModelUse) -> ExitRule:
+    def exit_rule(self, patience: int | None, entropy: float | None) -> ExitRule:
         return ExitRule(patience, entropy, independent=True)
 
     def probabilities(self, logits: np.ndarray) -> list[list[float]]:
