@@ -58,7 +58,12 @@ def random_pretrained(root: str, vocab_size: int) -> str:
 
 def last_checkpoint(cfg: FinetuneSection, data, directory: str, root: str) -> tuple[str, dict]:
     reports = []
-    fit_trial(cfg, data, directory, root, lambda metrics, checkpoint: reports.append((metrics, checkpoint)))
+
+    def report(metrics: dict, checkpoint: str) -> None:
+        print(f"{os.path.basename(root)} epoch {metrics['epoch']}: accuracy {metrics['accuracy']:.4f}", flush=True)
+        reports.append((metrics, checkpoint))
+
+    fit_trial(cfg, data, directory, root, report)
     metrics, checkpoint = reports[-1]
     return checkpoint, metrics
 
