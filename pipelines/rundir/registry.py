@@ -155,7 +155,7 @@ STAGES: dict[str, Stage] = {
             "report",
             "pipelines.stages.report:build_report",
             "report.md with its figures",
-            inputs=("data", "pretrain", "finetune"),
+            inputs=("data", "pretrain", "finetune", "distill"),
             outputs=("report.md", "*.png", "layer_transitions.json"),
             partial_inputs=True,
         ),
@@ -298,10 +298,15 @@ def unit_configs(config: Config, name: str) -> dict[str, Config]:
 
 
 def stage_inputs(config: Config, name: str) -> tuple[str, ...]:
-    """The stages this one reads under this config (an input_override key set replaces one)."""
+    """The stages this one reads under this config: an input_override key set replaces one, and a
+    stage the config does not enable (distill without distill.layers) is no input (of the report)."""
     stage = STAGES[name]
     override = stage.input_override
-    return tuple(d for d in stage.inputs if not (override and override[0] == d and config_value(config, override[1])))
+    return tuple(
+        d
+        for d in stage.inputs
+        if enabled(config, d) and not (override and override[0] == d and config_value(config, override[1]))
+    )
 
 
 def input_fingerprints(config: Config, name: str, allow_missing: bool | None = None) -> dict[str, str]:

@@ -254,6 +254,7 @@ def build_predict(run: StageRun) -> dict:
     if pc.exits_early:
         depths = Counter(d for d in written.to_table(columns=[EXIT_DEPTH])[EXIT_DEPTH].to_pylist() if d is not None)
         fields["exit_depths"] = {str(d): n for d, n in sorted(depths.items())}
+        fields["exit_rule"] = {"patience": pc.exit_patience, "entropy": pc.exit_entropy}
     scorer = getattr(inference, "metrics", None)
     if scorer is not None and (pc.label_column or tables.own):  # a family's own files may hold gold labels
         gold = output_rows(written, inference, scored=True)

@@ -120,6 +120,9 @@ def test_plan_names_missing_inputs(tmp_path):
     assert plan["pretrain"] == "runs, but needs data output, which is missing and not selected"
     assert plan["report"] == "runs: partial, without data, pretrain, finetune"
     assert plan["vocab"] == "not selected (no output)"
+    # the distill stage is the report's input only where the config enables it
+    distilling = load_config(TINY, [f"run_dir={tmp_path}", "distill.layers=half"])
+    assert statuses(distilling, stages="report")["report"] == "runs: partial, without data, pretrain, finetune, distill"
 
 
 def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys, monkeypatch):
