@@ -11,7 +11,7 @@ starts from --pretrained (a pretrained transformers ALBERT folder, e.g. make run
 runs/default/pretrain/hf), or without it from a random initialisation of the tiny preset with a
 SentencePiece vocabulary trained here on BBC News. No Ray.
 
-    python bench/distill_tradeoff.py                                   # tiny from scratch, 3 seeds
+    python bench/distill_tradeoff.py --threads 1                       # tiny from scratch, 3 seeds
     python bench/distill_tradeoff.py --pretrained runs/default/pretrain/hf --out tradeoff.json
     python bench/distill_tradeoff.py --smoke                           # seconds: the bench's own test
 """
@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--seeds", type=int, default=3, help="students, each of another finetune.seed")
     parser.add_argument("--patiences", default="1,2,3")
+    parser.add_argument("--entropies", default="0.2,0.5", help="early exit's entropy thresholds (nats)")
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--temperature", type=float, default=2.0)
     parser.add_argument("--max-train", type=int, default=None)
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.smoke:
         args.vocab_size, args.seq, args.epochs, args.student_epochs = 500, 32, 1, 1
         args.seeds, args.patiences, args.max_train, args.max_eval, args.repeats = 2, "1", 48, 24, 1
+        args.entropies = ""
     torch.set_num_threads(args.threads)
     started = time.time()
     family = task_family("classification")
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> dict:
         arms = {"teacher": Predictor.load(teacher, device="cpu")}
         arms.update({f"student seed {i}": Predictor.load(s, device="cpu") for i, s in enumerate(students)})
         arms.update({f"exit patience {p}": Predictor.load(teacher, device="cpu", exit_patience=p) for p in patiences})
+        entropies = [float(e) for e in args.entropies.split(",") if e]
+        arms.update({f"exit entropy {e:g}": Predictor.load(teacher, device="cpu", exit_entropy=e) for e in entropies})
         speeds: dict[str, list[float]] = {name: [] for name in arms}
         answers: dict[str, list[dict]] = {}
         for _ in range(args.repeats):  # round-robin: every arm sees the same load over the run
