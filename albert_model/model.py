@@ -169,6 +169,15 @@ class AlbertTransformer(nn.Module):
             x = self.albert_layer_groups[self.group_of_step(step)](x, attn_mask, positions if step == last else None)
         return x
 
+    def step_states(self, x: torch.Tensor, attn_mask: torch.Tensor | None) -> list[torch.Tensor]:
+        """The state after each depth step, (B, S, H) each: what early exit and depth distillation read."""
+        x = self.embedding_hidden_mapping_in(x)
+        states = []
+        for step in range(self.config.num_hidden_layers):
+            x = self.albert_layer_groups[self.group_of_step(step)](x, attn_mask)
+            states.append(x)
+        return states
+
 
 def gather_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """x[b, positions[b]] for every b: (B, S, H), (B, P) -> (B, P, H)."""

@@ -100,6 +100,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="--backend onnx: an ONNX export of MODEL_DIR (`albert-ray export onnx MODEL_DIR FILE [--quantize int8]`), "
         "local or s3://",
     )
+    add(
+        "--exit-patience",
+        metavar="N",
+        type=positive(int),
+        help="early exit: a row stops once its prediction held N more depths",
+    )
+    add(
+        "--exit-entropy",
+        metavar="H",
+        type=float,
+        help="early exit: a row stops once its prediction's entropy is below H",
+    )
     return parser
 
 
@@ -137,8 +149,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             batch_wait_ms=args.batch_wait_ms,
             max_seq_length=args.max_seq_length,
             backend=args.backend,
+            exit_patience=args.exit_patience,
+            exit_entropy=args.exit_entropy,
         )
-        model = read_model(args.model_dir, options.max_seq_length, args.onnx)
+        if args.exit_entropy is not None and args.exit_entropy <= 0:
+            parser.error(f"--exit-entropy {args.exit_entropy:g}: must be more than 0")
+        exits = args.exit_patience is not None or args.exit_entropy is not None
+        if exits and args.backend == "onnx":
+            parser.error(
+                "--exit-patience and --exit-entropy run the torch model's depths one by one: not with --backend onnx"
+            )
+        model = read_model(args.model_dir, options.max_seq_length, args.onnx, exits)
         options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
         init_ray()
         url = start_endpoint(args.model_dir, model.files, options)

@@ -2,6 +2,7 @@
 plus `section.key=value` overrides (loading.py), with the rules across sections (tree.py)."""
 
 from .base import Section, build_section, config_to_dict, field_docs
+from .distilling import DistillSection
 from .loading import build_arg_parser, dump_yaml, load_config, parse_cli
 from .predicting import PredictSection
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
@@ -16,6 +17,7 @@ __all__ = [
     "Config",
     "CorpusSection",
     "DataSection",
+    "DistillSection",
     "FinetuneSection",
     "ModelSection",
     "PredictSection",

@@ -53,6 +53,12 @@ class PredictSection(Section):
     """Tokens per row, [CLS] and [SEP]s included; null: the length the model was fine-tuned at, as
     its config.json records it (albert_ray.max_seq_length); without that record, the run's
     finetune.max_seq_length for the run's own model, else 512 capped by the model's positions."""
+    exit_patience: int | None = field(default=None, metadata=neutral_at(None))
+    """Early exit (a model fine-tuned with finetune.exit_heads): a row stops once its prediction has
+    not changed for this many more applications of the shared layer (PABEE); its depth is the
+    `exit_depth` column. null: every row at full depth (unless predict.exit_entropy)."""
+    exit_entropy: float | None = field(default=None, metadata=neutral_at(None))
+    """Early exit: a row stops once its prediction's entropy (nats) falls below this; null: no threshold."""
     output: str | None = field(default=None, metadata=setting("where a copy goes"))
     """A folder (local or s3://, outside the run_dir) that the committed predictions are also
     published to: predictions/*.parquet, config.yaml and manifest.json, with a marker listing them.
@@ -82,8 +88,20 @@ class PredictSection(Section):
         self.require("label_delimiter", bool(self.label_delimiter.strip()), "must not be empty or blank")
         self.require("max_seq_length", self.max_seq_length is None or self.max_seq_length >= 4, "must be >= 4 or null")
         self.require("batch_size", self.batch_size >= 1, "must be >= 1")
+        self.require("exit_patience", self.exit_patience is None or self.exit_patience >= 1, "must be >= 1 or null")
+        self.require("exit_entropy", self.exit_entropy is None or self.exit_entropy > 0, "must be > 0 or null")
+        self.require(
+            "backend",
+            self.backend == "torch" or not self.exits_early,
+            "must be torch with predict.exit_patience or predict.exit_entropy (early exit runs the model's "
+            "depths one by one; an ONNX graph runs them all)",
+        )
         self.require("workers", self.workers is None or self.workers >= 1, "must be >= 1 or null")
         self.require("in_process_bytes", self.in_process_bytes >= 0, "must be >= 0")
+
+    @property
+    def exits_early(self) -> bool:
+        return self.exit_patience is not None or self.exit_entropy is not None
 
 
 __all__ = ["PredictSection"]

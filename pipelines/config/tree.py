@@ -13,6 +13,7 @@ from pydantic.dataclasses import dataclass
 
 from ..errors import ConfigError
 from .base import NEUTRAL, STRICT, Section, build_section, config_to_dict, section_settings, shown
+from .distilling import DistillSection
 from .glue import glue_preset
 from .predicting import PredictSection
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
@@ -44,6 +45,8 @@ class Config(Section):
     """Fine-tuning on a task: classification, regression or extractive question answering."""
     tune: TuneSection = field(default_factory=TuneSection)
     """The hyperparameter search over fine-tuning."""
+    distill: DistillSection = field(default_factory=DistillSection)
+    """A shallower student of the fine-tuned model."""
     predict: PredictSection = field(default_factory=PredictSection)
     """Batch prediction with the fine-tuned model."""
     tracking: TrackingSection = field(default_factory=TrackingSection)
@@ -62,6 +65,7 @@ SECTIONS: dict[str, type] = {
     "train": TrainSection,
     "finetune": FinetuneSection,
     "tune": TuneSection,
+    "distill": DistillSection,
     "predict": PredictSection,
     "tracking": TrackingSection,
 }
@@ -98,6 +102,11 @@ def check_rules(config: Config) -> None:
     """The rules that involve more than one section (and not the task families: those the entry
     points check, pipelines/finetuning/families/checks.py)."""
     task_configs(config)  # each task of an evaluation suite is a valid config of its own
+    if config.distill.layers is not None and config.finetune.tasks:
+        raise ConfigError(
+            f"distill.layers={config.distill.layers}: distils the run's one fine-tuned model; an evaluation "
+            "suite (finetune.tasks) has one per task: distil a task's with distill.teacher and its finetune keys"
+        )
     if config.finetune.cuda_graphs and config.tune.workers_per_trial > 1:
         raise ConfigError(
             f"finetune.cuda_graphs needs one worker per trial (tune.workers_per_trial="

@@ -132,6 +132,10 @@ class FinetuneSection(Section):
     compare_random: bool = field(default=False, metadata=neutral_at(False))
     """Also search the task from a random initialisation (finetune.init=random, the same search
     otherwise): the no-pretraining arm, exported under random/ and reported beside the pretrained one."""
+    exit_heads: bool = field(default=False, metadata=neutral_at(False))
+    """Train the head at every depth (PABEE's loss: the depths' losses weighted by depth), so that
+    predict and serve can stop early (predict.exit_patience, predict.exit_entropy); the sequence
+    families. The export is a standard ALBERT and answers at full depth unless told to exit."""
     glue_dir: str | None = field(default=None, metadata=neutral_at(None))
     """GLUE's folder (CoLA/, SST-2/, MRPC/, QQP/, STS-B/, MNLI/, QNLI/, RTE/, WNLI/ with their train
     and dev .tsv files): a finetune.tasks entry named after a GLUE task reads its files with that

@@ -105,6 +105,10 @@ class Family:
     inference: str | None = None
     """`module:name` of its FamilyInference (predict's and serve's use of its exports), imported when
     a model is applied (load_inference); None: predict and serve refuse its exports by name."""
+    reads_depths: bool = False
+    """Its head can read the state after any application of the shared layer (the sequence head's
+    [CLS]): its models distil to fewer layers (distill.layers) and train the head at every depth
+    (finetune.exit_heads), where its fine-tuning says the soft-target loss (`soft_loss_sum`)."""
     unrecorded: Callable[[Mapping[str, Any]], bool] | None = None
     """For an export of its head whose config.json records no family (fine-tuned elsewhere, or before
     the record: pipelines/storage/models.py), whether that config.json is this family's (by

@@ -24,12 +24,12 @@ from ..config import FinetuneSection, config_to_dict
 from ..errors import BadInput, ConfigError, MissingInput
 from ..storage.models import ModelUsage, materialize, save_model
 from ..train.build import build_optimizer
+from .distill import Teacher
 from .families import task_family
 from .family import EncodedTask
 from .loop import (
     GraphedModel,
     apply_checkpoint_weights,
-    build_model,
     build_schedule,
     epoch_batches,
     graph_widths,
@@ -38,6 +38,7 @@ from .loop import (
     steps_per_epoch,
     train_epoch,
 )
+from .objective import build_objective
 from .tokenizer import PairTokenizer
 
 
@@ -51,6 +52,8 @@ class TrialData:
     encoded: EncodedTask
     pad_id: int
     pretrained_files: dict[str, bytes]
+    teacher: Teacher | None = None
+    """Distilling: the teacher's outputs and the student's settings (pretrained_files are the teacher's)."""
 
 
 def trial_finetune(base: FinetuneSection, overrides: dict[str, Any]) -> FinetuneSection:
@@ -202,10 +205,11 @@ def fit_trial(
         # count as one more iteration of an epoch already seen.
         return
     precision = resolve_precision(cfg.precision, device)
-    model = build_model(pretrained_dir, family.model_class, task.num_labels, cfg.classifier_dropout, cfg.init, cfg.seed)
+    objective = build_objective(cfg, family, task, pretrained_dir, data.teacher)
+    model = objective.model
     if resume_from is not None:
         apply_checkpoint_weights(model, resume_from)
-    model = model.to(device)
+    objective.trained.to(device)
     if cfg.compile:
         from ..train.parallel import apply_compile  # here: FSDP's imports cost every other trial ~0.4 s
 
@@ -213,7 +217,7 @@ def fit_trial(
     graphs = cfg.cuda_graphs and device.type == "cuda"
     if graphs and world > 1:
         raise ValueError("finetune.cuda_graphs needs one worker per trial")
-    trained = GraphedModel(model, cfg.batch_size) if graphs else wrap(model)
+    trained = GraphedModel(objective.trained, cfg.batch_size) if graphs else wrap(objective.trained)
     widths = graph_widths(cfg.max_seq_length) if graphs else ()
     optimizer = build_optimizer(trained, "adamw", cfg.lr, cfg.weight_decay)
     schedule = build_schedule(
@@ -221,8 +225,6 @@ def fit_trial(
     )
     if state is not None:
         restore_trainer_state(state, optimizer, schedule, rank, world, device)
-    # a copy: the task arrives read-only from the object store (as_tensor would share it and warn)
-    targets = torch.tensor(task.train_targets, dtype=family.target_dtype)
     for epoch in range(done, cfg.epochs):
         started = time.time()
         batches = epoch_batches(len(task.train), cfg.batch_size, cfg.seed, epoch, world)
@@ -231,11 +233,11 @@ def fit_trial(
             optimizer,
             schedule,
             task.train,
-            targets,
+            objective.targets,
             batches,
             data.pad_id,
             cfg.max_grad_norm,
-            family.loss_sum,
+            objective.loss_of,
             rank,
             world,
             device,

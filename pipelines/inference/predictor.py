@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 from torch import nn
 
+from albert_model.depths import ExitRule, early_exit
 from albert_model.hf import load_hf_pretrained
 
 from ..errors import BadInput
@@ -90,6 +92,23 @@ def use_of_files(files: Mapping[str, bytes], config: Mapping[str, Any], max_seq_
         return model_use(config, PairTokenizer(scratch), max_seq_length, where)
 
 
+EXIT_DEPTH = "exit_depth"
+"""The output column of early exit: the depth (applications of the shared layer) a row was answered at."""
+
+
+class EarlyExit(nn.Module):
+    """A sequence head under an exit rule, as loop.predict calls a model: (B, labels + 1), each
+    row's logits at its exit depth and that depth last."""
+
+    def __init__(self, model: nn.Module, rule: ExitRule):
+        super().__init__()
+        self.model, self.rule = model, rule
+
+    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+        logits, depths = early_exit(self.model, self.rule, **inputs)
+        return torch.cat([logits, depths[:, None].to(logits.dtype)], dim=1)
+
+
 @dataclass
 class Predictor:
     """A loaded export and its family: `predict(rows)` -> one output dict per row (checked rows:
@@ -103,6 +122,9 @@ class Predictor:
     use: ModelUse
     batch_size: int = 64
     device: torch.device = torch.device("cpu")
+    exit_rule: ExitRule | None = None
+    """Early exit (albert_model/depths.py): each row answered at the depth the rule stops it at,
+    reported as its `exit_depth`; None: every row at full depth."""
 
     @classmethod
     def load(
@@ -112,9 +134,13 @@ class Predictor:
         batch_size: int = 64,
         device: str | None = None,
         onnx: str | None = None,
+        exit_patience: int | None = None,
+        exit_entropy: float | None = None,
     ) -> Predictor:
         """The local folder's model; `max_seq_length` None: storage.models.applied_length's default;
-        `onnx`: a local ONNX export of it (onnx_runner.check_onnx), run instead of its weights, on CPU."""
+        `onnx`: a local ONNX export of it (onnx_runner.check_onnx), run instead of its weights, on CPU.
+        `exit_patience` or `exit_entropy`: early exit, where the family's prediction can settle
+        before the last depth (its inference's `exit_rule`; the torch model only)."""
         config = read_model_config(model_dir, "model")
         family = family_of(config, model_dir)
         inference = inference_of(family, model_dir)
@@ -127,7 +153,22 @@ class Predictor:
             target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
             model = load_hf_pretrained(model_dir, training.model_class).to(target).eval()
         use = model_use(config, PairTokenizer(model_dir), length, model_dir)
-        return cls(family, inference, training, model, use, batch_size, target)
+        rule = None
+        if exit_patience is not None or exit_entropy is not None:
+            exit_rule = getattr(inference, "exit_rule", None)
+            if exit_rule is None:
+                raise BadInput(f"{model_dir}: a {family.name} export; early exit reads a sequence head at every depth")
+            if onnx is not None:
+                raise BadInput(
+                    f"{model_dir}: early exit runs the model's depths one by one; an ONNX graph runs them all"
+                )
+            rule = exit_rule(exit_patience, exit_entropy)
+        return cls(family, inference, training, model, use, batch_size, target, rule)
+
+    @property
+    def output(self) -> dict[str, Any]:
+        """Each row's output columns and their types: the family's, and `exit_depth` when exiting early."""
+        return {**self.inference.output, **({EXIT_DEPTH: pa.int32()} if self.exit_rule is not None else {})}
 
     def check_row(self, row: Mapping[str, Any]) -> str | None:
         return self.inference.check_row(row)
@@ -136,9 +177,10 @@ class Predictor:
         return self.inference.encode(rows, self.use)
 
     def outputs(self, encoded: Encoded) -> np.ndarray:
-        """The family's scores of every feature, in order, padded along dimension 1 to the widest batch."""
+        """The family's scores of every feature, in order, padded along dimension 1 to the widest batch
+        (exiting early: each feature's logits and, last, the depth it exited at)."""
         return predict(
-            self.model,
+            self.model if self.exit_rule is None else EarlyExit(self.model, self.exit_rule),
             encoded.features,
             self.batch_size,
             self.use.tokenizer.pad_id,
@@ -157,10 +199,23 @@ class Predictor:
             return [], {}
         encoded = self.encode(rows)
         outputs = self.outputs(encoded) if encoded.features else np.zeros((0, 0), np.float32)
-        return self.answers(rows, encoded, outputs), dict(encoded.rejected)
+        if self.exit_rule is None:
+            return self.answers(rows, encoded, outputs), dict(encoded.rejected)
+        answers = self.answers(rows, encoded, outputs[:, :-1])
+        depths = dict(zip(encoded.owners, outputs[:, -1].astype(int).tolist()))  # a sequence row: one feature
+        return [{**a, EXIT_DEPTH: depths.get(i)} for i, a in enumerate(answers)], dict(encoded.rejected)
 
     def predict(self, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         return self.run(rows)[0]
 
 
-__all__ = ["Predictor", "family_of", "inference_of", "label_names", "model_use", "use_of_files"]
+__all__ = [
+    "EXIT_DEPTH",
+    "EarlyExit",
+    "Predictor",
+    "family_of",
+    "inference_of",
+    "label_names",
+    "model_use",
+    "use_of_files",
+]

@@ -75,6 +75,9 @@ class Stage:
     over from the current output, not redone."""
 
 
+TASK_FILES = ("finetune.train_path", "finetune.eval_path", "finetune.extra_eval_paths")
+"""The fine-tuning task's files, which the finetune and distill stages read (their content fingerprinted)."""
+
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in [
@@ -116,21 +119,24 @@ STAGES: dict[str, Stage] = {
             config_keys=("finetune", "tune"),
             inputs=("pretrain",),
             outputs=("trials.csv", "best.json", "best/"),
-            input_paths=(
-                "finetune.pretrained",
-                "finetune.train_path",
-                "finetune.eval_path",
-                "finetune.extra_eval_paths",
-            ),
-            content_keys=(
-                "finetune.pretrained",
-                "finetune.train_path",
-                "finetune.eval_path",
-                "finetune.extra_eval_paths",
-            ),
+            input_paths=("finetune.pretrained", *TASK_FILES),
+            content_keys=("finetune.pretrained", *TASK_FILES),
             input_override=("pretrain", "finetune.pretrained"),
             resumable=True,
             units="finetune.tasks",
+        ),
+        Stage(
+            "distill",
+            "pipelines.stages.distill:build_distill",
+            "a shallower student of the fine-tuned model and its search",
+            config_keys=("distill", "finetune", "tune"),
+            inputs=("finetune",),
+            outputs=("trials.csv", "best.json", "best/"),
+            input_paths=("distill.teacher", *TASK_FILES),
+            content_keys=("distill.teacher", *TASK_FILES),
+            input_override=("finetune", "distill.teacher"),
+            resumable=True,
+            enabled_by="distill.layers",
         ),
         Stage(
             "predict",
@@ -149,7 +155,7 @@ STAGES: dict[str, Stage] = {
             "report",
             "pipelines.stages.report:build_report",
             "report.md with its figures",
-            inputs=("data", "pretrain", "finetune"),
+            inputs=("data", "pretrain", "finetune", "distill"),
             outputs=("report.md", "*.png", "layer_transitions.json"),
             partial_inputs=True,
         ),
@@ -292,10 +298,15 @@ def unit_configs(config: Config, name: str) -> dict[str, Config]:
 
 
 def stage_inputs(config: Config, name: str) -> tuple[str, ...]:
-    """The stages this one reads under this config (an input_override key set replaces one)."""
+    """The stages this one reads under this config: an input_override key set replaces one, and a
+    stage the config does not enable (distill without distill.layers) is no input (of the report)."""
     stage = STAGES[name]
     override = stage.input_override
-    return tuple(d for d in stage.inputs if not (override and override[0] == d and config_value(config, override[1])))
+    return tuple(
+        d
+        for d in stage.inputs
+        if enabled(config, d) and not (override and override[0] == d and config_value(config, override[1]))
+    )
 
 
 def input_fingerprints(config: Config, name: str, allow_missing: bool | None = None) -> dict[str, str]:

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -41,15 +42,32 @@ from .tune_search import export_checkpoint, repeat_best, run_search
 
 log = logging.getLogger(__name__)
 
+HINTS = {"finetune.pretrained": "; the default {run_dir}/pretrain/hf needs the pretrain stage"}
+"""What a missing model folder's error adds, by the key naming it."""
+
+
+Teach = Callable[[TrialData], dict[str, Any]]
+"""A search's teacher (the distill stage): given the encoded task and the teacher's files, it sets
+the trials' `teacher` and returns what best.json and the manifest say of the teacher."""
+
 
 def search_task(
-    config: Config, out: str, final: str, scratch: str, resume: bool, name: str = "finetune"
+    config: Config,
+    out: str,
+    final: str,
+    scratch: str,
+    resume: bool,
+    name: str = "finetune",
+    source: tuple[str, str] | None = None,
+    teach: Teach | None = None,
 ) -> dict[str, Any]:
     """One task's search into `out`: trials.csv, best.json and best/ (its eval predictions beside
     it); with finetune.compare_random the same search from a random initialisation under random/.
     `final`: where `out` will be once the stage's output is committed (what messages name).
     `scratch` holds the searches' working folders; `resume` resumes interrupted ones found there.
-    `name`: the search's tracked run. Returns the manifest's fields."""
+    `name`: the search's tracked run and its stage. `source`: (the model folder the trials start
+    from, the key naming it), by default finetune.pretrained's; `teach`: the distill stage's teacher.
+    Returns the manifest's fields."""
     metric = tune_metric(config)
     for key in searched_overrides(config):
         log.warning(
@@ -57,13 +75,12 @@ def search_task(
             key,
             getattr(config.finetune, key.partition(".")[2]),
         )
-    pretrained = pretrained_dir(config)
-    files = read_model_files(
-        pretrained, "finetune.pretrained", "; the default {run_dir}/pretrain/hf needs the pretrain stage"
-    )
+    pretrained, key = source or (pretrained_dir(config), "finetune.pretrained")
+    files = read_model_files(pretrained, key, HINTS.get(key, ""))
     check_pretrained(config.finetune, files, pretrained)  # before any table is read or trial started
     data = encode_task(config.finetune, files)
     task = data.encoded
+    taught = teach(data) if teach is not None else {}
     baseline = task_family(config.finetune.task).baseline(config.finetune, task)
     extra = {
         name: encode_task(dataclasses.replace(config.finetune, eval_path=path), files)
@@ -88,7 +105,7 @@ def search_task(
         len(task.eval),
     )
     arms = {"pretrained": (config, "")}
-    if config.finetune.compare_random and config.finetune.init != "random":
+    if config.finetune.compare_random and config.finetune.init != "random" and teach is None:
         random_config = dataclasses.replace(config, finetune=dataclasses.replace(config.finetune, init="random"))
         arms["random"] = (random_config, "random")
     fields: dict[str, Any] = {}
@@ -97,7 +114,8 @@ def search_task(
         arm_storage = join(storage, arm) if arm != "pretrained" else storage
         label = f"{name} ({arm} init)" if sub else name
         params = flat_params({"finetune": config_to_dict(arm_config.finetune), "tune": config_to_dict(arm_config.tune)})
-        with start_tracking(arm_config, "finetune", label, params, arm_out, arm_out if resume else None) as tracked:
+        stage = name.split()[0]
+        with start_tracking(arm_config, stage, label, params, arm_out, arm_out if resume else None) as tracked:
             search = tracked.search(label)
             rows = run_search(arm_config, data_ref, arm_storage, metric, resume=resume, tracking=search)
             best = results.pick_best(rows, metric)
@@ -105,6 +123,7 @@ def search_task(
             best_json = results.best_json(
                 best, metric, task.label_names, task.eval_examples, list(config.tune.space), baseline
             )
+            best_json.update(taught)
             if arm == "pretrained" and extra:
                 best_json["extra_evals"] = evaluate_extra(arm_config, best["_checkpoint"], extra, arm_out)
             if config.tune.repeats:
@@ -126,6 +145,7 @@ def search_task(
         "init": config.finetune.init,
         "metric": metric,
         **fields.pop("pretrained"),
+        **taught,
         **({"random_arm": fields["random"]} if "random" in fields else {}),
         "task": config.finetune.task,
         "examples": task.accounting,

@@ -26,11 +26,12 @@ import pyarrow.parquet as pq
 import torch
 
 from ..config import Config, PredictSection
+from ..errors import BadInput
 from ..finetuning.families import FAMILIES
 from ..finetuning.inference import FamilyInference
 from ..inference.columns import Columns, table_columns
 from ..inference.onnx_runner import ONNX_FILE, read_onnx
-from ..inference.predictor import Predictor, family_of, inference_of, use_of_files
+from ..inference.predictor import EXIT_DEPTH, Predictor, family_of, inference_of, use_of_files
 from ..inference.reading import file_rows, open_input
 from ..inference.table_files import InputTables, input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
@@ -66,13 +67,23 @@ class PredictRows:
     """A Ray Data actor holding the model: a block of rows in, their predictions out."""
 
     def __init__(
-        self, files: dict[str, bytes], max_seq_length: int, batch_size: int, root: str, cpus: float, work: str = ""
+        self,
+        files: dict[str, bytes],
+        max_seq_length: int,
+        batch_size: int,
+        root: str,
+        cpus: float,
+        work: str = "",
+        exit_rule: tuple[int | None, float | None] = (None, None),
     ):
         torch.set_num_threads(max(1, int(cpus)))
         self.work = work or tempfile.mkdtemp(prefix="albert-predict-")
         folder = materialize(files, self.work)
         onnx = os.path.join(folder, ONNX_FILE) if ONNX_FILE in files else None  # predict.backend=onnx
-        self.predictor = Predictor.load(folder, max_seq_length, batch_size, onnx=onnx)
+        patience, entropy = exit_rule
+        self.predictor = Predictor.load(
+            folder, max_seq_length, batch_size, onnx=onnx, exit_patience=patience, exit_entropy=entropy
+        )
         self.root = root
 
     def place(self, path: str, row: int) -> str:
@@ -84,7 +95,7 @@ class PredictRows:
         usable = [i for i in range(count) if rows["rejected"][i] is None]  # reading.py says why not
         outputs, rejected = self.predictor.run([json.loads(rows["cells"][i]) for i in usable])
         reasons = list(rows["rejected"])
-        types = self.predictor.inference.output
+        types = self.predictor.output
         columns: dict[str, list[Any]] = {name: [None] * count for name in types}
         for j, (i, out) in enumerate(zip(usable, outputs)):
             if j in rejected:  # what only encoding found (a text of nothing the tokenizer keeps)
@@ -97,12 +108,17 @@ class PredictRows:
             for i in range(count)
         ]
         data = {"id": ids, **columns, "label": rows["label"], "rejected": reasons}
-        return pa.Table.from_pydict(data, schema=output_schema(self.predictor.inference))
+        return pa.Table.from_pydict(data, schema=output_schema(types))
 
 
-def output_schema(inference: FamilyInference) -> pa.Schema:
-    """The predictions' columns: `id`, the family's outputs, the gold `label` and `rejected`."""
-    outputs = [pa.field(name, kind) for name, kind in inference.output.items()]
+def output_columns(inference: FamilyInference, pc: PredictSection) -> dict[str, pa.DataType]:
+    """The family's output columns, and `exit_depth` where predict exits early."""
+    return {**inference.output, **({EXIT_DEPTH: pa.int32()} if pc.exits_early else {})}
+
+
+def output_schema(output: dict[str, pa.DataType]) -> pa.Schema:
+    """The predictions' columns: `id`, the outputs (output_columns), the gold `label` and `rejected`."""
+    outputs = [pa.field(name, kind) for name, kind in output.items()]
     return pa.schema([pa.field("id", pa.string()), *outputs, ("label", pa.string()), ("rejected", pa.string())])
 
 
@@ -112,7 +128,7 @@ def predict_here(
     family: str,
     files: dict[str, bytes],
     length: int,
-    batch_size: int,
+    pc: PredictSection,
     out_fs: pafs.FileSystem,
     out: str,
 ) -> None:
@@ -121,9 +137,11 @@ def predict_here(
     file written. No Ray: starting or joining a cluster and its actors costs more than such rows."""
     inference = FAMILIES[family].load_inference()
     with tempfile.TemporaryDirectory(prefix="albert-predict-") as work:
-        actor = PredictRows(files, length, batch_size, tables.root, torch.get_num_threads(), work)
+        exits = (pc.exit_patience, pc.exit_entropy)
+        actor = PredictRows(files, length, pc.batch_size, tables.root, torch.get_num_threads(), work, exits)
         out_fs.create_dir(out)
-        with pq.ParquetWriter(f"{out}/rows.parquet", output_schema(inference), filesystem=out_fs) as writer:
+        schema = output_schema(output_columns(inference, pc))
+        with pq.ParquetWriter(f"{out}/rows.parquet", schema, filesystem=out_fs) as writer:
             for path in tables.files:
                 own = path in tables.own
                 with open_input(tables.filesystem, path, own) as f:
@@ -163,6 +181,7 @@ def predict_on_ray(
             "batch_size": pc.batch_size,
             "root": tables.root,
             "cpus": cpus,
+            "exit_rule": (pc.exit_patience, pc.exit_entropy),
         },
         batch_format="pyarrow",
         batch_size=READ_BLOCK,
@@ -196,6 +215,11 @@ def build_predict(run: StageRun) -> dict:
     use = use_of_files(files, model_config, length, model)
     if pc.backend == "onnx":
         files = {**files, ONNX_FILE: read_onnx(pc.onnx, "predict.onnx", model_config, family.outputs, model)}
+    if pc.exits_early:  # refused here, before any replica loads the model
+        rule = getattr(inference, "exit_rule", None)
+        if rule is None:
+            raise BadInput(f"predict.model: a {family.name} export; early exit reads a sequence head at every depth")
+        rule(pc.exit_patience, pc.exit_entropy)
     out_fs, out = arrow_filesystem(run.path(PREDICTIONS))
     if pc.workers is None and tables.size <= pc.in_process_bytes:
         print(
@@ -204,7 +228,7 @@ def build_predict(run: StageRun) -> dict:
             flush=True,
         )
         workers = 0
-        predict_here(tables, columns, family.name, files, length, pc.batch_size, out_fs, out)
+        predict_here(tables, columns, family.name, files, length, pc, out_fs, out)
     else:
         workers = predict_on_ray(tables, columns, family.name, files, length, pc, out_fs, out)
     written = pads.dataset(out, filesystem=out_fs, format="parquet")
@@ -234,6 +258,10 @@ def build_predict(run: StageRun) -> dict:
         },
         "workers": workers,
     }
+    if pc.exits_early:
+        depths = Counter(d for d in written.to_table(columns=[EXIT_DEPTH])[EXIT_DEPTH].to_pylist() if d is not None)
+        fields["exit_depths"] = {str(d): n for d, n in sorted(depths.items())}
+        fields["exit_rule"] = {"patience": pc.exit_patience, "entropy": pc.exit_entropy}
     scorer = getattr(inference, "metrics", None)
     if scorer is not None and (pc.label_column or tables.own):  # a family's own files may hold gold labels
         gold = output_rows(written, inference, scored=True)

@@ -18,12 +18,13 @@ from albert_model.hf import load_hf_pretrained
 from ..config import Config, dump_yaml
 from ..finetuning.families import unread_keys
 from ..report import markdown
+from ..report.depth import depth_section
 from ..report.finetuning import CONFUSION_PNG, CURVE_PNG, confusion, finetune_section, single_class
 from ..report.layers import LayerTransition, layer_transitions, pad_examples, unmask
 from ..report.plots import confusion_figure, finetune_curve_figure, layer_transitions_figure, pretraining_curves
 from ..rundir.costs import read_cost
 from ..rundir.lifecycle import StageRun, stage_runner
-from ..rundir.registry import STAGES, read_manifest, stage_dir
+from ..rundir.registry import STAGES, read_manifest, stage_dir, stage_inputs
 from ..storage import (
     exists,
     filesystem,
@@ -157,6 +158,8 @@ def build_report(run: StageRun) -> dict:
     finetune_figures = finetune_plots(run, best, predictions)
     figures += list(finetune_figures.values())
     finetuned = join(finetune_dir, "<task>", "best") if suite else join(finetune_dir, "best")
+    distilling = "distill" in stage_inputs(config, "report") and manifests["distill"]
+    distilled = read_json(join(stage_dir(config, "distill"), "best.json")) if distilling else None
     sections = [
         f"# ALBERT run report\n\n`{config.run_dir}`, written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. "
         f"Models (transformers format): pretrained `{join(pretrain_dir, 'hf')}`, "
@@ -181,17 +184,18 @@ def build_report(run: StageRun) -> dict:
             applies(config),
             finetune_figures,
         ),
+        depth_section(distilled, manifests["predict"]),
         markdown.cost_section(cost_rows(config, manifests)),
         f"## Configuration\n\n```yaml\n{dump_yaml(config)}```",
     ]
-    write_text(run.path(REPORT), "\n\n".join(sections) + "\n")
+    write_text(run.path(REPORT), "\n\n".join(s for s in sections if s) + "\n")
     log.info("report in %s", join(run.current, REPORT))
     with start_tracking(config, "report", "report", {}, run.out) as tracked:  # MLflow only: report.md, figures
         tracked.log_files([run.path(REPORT), *(run.path(f) for f in figures)], "report")
     return {
         "report": join(run.current, REPORT),
         "figures": figures,
-        "inputs": {dep: (manifests[dep] or {}).get("fingerprint", "") for dep in STAGES["report"].inputs},
+        "inputs": {dep: (manifests[dep] or {}).get("fingerprint", "") for dep in stage_inputs(config, "report")},
     }
 
 

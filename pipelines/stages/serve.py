@@ -83,6 +83,10 @@ class ServeOptions:
     backend: str = "torch"
     """What runs the model: torch (the folder's weights) or onnx (an ONNX export of it, the
     ServedModel's, in onnxruntime on the replica's CPUs)."""
+    exit_patience: int | None = None
+    """Early exit: a row stops once its prediction has held for this many more depths (PABEE)."""
+    exit_entropy: float | None = None
+    """Early exit: a row stops once its prediction's entropy (nats) falls below this."""
 
 
 async def read_body(request: Request) -> bytes:
@@ -125,7 +129,14 @@ class PredictEndpoint:
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
         local = materialize(ray.get(files), self.work)
         onnx = os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
-        self.predictor = Predictor.load(local, options.max_seq_length, options.max_batch_size, onnx=onnx)
+        self.predictor = Predictor.load(
+            local,
+            options.max_seq_length,
+            options.max_batch_size,
+            onnx=onnx,
+            exit_patience=options.exit_patience,
+            exit_entropy=options.exit_entropy,
+        )
         self.predict_rows.set_max_batch_size(options.max_batch_size)
         self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
         inference = self.predictor.inference
@@ -134,7 +145,7 @@ class PredictEndpoint:
             "kind": self.predictor.family.name,
             "fields": list(inference.fields),
             "required": list(inference.required),
-            "outputs": list(inference.output),
+            "outputs": list(self.predictor.output),
             "labels": self.predictor.use.label_names,
             "max_seq_length": self.predictor.use.max_seq_length,
             "backend": options.backend,
@@ -190,14 +201,19 @@ class ServedModel:
     """The length it is applied at: --max-seq-length, or its default (storage.models.applied_length)."""
 
 
-def read_model(model_dir: str, max_seq_length: int | None, onnx: str | None = None) -> ServedModel:
+def read_model(model_dir: str, max_seq_length: int | None, onnx: str | None = None, exits: bool = False) -> ServedModel:
     """The model folder (local or s3://), checked before anything starts: a missing folder, an export
-    of no family serve applies, a length over its positions; with `onnx`, that ONNX export of it
-    (onnx_runner.read_onnx), carried with its files."""
+    of no family serve applies, a length over its positions, early exit (`exits`) where its family's
+    prediction cannot exit early; with `onnx`, that ONNX export of it (onnx_runner.read_onnx),
+    carried with its files."""
     files = read_model_files(model_dir, "MODEL_DIR")
     config = json.loads(files["config.json"])
     family = family_of(config, model_dir)
     inference = inference_of(family, model_dir)
+    if exits and getattr(inference, "exit_rule", None) is None:
+        raise BadInput(f"{model_dir}: a {family.name} export; early exit reads a sequence head at every depth")
+    if exits:
+        inference.exit_rule(1, None)  # a family whose prediction cannot settle refuses it
     length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
     if onnx is not None:
         files = {**files, ONNX_FILE: read_onnx(onnx, "--onnx", config, family.outputs, model_dir)}

@@ -35,7 +35,8 @@ def statuses(config, stages=None, force=None):
 
 
 def test_select_stages_orders_and_forces_from_a_stage_on(tmp_path):
-    assert dag.select_stages(None, None) == (["vocab", "data", "pretrain", "finetune", "predict", "report"], set())
+    every = ["vocab", "data", "pretrain", "finetune", "distill", "predict", "report"]
+    assert dag.select_stages(None, None) == (every, set())
     # a config leaves out what it does not enable: predict without predict.input
     assert dag.select_stages(None, None, load_config()) == (["vocab", "data", "pretrain", "finetune", "report"], set())
     (tmp_path / "rows.csv").write_text("text\nhello\n")
@@ -44,7 +45,12 @@ def test_select_stages_orders_and_forces_from_a_stage_on(tmp_path):
     with pytest.raises(ValueError, match="predict needs predict.input"):
         dag.select_stages("finetune,predict", None, load_config())
     assert dag.select_stages("data,vocab", None) == (["vocab", "data"], set())
-    assert dag.select_stages(None, "pretrain")[1] == {"pretrain", "finetune", "predict", "report"}
+    assert dag.select_stages(None, "pretrain")[1] == {"pretrain", "finetune", "distill", "predict", "report"}
+    # distill.layers enables the distill stage, after finetune
+    distilling = load_config(overrides=["distill.layers=half"])
+    assert dag.select_stages(None, "finetune", distilling)[1] == {"finetune", "distill", "report"}
+    with pytest.raises(ValueError, match="distill needs distill.layers"):
+        dag.select_stages("finetune,distill", None, load_config())
     assert dag.select_stages("vocab,pretrain", "vocab")[1] == {"vocab", "pretrain"}
     with pytest.raises(ValueError, match="unknown or no stage"):
         dag.select_stages("vocab,tokenize", None)
@@ -114,6 +120,9 @@ def test_plan_names_missing_inputs(tmp_path):
     assert plan["pretrain"] == "runs, but needs data output, which is missing and not selected"
     assert plan["report"] == "runs: partial, without data, pretrain, finetune"
     assert plan["vocab"] == "not selected (no output)"
+    # the distill stage is the report's input only where the config enables it
+    distilling = load_config(TINY, [f"run_dir={tmp_path}", "distill.layers=half"])
+    assert statuses(distilling, stages="report")["report"] == "runs: partial, without data, pretrain, finetune, distill"
 
 
 def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys, monkeypatch):
@@ -128,8 +137,11 @@ def test_dry_run_prints_inputs_outputs_and_status_without_ray(tmp_path, capsys, 
     commit(config, "vocab")
     assert run_command.main(["--config", TINY, f"run_dir={tmp_path}", "--dry-run", "--force", "data"]) == 0
     text = capsys.readouterr().out
-    assert f"DAG for run_dir={tmp_path} (vocab -> data -> pretrain -> finetune -> predict -> report):" in text
+    assert (
+        f"DAG for run_dir={tmp_path} (vocab -> data -> pretrain -> finetune -> distill -> predict -> report):" in text
+    )
     assert "  predict: not configured: predict.input is null (no output)\n" in text
+    assert "  distill: not configured: distill.layers is null (no output)\n" in text
     assert "  vocab: up to date: skipped\n" in text and "  data: runs: forced\n" in text
     assert (
         f"      in:  vocab: {tmp_path}/vocab\n"

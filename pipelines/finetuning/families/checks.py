@@ -18,6 +18,14 @@ def check_task(config: Config) -> None:
     family = FAMILIES[finetune.task]
     if family.check is not None:
         family.check(finetune)
+    if not family.reads_depths:
+        used = {"distill.layers": config.distill.layers is not None, "finetune.exit_heads": finetune.exit_heads}
+        for key, on in used.items():
+            if on:
+                raise ConfigError(
+                    f"{key}: the {family.name} family's head does not read the states between depths; the families "
+                    f"that do: {', '.join(f.name for f in FAMILIES.values() if f.reads_depths)}"
+                )
     metrics = tune_metrics()
     tune.require(
         "metric", tune.metric is None or tune.metric in metrics, f"must be one of {', '.join(metrics)} or null"

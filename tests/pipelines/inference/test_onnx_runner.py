@@ -44,3 +44,15 @@ def test_an_onnx_file_that_is_missing_or_of_another_model_is_refused_before_ray(
     with pytest.raises(BadInput, match=f"predict.onnx {file}: not an export of {folder}: its id2label differ"):
         predict()
     assert not (tmp_path / "run" / "predict").exists()
+
+
+def test_early_exit_with_the_onnx_backend_is_refused_by_the_config(tmp_path):
+    """Early exit runs the torch model's depths one by one; an ONNX graph runs them all: the pair is a
+    config error naming predict.backend, before any model is read."""
+    from pipelines.errors import ConfigError
+
+    common = [f"run_dir={tmp_path}", "predict.backend=onnx", f"predict.onnx={tmp_path}/model.onnx"]
+    for exits in ("predict.exit_patience=2", "predict.exit_entropy=0.3"):
+        with pytest.raises(ConfigError, match="predict.backend.*must be torch with predict.exit_patience"):
+            load_config(overrides=[*common, exits])
+    load_config(overrides=common)  # either alone is a config

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from albert_model.depths import ExitRule
+
+from ....errors import BadInput
 from ...inference import Encoded, ModelUse
 
 if TYPE_CHECKING:
@@ -63,6 +66,10 @@ class SequenceInference:
             {"prediction": p, "probabilities": q}
             for p, q in zip(predicted, self.probabilities(outputs.astype(np.float64)))
         ]
+
+    def exit_rule(self, patience: int | None, entropy: float | None) -> ExitRule:
+        """Early exit's rule for this family's prediction (predict.exit_patience, predict.exit_entropy)."""
+        raise BadInput("early exit needs classes whose prediction can settle: a number has no argmax")
 
     def read_file(self, path: str, data: bytes) -> None:
         return None  # tables only

@@ -45,6 +45,10 @@ class SequenceFamily:
     def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def soft_loss_sum(self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+        """The summed loss of a student's outputs against its teacher's (distill_losses.py)."""
+        raise NotImplementedError
+
     def metrics_of(self, logits: np.ndarray, targets: np.ndarray, num_labels: int) -> dict[str, float]:
         """The eval metrics (and eval_loss) of `logits` [N, num_labels] against the eval targets."""
         raise NotImplementedError

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from albert_model.depths import ExitRule
+
 from ....config import PredictSection
 from .._sequence.inference import SequenceInference
 from . import FAMILY
@@ -17,6 +19,9 @@ from . import FAMILY
 class ClassificationInference(SequenceInference):
     family = FAMILY
     output = {"prediction": pa.string(), "probabilities": pa.list_(pa.float64())}
+
+    def exit_rule(self, patience: int | None, entropy: float | None) -> ExitRule:
+        return ExitRule(patience, entropy)
 
     def probabilities(self, logits: np.ndarray) -> list[list[float]]:
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from ....config import FinetuneSection
 from ....errors import BadInput
+from ...distill_losses import softmax_kl_sum
 from ...family import EncodedTask
 from ...labels import encode_labels, label_names
 from ...tables import Examples, bbc_news_examples
@@ -39,6 +40,9 @@ class ClassificationFamily(SequenceFamily):
 
     def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(outputs.float(), targets, reduction="sum")  # the loss in fp32 under bf16 autocast
+
+    def soft_loss_sum(self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+        return softmax_kl_sum(outputs, teacher, temperature)
 
     def metrics_of(self, logits: np.ndarray, targets: np.ndarray, num_labels: int) -> dict[str, float]:
         return classification_metrics(logits, targets, num_labels)

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from albert_model.depths import ExitRule
+
 from ....config import PredictSection
 from .._sequence.inference import SequenceInference
 from . import FAMILY
@@ -18,6 +20,9 @@ from . import FAMILY
 class MultiLabelInference(SequenceInference):
     family = FAMILY
     output = {"prediction": pa.list_(pa.string()), "probabilities": pa.list_(pa.float64())}
+
+    def exit_rule(self, patience: int | None, entropy: float | None) -> ExitRule:
+        return ExitRule(patience, entropy, independent=True)
 
     def probabilities(self, logits: np.ndarray) -> list[list[float]]:
         return (1.0 / (1.0 + np.exp(-logits))).tolist()

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from ....config import FinetuneSection
 from ....errors import BadInput
+from ...distill_losses import sigmoid_kl_sum
 from ...family import EncodedTask
 from ...tables import Examples
 from .._sequence.training import SequenceFamily
@@ -46,6 +47,9 @@ class MultiLabelFamily(SequenceFamily):
         # transformers' BCEWithLogitsLoss averages over examples and classes: summed over the
         # batch's examples, each example's mean over its classes
         return F.binary_cross_entropy_with_logits(logits, targets.float(), reduction="sum") / logits.shape[1]
+
+    def soft_loss_sum(self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+        return sigmoid_kl_sum(outputs, teacher, temperature)
 
     def metrics_of(self, logits: np.ndarray, targets: np.ndarray, num_labels: int) -> dict[str, float]:
         return multi_label_metrics(logits, targets)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ....config import FinetuneSection
+from ...distill_losses import squared_error_sum
 from ...family import EncodedTask
 from ...tables import Examples
 from .._sequence.training import SequenceFamily
@@ -25,6 +26,9 @@ class RegressionFamily(SequenceFamily):
 
     def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(outputs.float()[:, 0], targets.float(), reduction="sum")  # in fp32 under bf16 autocast
+
+    def soft_loss_sum(self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+        return squared_error_sum(outputs, teacher)  # a number: no distribution to soften
 
     def metrics_of(self, logits: np.ndarray, targets: np.ndarray, num_labels: int) -> dict[str, float]:
         return regression_metrics(logits, targets)
