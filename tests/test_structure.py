@@ -72,7 +72,7 @@ def test_no_file_over_400_lines():
 
 # The layers of pipelines/, bottom up; a module may import its own layer and those below it.
 LAYERS = (
-    ("pipelines.errors", "pipelines.console", "pipelines.storage", "pipelines.config"),
+    ("pipelines.errors", "pipelines.console", "pipelines.native_stderr", "pipelines.storage", "pipelines.config"),
     (
         "pipelines.prep",
         "pipelines.train",
