@@ -120,25 +120,51 @@ def start_head(
         **(extra_env or {}),
     }
     log_path = state_dir / "head.log"
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
-    head = LocalHead(process.pid, ports, temp_dir, token)
-    write_private(state_dir / "token", token)
-    write_private(state_file(state_dir), json.dumps(asdict(head), indent=2))
     deadline = time.time() + timeout_s
-    # The job agent comes up seconds after the dashboard; jobs submitted before it fail.
-    while not (head.responds() and head.agent_listening()):
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"ray start exited with {process.returncode}; see {log_path}:\n" + log_path.read_text()[-3000:]
+    while True:
+        started_at = log_path.stat().st_size if log_path.exists() else 0
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
-        if time.time() > deadline:
-            head.stop()
-            raise TimeoutError(f"the Ray head did not come up in {timeout_s:.0f} s; see {log_path}")
-        time.sleep(1)
-    return head
+        head = LocalHead(process.pid, ports, temp_dir, token)
+        write_private(state_dir / "token", token)
+        write_private(state_file(state_dir), json.dumps(asdict(head), indent=2))
+        # Up means: the dashboard answers, the job agent listens (jobs submitted before it fail), and
+        # `ray start` got past its raylet's registration, which it waits a fixed 30 s for (it exits
+        # after, taking the head down, though the dashboard answered already).
+        while not (head.responds() and head.agent_listening() and STARTED in _since(log_path, started_at)):
+            if process.poll() is not None:
+                output = _since(log_path, started_at)
+                if RAYLET_TIMEOUT in output and time.time() < deadline:
+                    head.stop(timeout_s=10)  # what it left of its processes, its own group only
+                    print(
+                        "ray start: the head's raylet did not register within Ray's fixed 30 s (a loaded machine); "
+                        "starting it again",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    break
+                raise RuntimeError(f"ray start exited with {process.returncode}; see {log_path}:\n" + output[-3000:])
+            if time.time() > deadline:
+                head.stop()
+                raise TimeoutError(f"the Ray head did not come up in {timeout_s:.0f} s; see {log_path}")
+            time.sleep(1)
+        else:
+            return head
+
+
+STARTED = "Ray runtime started."
+"""`ray start`'s line once its node is up (ray/scripts/scripts.py)."""
+RAYLET_TIMEOUT = "timed out during startup"
+"""Ray's error when a node's raylet does not register within its fixed 30 s (ray/_private/node.py)."""
+
+
+def _since(log_path: Path, offset: int) -> str:
+    """The head log's text from `offset` (this start's)."""
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
 
 
 UPLOAD_NOTE = "Ignoring upload to cluster for these files"

@@ -33,3 +33,33 @@ def test_the_closing_lines_name_only_the_outputs_that_exist(tmp_path):
     (tmp_path / "run" / "report").mkdir()
     (tmp_path / "run" / "report" / "report.md").write_text("# report\n")
     assert outputs_summary(run_dir).splitlines()[0] == f"report:            {run_dir}/report/report.md"
+
+
+def test_a_head_whose_raylet_missed_rays_30_s_is_started_again(tmp_path, monkeypatch, capsys):
+    """`ray start` waits a fixed 30 s for its raylet; on a loaded machine it then exits, though its
+    dashboard answered already. The head counts as up only once `ray start` says so, and a start
+    that timed out is made again (here a stand-in `ray` that times out once, then starts)."""
+    import os
+
+    from pipelines.cli import local_cluster
+    from pipelines.stages.local_head import LocalHead, group_alive
+
+    tries = tmp_path / "tries"
+    fake = tmp_path / "ray"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f"echo x >> {tries}\n"
+        f'if [ $(wc -l < {tries}) = 1 ]; then echo "The current node timed out during startup."; exit 1; fi\n'
+        'echo "Ray runtime started."\n'
+        "exec sleep 60\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(local_cluster, "RAY", str(fake))
+    monkeypatch.setattr(LocalHead, "responds", lambda self: True)  # the dashboard answers from the first try
+    monkeypatch.setattr(LocalHead, "agent_listening", lambda self: True)
+    head = local_cluster.start_head(tmp_path / "state", timeout_s=60)
+    try:
+        assert tries.read_text().count("x") == 2 and group_alive(head.pid)
+        assert "did not register within Ray's fixed 30 s" in capsys.readouterr().err
+    finally:
+        os.killpg(head.pid, 9)
