@@ -101,10 +101,17 @@ class Predictor:
     use: ModelUse
     batch_size: int = 64
     device: torch.device = torch.device("cpu")
+    max_batch_tokens: int | None = None
+    """The most padded tokens in one forward pass (loop.length_batches); None: rows alone bound it."""
 
     @classmethod
     def load(
-        cls, model_dir: str, max_seq_length: int | None = None, batch_size: int = 64, device: str | None = None
+        cls,
+        model_dir: str,
+        max_seq_length: int | None = None,
+        batch_size: int = 64,
+        device: str | None = None,
+        max_batch_tokens: int | None = None,
     ) -> Predictor:
         """The local folder's model; `max_seq_length` None: storage.models.applied_length's default."""
         config = read_model_config(model_dir, "model")
@@ -115,7 +122,7 @@ class Predictor:
         training = family.load_training()
         model = load_hf_pretrained(model_dir, training.model_class).to(target).eval()
         use = model_use(config, PairTokenizer(model_dir), length, model_dir)
-        return cls(family, inference, training, model, use, batch_size, target)
+        return cls(family, inference, training, model, use, batch_size, target, max_batch_tokens)
 
     def check_row(self, row: Mapping[str, Any]) -> str | None:
         return self.inference.check_row(row)
@@ -133,6 +140,7 @@ class Predictor:
             device=self.device,
             scores_of=self.training.scores,
             collate_fn=self.training.collate,
+            max_tokens=self.max_batch_tokens,
         )
 
     def answers(self, rows: Sequence[Mapping[str, Any]], encoded: Encoded, outputs: np.ndarray) -> list[dict[str, Any]]:
