@@ -135,18 +135,19 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def check_replicas(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def check_replicas(args: argparse.Namespace) -> None:
     """A fixed --replicas, or the autoscaler's bounds (--max-replicas with what only it uses), not both."""
     scaling = [f"--{k.replace('_', '-')}" for k in ("min_replicas", "target_ongoing_requests") if getattr(args, k)]
     if args.replicas is not None and (args.max_replicas is not None or scaling):
-        parser.error(f"--replicas: a fixed count, not with {(['--max-replicas'] if args.max_replicas else scaling)[0]}")
+        other = "--max-replicas" if args.max_replicas is not None else scaling[0]
+        raise BadInput(f"--replicas {args.replicas}: a fixed number of replicas, not with {other} (autoscaling)")
     if args.max_replicas is None and scaling:
-        parser.error(f"{scaling[0]}: autoscaling needs --max-replicas")
+        raise BadInput(f"{scaling[0]}: autoscaling needs --max-replicas")
     if args.max_replicas is not None and (args.min_replicas or DEFAULTS.min_replicas) > args.max_replicas:
-        parser.error(f"--min-replicas {args.min_replicas}: above --max-replicas {args.max_replicas}")
+        raise BadInput(f"--min-replicas {args.min_replicas}: above --max-replicas {args.max_replicas}")
     for name in ("upscale_delay_s", "downscale_delay_s"):
         if getattr(args, name) < 0:
-            parser.error(f"--{name.replace('_', '-')} {getattr(args, name):g}: must be 0 or more")
+            raise BadInput(f"--{name.replace('_', '-')} {getattr(args, name):g}: must be 0 or more")
 
 
 def interrupt(signum, frame) -> None:
@@ -168,7 +169,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             parser.error(f"--gpus-per-replica {args.gpus_per_replica:g}: must be 0 or more")
         if args.batch_wait_ms < 0:
             parser.error(f"--batch-wait-ms {args.batch_wait_ms:g}: must be 0 or more")
-        check_replicas(parser, args)
+        check_replicas(args)
         options = ServeOptions(
             host=args.host,
             port=args.port,
