@@ -2,8 +2,10 @@
 behind an HTTP endpoint on Ray Serve, until Ctrl-C (or SIGTERM) shuts it down.
 
     albert-ray serve runs/x/finetune/best [--host 127.0.0.1] [--port 8000] [--route /predict]
-        [--replicas N] [--gpus-per-replica G] [--cpus-per-replica C] [--max-batch-size 32]
-        [--batch-wait-ms 10] [--max-seq-length L] [--backend onnx --onnx FILE]
+        [--replicas N | --min-replicas A --max-replicas B [--target-ongoing-requests T]]
+        [--gpus-per-replica G] [--cpus-per-replica C] [--max-batch-size 32] [--max-batch-tokens 8192]
+        [--batch-wait-ms 10] [--max-queued-requests 256] [--request-timeout-s 60] [--max-seq-length L]
+        [--backend onnx --onnx FILE] [--exit-patience N | --exit-entropy H]
 """
 
 from __future__ import annotations
@@ -51,12 +53,49 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=DEFAULTS.route,
         help="the endpoint's path: POST predicts, GET describes the model (default: %(default)s)",
     )
+    add("--replicas", metavar="N", type=positive(int), help=f"copies of the model (default: {DEFAULTS.replicas})")
     add(
-        "--replicas",
-        metavar="N",
+        "--min-replicas",
+        metavar="A",
         type=positive(int),
-        default=DEFAULTS.replicas,
-        help="copies of the model (default: %(default)s)",
+        help=f"with --max-replicas: the fewest copies Serve's autoscaler keeps (default: {DEFAULTS.min_replicas})",
+    )
+    add("--max-replicas", metavar="B", type=positive(int), help="the most copies Serve's autoscaler starts")
+    add(
+        "--target-ongoing-requests",
+        metavar="T",
+        type=positive(float),
+        help="with --max-replicas: requests per replica the autoscaler aims at (default: --max-batch-size)",
+    )
+    add(
+        "--upscale-delay-s",
+        metavar="S",
+        type=float,
+        default=DEFAULTS.upscale_delay_s,
+        help="how long the load stays above the target before a replica is added (default: %(default)s)",
+    )
+    add(
+        "--downscale-delay-s",
+        metavar="S",
+        type=float,
+        default=DEFAULTS.downscale_delay_s,
+        help="how long the load stays below the target before a replica is removed (default: %(default)s)",
+    )
+    add(
+        "--max-queued-requests",
+        metavar="Q",
+        type=positive(int),
+        default=DEFAULTS.max_queued_requests,
+        help="requests the proxy holds while every replica is full; beyond them a 503 with Retry-After "
+        "(default: %(default)s)",
+    )
+    add(
+        "--request-timeout-s",
+        metavar="S",
+        type=positive(float),
+        default=DEFAULTS.request_timeout_s,
+        help="the longest a request may take, queueing included, before a 408; also how long stopping waits "
+        "for the requests in flight (default: %(default)s)",
     )
     add("--gpus-per-replica", metavar="G", type=float, help="GPUs per replica; by default 1 where the cluster has GPUs")
     add(
@@ -72,6 +111,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         type=positive(int),
         default=DEFAULTS.max_batch_size,
         help="rows per forward pass (default: %(default)s)",
+    )
+    add(
+        "--max-batch-tokens",
+        metavar="N",
+        type=positive(int),
+        default=DEFAULTS.max_batch_tokens,
+        help="padded tokens (rows x the longest) per forward pass (default: %(default)s)",
     )
     add(
         "--batch-wait-ms",
@@ -115,6 +161,21 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
+def check_replicas(args: argparse.Namespace) -> None:
+    """A fixed --replicas, or the autoscaler's bounds (--max-replicas with what only it uses), not both."""
+    scaling = [f"--{k.replace('_', '-')}" for k in ("min_replicas", "target_ongoing_requests") if getattr(args, k)]
+    if args.replicas is not None and (args.max_replicas is not None or scaling):
+        other = "--max-replicas" if args.max_replicas is not None else scaling[0]
+        raise BadInput(f"--replicas {args.replicas}: a fixed number of replicas, not with {other} (autoscaling)")
+    if args.max_replicas is None and scaling:
+        raise BadInput(f"{scaling[0]}: autoscaling needs --max-replicas")
+    if args.max_replicas is not None and (args.min_replicas or DEFAULTS.min_replicas) > args.max_replicas:
+        raise BadInput(f"--min-replicas {args.min_replicas}: above --max-replicas {args.max_replicas}")
+    for name in ("upscale_delay_s", "downscale_delay_s"):
+        if getattr(args, name) < 0:
+            raise BadInput(f"--{name.replace('_', '-')} {getattr(args, name):g}: must be 0 or more")
+
+
 def interrupt(signum, frame) -> None:
     """SIGTERM (a container stopping, `kill`) shuts down as Ctrl-C does."""
     raise KeyboardInterrupt
@@ -138,14 +199,23 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             raise BadInput("--backend onnx runs an ONNX file: give it as --onnx FILE (and --onnx only with it)")
         if args.backend == "onnx" and args.gpus_per_replica:
             raise BadInput(f"--gpus-per-replica {args.gpus_per_replica:g}: --backend onnx runs on CPU")
+        check_replicas(args)
         options = ServeOptions(
             host=args.host,
             port=args.port,
             route=args.route,
-            replicas=args.replicas,
+            replicas=args.replicas or DEFAULTS.replicas,
+            min_replicas=args.min_replicas or DEFAULTS.min_replicas,
+            max_replicas=args.max_replicas,
+            target_ongoing_requests=args.target_ongoing_requests,
+            upscale_delay_s=args.upscale_delay_s,
+            downscale_delay_s=args.downscale_delay_s,
+            max_queued_requests=args.max_queued_requests,
+            request_timeout_s=args.request_timeout_s,
             gpus_per_replica=args.gpus_per_replica,
             cpus_per_replica=args.cpus_per_replica,
             max_batch_size=args.max_batch_size,
+            max_batch_tokens=args.max_batch_tokens,
             batch_wait_ms=args.batch_wait_ms,
             max_seq_length=args.max_seq_length,
             backend=args.backend,

@@ -234,6 +234,31 @@ def example_width(example: Any) -> int:
     return len(first)
 
 
+def example_tokens(example: Any) -> int:
+    """The tokens an example occupies in a batch padded to its width: its width, times its choices
+    (multiple choice: each choice is a sequence of the batch)."""
+    first = example[0]
+    choices = len(example) if len(first) and not isinstance(first[0], (int, np.integer)) else 1
+    return choices * example_width(example)
+
+
+def length_batches(tokens: Sequence[int], max_rows: int, max_tokens: int | None = None) -> list[slice]:
+    """Consecutive runs of examples (in the order given: by width, so that a run pads to its own
+    widest) of at most `max_rows`, and, with `max_tokens`, of at most that many padded tokens: rows
+    times the run's widest `tokens`, so one long example does not pad many short ones to its width
+    (text-embeddings-inference's max_batch_tokens). An example over the budget alone is a run."""
+    runs: list[slice] = []
+    start, widest = 0, 0
+    for i, n in enumerate(tokens):
+        widest = max(widest, n)
+        if i - start + 1 > max_rows or (max_tokens is not None and (i - start + 1) * widest > max_tokens and i > start):
+            runs.append(slice(start, i))
+            start, widest = i, n
+    if len(tokens):
+        runs.append(slice(start, len(tokens)))
+    return runs
+
+
 @torch.no_grad()
 def predict(
     model: nn.Module,
@@ -246,25 +271,26 @@ def predict(
     precision: str = "fp32",
     scores_of: Callable[[Any], torch.Tensor] = lambda outputs: outputs,
     collate_fn: Collate | None = None,
+    max_tokens: int | None = None,
 ) -> np.ndarray:
     """`scores_of` the model's outputs for every example, in order ([N, ...]: logits [N, num_labels]
     by default); workers share the work and gather. Scores with a sequence dimension ([B, S, ...])
-    are zero-padded to the widest batch's S. `collate_fn` is the family's (`collate` by default)."""
+    are zero-padded to the widest batch's S. `collate_fn` is the family's (`collate` by default).
+    A batch holds up to `batch_size` examples and, with `max_tokens`, up to that many padded tokens
+    (length_batches)."""
     device = device or torch.device("cpu")
     collate_fn = collate_fn or collate
     model.eval()
     mine = np.arange(len(encoded))[rank::world]
     mine = mine[np.argsort([example_width(encoded[i]) for i in mine], kind="stable")]  # less padding
+    batches = [mine[run] for run in length_batches([example_tokens(encoded[i]) for i in mine], batch_size, max_tokens)]
     pin = device.type == "cuda"
     with autocast(precision, device):
         outputs = [
-            scores_of(model(**to_device(collate_fn(encoded, mine[i : i + batch_size], pad_id, pin=pin), device)))
-            .float()
-            .cpu()
-            .numpy()
-            for i in range(0, len(mine), batch_size)
+            scores_of(model(**to_device(collate_fn(encoded, batch, pad_id, pin=pin), device))).float().cpu().numpy()
+            for batch in batches
         ]
-    parts = [(mine[i * batch_size : (i + 1) * batch_size], part) for i, part in enumerate(outputs)]
+    parts = list(zip(batches, outputs))
     if world > 1:
         gathered: list = [None] * world
         dist.all_gather_object(gathered, parts)
@@ -283,9 +309,12 @@ __all__ = [
     "build_schedule",
     "collate",
     "epoch_batches",
+    "example_tokens",
+    "example_width",
     "finetune_step",
     "graph_widths",
     "GraphedModel",
+    "length_batches",
     "predict",
     "resolve_precision",
     "steps_per_epoch",

@@ -125,6 +125,8 @@ class Predictor:
     exit_rule: ExitRule | None = None
     """Early exit (albert_model/depths.py): each row answered at the depth the rule stops it at,
     reported as its `exit_depth`; None: every row at full depth."""
+    max_batch_tokens: int | None = None
+    """The most padded tokens in one forward pass (loop.length_batches); None: rows alone bound it."""
 
     @classmethod
     def load(
@@ -136,6 +138,7 @@ class Predictor:
         onnx: str | None = None,
         exit_patience: int | None = None,
         exit_entropy: float | None = None,
+        max_batch_tokens: int | None = None,
     ) -> Predictor:
         """The local folder's model; `max_seq_length` None: storage.models.applied_length's default;
         `onnx`: a local ONNX export of it (onnx_runner.check_onnx), run instead of its weights, on CPU.
@@ -163,7 +166,7 @@ class Predictor:
                     f"{model_dir}: early exit runs the model's depths one by one; an ONNX graph runs them all"
                 )
             rule = exit_rule(exit_patience, exit_entropy)
-        return cls(family, inference, training, model, use, batch_size, target, rule)
+        return cls(family, inference, training, model, use, batch_size, target, rule, max_batch_tokens)
 
     @property
     def output(self) -> dict[str, Any]:
@@ -187,6 +190,7 @@ class Predictor:
             device=self.device,
             scores_of=self.training.scores,
             collate_fn=self.training.collate,
+            max_tokens=self.max_batch_tokens,
         )
 
     def answers(self, rows: Sequence[Mapping[str, Any]], encoded: Encoded, outputs: np.ndarray) -> list[dict[str, Any]]:

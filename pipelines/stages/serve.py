@@ -3,7 +3,10 @@ replica holds a pipelines/inference Predictor, which applies the model as its fa
 (a row of the family's fields, or a list of them: pipelines/inference/request.py) is checked before
 it reaches the model (a body over the limit is a 413 before it is read whole, a malformed one a 400
 naming the field); its rows then join `serve.batch`'s queue, so rows from concurrent callers, and a
-list request's rows, share forward passes; each is answered with the family's output."""
+list request's rows, share forward passes (bounded by rows and by padded tokens); each is answered
+with the family's output. Under load Serve scales the replicas between bounds, a request beyond the
+proxy's queue bound is a 503 with Retry-After, one over the timeout a 408, and stopping drains the
+requests in flight."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import ray
 import torch
 from ray import serve
 from ray.serve import Application
+from ray.serve.config import AutoscalingConfig, BackpressureConfig
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -51,6 +55,10 @@ APP = "albert-ray"
 MAX_BODY_BYTES = 1 << 20
 """The largest request body read; a longer one is refused from its Content-Length, or once a
 streamed (chunked) one passes it; the replica reads none of the rest."""
+RETRY_AFTER_S = 1
+"""The Retry-After (seconds) of a 503 for a full queue: about a batch's time, after which a slot is likely free."""
+HEALTH = "/health"
+"""The health route, under the endpoint's route: GET answers 200 while the replica serves."""
 
 
 class BodyTooLarge(BadInput):
@@ -59,7 +67,8 @@ class BodyTooLarge(BadInput):
 
 @dataclass(frozen=True)
 class ServeOptions:
-    """Where the endpoint listens, its replicas and their resources, and how it batches."""
+    """Where the endpoint listens, its replicas and their resources, how it batches, and how it
+    holds under load."""
 
     host: str = "127.0.0.1"
     """The address Serve's HTTP proxy listens on, on the Ray head node (0.0.0.0: every interface)."""
@@ -68,7 +77,23 @@ class ServeOptions:
     route: str = "/predict"
     """The endpoint's path: POST predicts, GET describes the model."""
     replicas: int = 1
-    """Copies of the model; Serve spreads requests over them."""
+    """Copies of the model, a fixed number; Serve spreads requests over them (without max_replicas)."""
+    min_replicas: int = 1
+    """With max_replicas: the fewest copies Serve's autoscaler keeps."""
+    max_replicas: int | None = None
+    """The most copies Serve's autoscaler starts; None: a fixed `replicas`."""
+    target_ongoing_requests: float | None = None
+    """Requests per replica the autoscaler aims at; by default max_batch_size (a full batch each)."""
+    upscale_delay_s: float = 10.0
+    """How long the load must stay above the target before the autoscaler adds a replica."""
+    downscale_delay_s: float = 60.0
+    """How long the load must stay below the target before the autoscaler removes a replica."""
+    max_queued_requests: int = 256
+    """Requests the HTTP proxy holds for the deployment while every replica is full (each takes
+    2 x max_batch_size at a time); beyond it a request is answered 503 with Retry-After."""
+    request_timeout_s: float = 60.0
+    """The longest a request may take at the proxy, queueing included, before a 408; also how long
+    stopping waits for the requests in flight."""
     gpus_per_replica: float | None = None
     """GPUs each replica reserves; by default 1 where the cluster has GPUs, else 0."""
     cpus_per_replica: float = 1.0
@@ -77,6 +102,9 @@ class ServeOptions:
     """The most rows in one forward pass, from any number of requests."""
     batch_wait_ms: float = 10.0
     """How long a batch waits to fill before it runs anyway."""
+    max_batch_tokens: int = 8192
+    """The most padded tokens (rows x the longest) in one forward pass: rows sorted by length run in
+    passes under both bounds, so one long text does not pad many short ones to its length."""
     max_seq_length: int | None = None
     """Tokens per input (a text pair, a choice, a window); by default the length the model was
     fine-tuned at (its config.json's record), else 512 capped by its position embeddings."""
@@ -136,6 +164,7 @@ class PredictEndpoint:
             onnx=onnx,
             exit_patience=options.exit_patience,
             exit_entropy=options.exit_entropy,
+            max_batch_tokens=options.max_batch_tokens,
         )
         self.predict_rows.set_max_batch_size(options.max_batch_size)
         self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
@@ -150,9 +179,10 @@ class PredictEndpoint:
             "max_seq_length": self.predictor.use.max_seq_length,
             "backend": options.backend,
             "max_batch_size": options.max_batch_size,
+            "max_batch_tokens": options.max_batch_tokens,
             "max_inputs": MAX_INPUTS,
         }
-        self.batches = self.rows = 0
+        self.batches = self.rows = self.ongoing = 0
 
     def __del__(self) -> None:  # Serve calls it when it stops the replica
         shutil.rmtree(self.work, ignore_errors=True)
@@ -166,10 +196,21 @@ class PredictEndpoint:
         return [(out, rejected.get(i)) for i, out in enumerate(outputs)]
 
     async def __call__(self, request: Request) -> JSONResponse:
+        if request.url.path.rstrip("/").endswith(HEALTH):
+            if request.method != "GET":
+                return error(405, f"method: {request.method} is not served on {HEALTH} (GET)")
+            return JSONResponse({"status": "ok", "ongoing": self.ongoing})
         if request.method == "GET":
             return JSONResponse({**self.info, "served": {"batches": self.batches, "rows": self.rows}})
         if request.method != "POST":
             return error(405, f"method: {request.method} is not served (POST predicts, GET describes the model)")
+        self.ongoing += 1
+        try:
+            return await self.predict(request)
+        finally:
+            self.ongoing -= 1
+
+    async def predict(self, request: Request) -> JSONResponse:
         try:
             rows, listed = parse_request(await read_body(request), self.predictor.inference)
         except BodyTooLarge as e:
@@ -249,13 +290,33 @@ def check_port(options: ServeOptions) -> None:
             raise BadInput(f"--host {options.host} --port {options.port}: cannot listen there ({e.strerror})") from None
 
 
+def replica_count(options: ServeOptions) -> dict[str, Any]:
+    """Serve's options for the number of replicas: a fixed count, or its autoscaler between bounds."""
+    if options.max_replicas is None:
+        return {"num_replicas": options.replicas}
+    target = options.target_ongoing_requests or float(options.max_batch_size)
+    autoscaling = AutoscalingConfig(
+        min_replicas=options.min_replicas,
+        max_replicas=options.max_replicas,
+        target_ongoing_requests=target,
+        upscale_delay_s=options.upscale_delay_s,
+        downscale_delay_s=options.downscale_delay_s,
+    )
+    return {"autoscaling_config": autoscaling}
+
+
 def endpoint_app(model: str, files: dict[str, bytes], options: ServeOptions, gpus: float) -> Application:
     """The model's endpoint as a Serve application, its replicas reserving `gpus` each: what
     start_endpoint runs; apps of several models can share one Serve under names and routes of their own."""
     deployment = PredictEndpoint.options(
-        num_replicas=options.replicas,
+        **replica_count(options),
         # a batch can fill while the one before it runs
         max_ongoing_requests=2 * options.max_batch_size,
+        # Serve's own bound, at the proxy: a full queue is its 503 with Retry-After before any replica is asked
+        max_queued_requests=options.max_queued_requests,
+        backpressure_config=BackpressureConfig(status_code=503, retry_after_s=RETRY_AFTER_S),
+        # a replica being stopped answers what it holds, for as long as a request may take
+        graceful_shutdown_timeout_s=options.request_timeout_s,
         ray_actor_options={"num_cpus": options.cpus_per_replica, "num_gpus": gpus},
     )
     # the weights go through the object store: bound directly, they would sit in Serve's controller state
@@ -274,7 +335,10 @@ def start_endpoint(model: str, files: dict[str, bytes], options: ServeOptions) -
         )
     gpus = replica_gpus(options)
     check_port(options)
-    serve.start(proxy_location="HeadOnly", http_options={"host": options.host, "port": options.port})
+    serve.start(
+        proxy_location="HeadOnly",
+        http_options={"host": options.host, "port": options.port, "request_timeout_s": options.request_timeout_s},
+    )
     logging.getLogger("ray.serve").addFilter(OWN_SERVE_NOTE)
     try:
         serve.run(endpoint_app(model, files, options, gpus), name=APP, route_prefix=options.route)
@@ -293,7 +357,9 @@ def stop_endpoint() -> None:
 
 __all__ = [
     "APP",
+    "HEALTH",
     "MAX_BODY_BYTES",
+    "RETRY_AFTER_S",
     "PredictEndpoint",
     "ServeOptions",
     "ServedModel",

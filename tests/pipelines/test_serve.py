@@ -366,3 +366,30 @@ def test_onnx_backend_refusals_are_one_line_before_serve_starts(classifier, tmp_
         f"--onnx {file}: not an export of {classifier}: its id2label differ from the folder's config.json "
         "(export the folder with `albert-ray export onnx`)"
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--replicas", "2", "--max-replicas", "3"],
+            "--replicas 2: a fixed number of replicas, not with --max-replicas (autoscaling)",
+        ),
+        (
+            ["--replicas", "2", "--min-replicas", "1"],
+            "--replicas 2: a fixed number of replicas, not with --min-replicas (autoscaling)",
+        ),
+        (["--min-replicas", "2"], "--min-replicas: autoscaling needs --max-replicas"),
+        (["--target-ongoing-requests", "4"], "--target-ongoing-requests: autoscaling needs --max-replicas"),
+        (["--min-replicas", "3", "--max-replicas", "2"], "--min-replicas 3: above --max-replicas 2"),
+        (["--max-replicas", "2", "--downscale-delay-s", "-1"], "--downscale-delay-s -1: must be 0 or more"),
+    ],
+)
+def test_fixed_replicas_and_autoscaling_bounds_that_contradict_are_one_line_before_anything_is_read(
+    tmp_path, capsys, flags, message
+):
+    from pipelines.cli.command import main
+
+    assert main(["serve", str(tmp_path / "nothing"), *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"albert-ray serve: error: {message}\n" and not captured.out

@@ -85,3 +85,19 @@ def test_multiple_choice_predicts_as_its_fine_tuning_evaluates_whatever_the_batc
         assert len(out["probabilities"]) == len(row["choices"]) and sum(out["probabilities"]) == pytest.approx(1)
         assert out["prediction"] == alone["prediction"] == int(np.argmax(out["probabilities"]))
         np.testing.assert_allclose(out["probabilities"], alone["probabilities"], atol=1e-5)
+
+
+def test_a_token_budget_changes_how_rows_are_batched_not_their_answers(chooser):
+    """Questions of two and three choices and a long four-choice one in batches of up to 8 rows, under
+    a budget of 60 padded tokens (the long question runs alone): the same answers as unbounded
+    batches, to the 1e-5 that a question's padding to another width makes (as batched vs alone)."""
+    rows = [
+        {"question": f"The {animal}", "choices": ["barks.", "meows.", "moos loudly in the morning."][: 2 + i % 2]}
+        for i, animal in enumerate(["dog", "cat", "cow", "duck", "hen", "pig"])
+    ]
+    rows += [{"question": "The dog", "context": "It is a long morning on the farm.", "choices": ["a", "b", "c", "d"]}]
+    unbounded = Predictor.load(chooser, batch_size=8, device="cpu").predict(rows)
+    bounded = Predictor.load(chooser, batch_size=8, device="cpu", max_batch_tokens=60).predict(rows)
+    for a, b in zip(bounded, unbounded):
+        assert a["prediction"] == b["prediction"]
+        np.testing.assert_allclose(a["probabilities"], b["probabilities"], atol=1e-5)
