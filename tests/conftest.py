@@ -209,15 +209,16 @@ def s3_endpoint():
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
+    deadline = time.monotonic() + 120  # ~1 s on 2 idle cores; 10 s ran out on a loaded machine
+    while True:
         try:
             urllib.request.urlopen(url, timeout=1)
             break
         except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"moto_server did not start (exit status {server.poll()})") from None
             time.sleep(0.1)
-    else:
-        server.kill()
-        raise RuntimeError("moto_server did not start")
     env = {
         "AWS_ENDPOINT_URL": url,
         "AWS_ACCESS_KEY_ID": "testing",
