@@ -40,7 +40,7 @@ def search_tasks(configs: dict[str, Config], search: Callable[[str, Config], T])
     task has failed no other starts, and its error is raised when those running have ended."""
     at_once = 1
     if len(configs) > 1:
-        at_once = tasks_at_once([task_demand(c) for c in configs.values()], ray.cluster_resources())
+        at_once = min(len(configs), tasks_at_once([task_demand(c) for c in configs.values()], ray.cluster_resources()))
     if at_once == 1:
         return {name: search(name, config) for name, config in configs.items()}
     print(f"finetune: searching up to {at_once} of the {len(configs)} tasks side by side", flush=True)

@@ -53,6 +53,10 @@ def test_tasks_that_fit_run_at_once_and_results_keep_the_tasks_order(four_cpus, 
     assert list(search_tasks(configs, search).items()) == [("a", "a:2"), ("b", "b:2"), ("c", "c:2")]
     assert threads["a"] != threads["b"]
     assert "searching up to 2 of the 3 tasks side by side" in capsys.readouterr().out
+    two = {name: tune("tune.num_samples=1") for name in ("a", "b")}  # 4 would fit: the two
+    together.reset()
+    assert search_tasks(two, search) == {"a": "a:1", "b": "b:1"}
+    assert "searching up to 2 of the 2 tasks side by side" in capsys.readouterr().out
 
 
 def test_a_failed_task_stops_the_tasks_not_started(four_cpus):
