@@ -245,7 +245,16 @@ def ray_session(s3_endpoint):
     left over or they wait forever."""
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
+    for attempt in range(3):
+        try:
+            ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
+            break
+        except Exception as e:
+            # Ray waits a fixed 30 s for its raylet (ray/_private/node.py), which runs out on a loaded
+            # machine; the next start finds the machine no less busy but its files cached
+            ray.shutdown()
+            if "timed out during startup" not in str(e) or attempt == 2:
+                raise
     yield ray
     ray.shutdown()
 
