@@ -243,15 +243,21 @@ def ray_session(s3_endpoint):
     after the S3 server so its workers inherit the endpoint settings. 4 logical CPUs on a 2-core
     machine: training workers and Tune trials each hold one, and Ray Data's read tasks need one
     left over or they wait forever."""
+    import psutil
     import ray
 
     for attempt in range(3):
+        ours = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
             ray.init(num_cpus=4, include_dashboard=False, logging_level="WARNING")
             break
         except Exception as e:
             # Ray waits a fixed 30 s for its raylet (ray/_private/node.py), which runs out on a loaded
-            # machine; the next start finds the machine no less busy but its files cached
+            # machine; the failed start's processes (GCS, raylet), which ray.shutdown does not know
+            # of, are stopped before the next try
+            for process in psutil.Process().children(recursive=True):
+                if process.pid not in ours:
+                    process.kill()
             ray.shutdown()
             if "timed out during startup" not in str(e) or attempt == 2:
                 raise
