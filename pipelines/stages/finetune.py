@@ -38,6 +38,7 @@ from ..storage.models import read_model_files
 from ..tracking import flat_params, scalars
 from .ray_runtime import init_ray
 from .stage_tracking import start_tracking
+from .suite_tasks import search_tasks
 from .tune_search import export_checkpoint, repeat_best, run_search
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ def build_finetune(run: StageRun) -> dict:
     inputs = input_fingerprints(run.config, "finetune")
     # the task folders of the build and of the current output, reached through no link
     building, previous = Contained(run.out, f"run_dir={run.config.run_dir}"), Contained(run.current, run.current)
-    summary = {}
+    summary, searched, fingerprints = {}, {}, {}
     for name, config in tasks.items():
         fingerprint = stage_fingerprint(config, "finetune", inputs)
         out, current = run.path(name), join(run.current, name)
@@ -196,21 +197,29 @@ def build_finetune(run: StageRun) -> dict:
         kept = read_json_or_none(join(current, UNIT_MANIFEST))
         if built and built.get("fingerprint") == fingerprint:
             print(f"finetune: task {name}: done by the interrupted run, kept", flush=True)
-            fields = built
+            summary[name] = built
         elif kept and kept.get("fingerprint") == fingerprint:
             print(f"finetune: task {name}: up to date in {current}; carried over, not searched again", flush=True)
             building.delete(name)
             copy_tree(previous.path(name), out, last=[UNIT_MANIFEST])
-            fields = kept
+            summary[name] = kept
         else:
             print(f"finetune: task {name}: searching", flush=True)
             building.delete(name)  # an unfinished attempt of another config
-            fields = {
-                "fingerprint": fingerprint,
-                **search_task(config, out, current, join(run.scratch, "tasks", name), run.resumed, f"finetune {name}"),
-            }
-            write_text(join(out, UNIT_MANIFEST), json.dumps(fields, indent=2) + "\n")
-        summary[name] = fields
+            summary[name], searched[name], fingerprints[name] = None, config, fingerprint
+
+    def search(name: str, config: Config) -> dict:
+        out, current = run.path(name), join(run.current, name)
+        fields = {
+            "fingerprint": fingerprints[name],
+            **search_task(config, out, current, join(run.scratch, "tasks", name), run.resumed, f"finetune {name}"),
+        }
+        write_text(join(out, UNIT_MANIFEST), json.dumps(fields, indent=2) + "\n")
+        return fields
+
+    if searched:
+        init_ray()  # once, before any task's thread
+    summary.update(search_tasks(searched, search))
     write_text(run.path("suite.json"), json.dumps(results.suite_rows(summary), indent=2) + "\n")
     return {"tasks": {name: {k: v for k, v in f.items() if k != "config"} for name, f in summary.items()}}
 

