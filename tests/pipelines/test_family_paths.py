@@ -173,6 +173,7 @@ def test_a_served_question_of_other_choices_shares_a_batch_and_a_bad_one_is_name
     assert (info["max_seq_length"], info["required"]) == (24, ["choices"])
 
 
+@pytest.mark.e2e  # two exports, a quantization and a Serve app, ~22 s: make test-e2e
 def test_predict_and_serve_run_an_onnx_export(family_suite, served, tmp_path):
     """predict.backend=onnx (in the command's process) on the classifier's fp32 export gives the torch
     backend's labels and probabilities within 1e-4; serve --backend onnx (an app beside the six, on

@@ -227,6 +227,7 @@ def dry_run_status(run_dir, *overrides) -> str:
     return buffer.getvalue()
 
 
+@pytest.mark.e2e  # a killed rerun of pretraining, ~27 s: make test-e2e (issue #45: make test within budget)
 def test_settings_rerun_nothing_and_a_killed_rerun_keeps_the_complete_output(one_worker, tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     shutil.copytree(one_worker, run_dir)
@@ -255,6 +256,7 @@ def test_settings_rerun_nothing_and_a_killed_rerun_keeps_the_complete_output(one
     assert "  pretrain: up to date: skipped\n" in dry_run_status(run_dir)
 
 
+@pytest.mark.e2e  # a second pretraining run continuing the first, ~27 s: make test-e2e
 def test_raising_max_steps_continues_the_complete_run(one_worker, tmp_path, capsys, caplog, monkeypatch):
     """4 -> 8 steps: the 4 new steps start from the 4-step checkpoint with the schedule recomputed for
     8 (linear decay from step 4's lr), the curves and the manifest span both segments, and the

@@ -195,6 +195,7 @@ def check_endpoint(url: str, model: str) -> None:
     )
 
 
+@pytest.mark.e2e  # the command's own Ray and Serve, ~24 s: make test-e2e
 def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, monkeypatch, capsys):
     from ray import serve
 
