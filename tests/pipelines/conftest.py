@@ -20,6 +20,7 @@ from tests.conftest import VOCAB_SIZE
 
 from .family_tasks import write_suite
 from .runs import LEARNING_RECIPE
+from .served_classifier import save_classifier
 from .toy_stage import TOY
 
 
@@ -79,6 +80,12 @@ def family_suite(ray_session, tiny_pretrained, tmp_path_factory):
     config = write_suite(root / "inputs", tiny_pretrained, str(root / "run"))
     assert main(["--config", str(config), "--stages", "finetune,report"]) == 0
     return config, root / "run"
+
+
+@pytest.fixture
+def classifier(tiny_pretrained, tmp_path) -> str:
+    """A random tiny three-label classifier export (served_classifier.py)."""
+    return save_classifier(tiny_pretrained, tmp_path / "classifier")
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -26,17 +25,13 @@ import pytest
 import torch
 import transformers
 
-from albert_model import AlbertConfig
-from albert_model.hf import save_hf_pretrained
-from albert_model.model import AlbertForSequenceClassification
 from pipelines.inference.predictor import Predictor
 from pipelines.stages.serve import APP
-from tests.conftest import VOCAB_SIZE, free_port
+from tests.conftest import free_port
 from tests.pickled_weights import pickled_model_dir
 
 from .family_tasks import GLUE
 
-LABELS = ["business", "politics", "sport"]
 MNLI = ["contradiction", "entailment", "neutral"]
 """The served model's labels."""
 TEXTS = [
@@ -47,17 +42,6 @@ TEXTS = [
     "The striker signed a new contract with the club after a long season of talks.",
     "Parliament debated the budget.",
 ]
-
-
-@pytest.fixture
-def classifier(tiny_pretrained, tmp_path) -> str:
-    torch.manual_seed(0)
-    config = AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE).replace(num_labels=len(LABELS))
-    model = AlbertForSequenceClassification(config).eval()
-    spiece = Path(tiny_pretrained) / "spiece.model"
-    return str(
-        save_hf_pretrained(model, tmp_path / "classifier", spiece_model=spiece, id2label=dict(enumerate(LABELS)))
-    )
 
 
 def call(url: str, body: bytes | dict | None = None) -> tuple[int, object]:

@@ -12,35 +12,18 @@ import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
 
-from albert_model import AlbertConfig
-from albert_model.hf import save_hf_pretrained
-from albert_model.model import AlbertForSequenceClassification
 from pipelines.inference.predictor import Predictor
 from pipelines.stages.serve import APP, RETRY_AFTER_S
-from tests.conftest import VOCAB_SIZE, free_port
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.e2e
 
-LABELS = ["business", "politics", "sport"]
 DEADLINE_S = 180.0
 """The longest a test waits for Serve to reach a state (a replica started or stopped)."""
-
-
-@pytest.fixture
-def classifier(tiny_pretrained, tmp_path) -> str:
-    torch.manual_seed(0)
-    config = AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE).replace(num_labels=len(LABELS))
-    model = AlbertForSequenceClassification(config).eval()
-    spiece = Path(tiny_pretrained) / "spiece.model"
-    return str(
-        save_hf_pretrained(model, tmp_path / "classifier", spiece_model=spiece, id2label=dict(enumerate(LABELS)))
-    )
 
 
 def request(port: int, method: str, path: str, body: dict | None = None) -> tuple[int, dict[str, str], bytes]:
