@@ -224,12 +224,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         )
         if args.exit_entropy is not None and args.exit_entropy <= 0:
             parser.error(f"--exit-entropy {args.exit_entropy:g}: must be more than 0")
-        exits = args.exit_patience is not None or args.exit_entropy is not None
-        if exits and args.backend == "onnx":
-            parser.error(
-                "--exit-patience and --exit-entropy run the torch model's depths one by one: not with --backend onnx"
-            )
-        model = read_model(args.model_dir, options.max_seq_length, args.onnx, exits)
+        model = read_model(args.model_dir, options.max_seq_length, args.onnx, args.exit_patience, args.exit_entropy)
         options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
         init_ray()
         url = start_endpoint(args.model_dir, model.files, options)

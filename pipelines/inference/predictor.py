@@ -64,6 +64,22 @@ def inference_of(family: Family, where: str) -> FamilyInference:
     return family.load_inference()
 
 
+def exit_rule_of(
+    family: Family, inference: FamilyInference, patience: int | None, entropy: float | None, where: str, onnx: bool
+) -> ExitRule | None:
+    """The early-exit rule of `patience` or `entropy` for the family's prediction (None: neither is
+    set); BadInput naming `where` where the family reads no head at every depth, where its
+    prediction cannot settle (its `exit_rule` says why), or where an ONNX graph runs the model."""
+    if patience is None and entropy is None:
+        return None
+    exit_rule = getattr(inference, "exit_rule", None)
+    if exit_rule is None:
+        raise BadInput(f"{where}: a {family.name} export; early exit reads a sequence head at every depth")
+    if onnx:
+        raise BadInput(f"{where}: early exit runs the model's depths one by one; an ONNX graph runs them all")
+    return exit_rule(patience, entropy)
+
+
 def label_names(config: Mapping[str, Any]) -> list[str] | None:
     """config.json's id2label in id order; None where it has none."""
     labels = config.get("id2label") or {}
@@ -156,16 +172,7 @@ class Predictor:
             target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
             model = load_hf_pretrained(model_dir, training.model_class).to(target).eval()
         use = model_use(config, PairTokenizer(model_dir), length, model_dir)
-        rule = None
-        if exit_patience is not None or exit_entropy is not None:
-            exit_rule = getattr(inference, "exit_rule", None)
-            if exit_rule is None:
-                raise BadInput(f"{model_dir}: a {family.name} export; early exit reads a sequence head at every depth")
-            if onnx is not None:
-                raise BadInput(
-                    f"{model_dir}: early exit runs the model's depths one by one; an ONNX graph runs them all"
-                )
-            rule = exit_rule(exit_patience, exit_entropy)
+        rule = exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
         return cls(family, inference, training, model, use, batch_size, target, rule, max_batch_tokens)
 
     @property
@@ -214,6 +221,7 @@ class Predictor:
 
 
 __all__ = [
+    "exit_rule_of",
     "EXIT_DEPTH",
     "EarlyExit",
     "Predictor",

@@ -26,12 +26,11 @@ import pyarrow.parquet as pq
 import torch
 
 from ..config import Config, PredictSection
-from ..errors import BadInput
 from ..finetuning.families import FAMILIES
 from ..finetuning.inference import FamilyInference
 from ..inference.columns import Columns, table_columns
 from ..inference.onnx_runner import ONNX_FILE, read_onnx
-from ..inference.predictor import EXIT_DEPTH, Predictor, family_of, inference_of, use_of_files
+from ..inference.predictor import EXIT_DEPTH, Predictor, exit_rule_of, family_of, inference_of, use_of_files
 from ..inference.reading import file_rows, open_input
 from ..inference.table_files import InputTables, input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
@@ -215,11 +214,8 @@ def build_predict(run: StageRun) -> dict:
     use = use_of_files(files, model_config, length, model)
     if pc.backend == "onnx":
         files = {**files, ONNX_FILE: read_onnx(pc.onnx, "predict.onnx", model_config, family.outputs, model)}
-    if pc.exits_early:  # refused here, before any replica loads the model
-        rule = getattr(inference, "exit_rule", None)
-        if rule is None:
-            raise BadInput(f"predict.model: a {family.name} export; early exit reads a sequence head at every depth")
-        rule(pc.exit_patience, pc.exit_entropy)
+    # refused here, before any replica loads the model (the config refuses it with the onnx backend)
+    exit_rule_of(family, inference, pc.exit_patience, pc.exit_entropy, "predict.model", onnx=False)
     out_fs, out = arrow_filesystem(run.path(PREDICTIONS))
     if pc.workers is None and tables.size <= pc.in_process_bytes:
         print(

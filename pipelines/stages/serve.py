@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse
 
 from ..errors import BadInput, UserError, one_line
 from ..inference.onnx_runner import ONNX_FILE, read_onnx
-from ..inference.predictor import Predictor, family_of, inference_of, label_names
+from ..inference.predictor import Predictor, exit_rule_of, family_of, inference_of, label_names
 from ..inference.request import MAX_INPUTS, parse_request
 from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
@@ -242,19 +242,22 @@ class ServedModel:
     """The length it is applied at: --max-seq-length, or its default (storage.models.applied_length)."""
 
 
-def read_model(model_dir: str, max_seq_length: int | None, onnx: str | None = None, exits: bool = False) -> ServedModel:
+def read_model(
+    model_dir: str,
+    max_seq_length: int | None,
+    onnx: str | None = None,
+    exit_patience: int | None = None,
+    exit_entropy: float | None = None,
+) -> ServedModel:
     """The model folder (local or s3://), checked before anything starts: a missing folder, an export
-    of no family serve applies, a length over its positions, early exit (`exits`) where its family's
-    prediction cannot exit early; with `onnx`, that ONNX export of it (onnx_runner.read_onnx),
-    carried with its files."""
+    of no family serve applies, a length over its positions, early exit where its family's prediction
+    cannot exit early (predictor.exit_rule_of); with `onnx`, that ONNX export of it
+    (onnx_runner.read_onnx), carried with its files."""
     files = read_model_files(model_dir, "MODEL_DIR")
     config = json.loads(files["config.json"])
     family = family_of(config, model_dir)
     inference = inference_of(family, model_dir)
-    if exits and getattr(inference, "exit_rule", None) is None:
-        raise BadInput(f"{model_dir}: a {family.name} export; early exit reads a sequence head at every depth")
-    if exits:
-        inference.exit_rule(1, None)  # a family whose prediction cannot settle refuses it
+    exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
     length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
     if onnx is not None:
         files = {**files, ONNX_FILE: read_onnx(onnx, "--onnx", config, family.outputs, model_dir)}
