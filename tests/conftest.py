@@ -2,6 +2,7 @@
 pretrained ALBERT; markers that follow the fixtures (a test that uses Ray is marked `ray`); GPU tests
 skip without CUDA."""
 
+import atexit
 import os
 import shutil
 import signal
@@ -28,12 +29,17 @@ VOCAB_SIZE = 1000
 # tiny test run reports every step. Polled every 0.25 s, a 4-step pretraining takes ~25 s, not ~37.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
 
+# The session's own folders below, removed when it ends (or each session leaves two in /tmp).
+SESSION_DIR = tempfile.mkdtemp(prefix="albert-tests-")
+atexit.register(shutil.rmtree, SESSION_DIR, True)
+
 # Commands without RAY_ADDRESS join this checkout's local head when it is up (make run leaves one):
 # the suite's never do, whatever runs on the machine (the test of joining names a head of its own).
-os.environ["ALBERT_RAY_LOCAL_DIR"] = tempfile.mkdtemp(prefix="albert-tests-no-local-head-")
+os.environ["ALBERT_RAY_LOCAL_DIR"] = os.path.join(SESSION_DIR, "no-local-head")
+os.makedirs(os.environ["ALBERT_RAY_LOCAL_DIR"])
 
 # hypothesis keeps what it learns in .hypothesis/ of the working directory: not in the checkout
-os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="albert-tests-hypothesis-"))
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(SESSION_DIR, "hypothesis"))
 
 RAY_FIXTURES = {"ray_session", "head"}  # a Ray session in this process, or a Ray head of its own
 

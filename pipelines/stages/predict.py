@@ -72,17 +72,18 @@ class PredictRows:
         batch_size: int,
         root: str,
         cpus: float,
-        work: str = "",
         exit_rule: tuple[int | None, float | None] = (None, None),
     ):
         torch.set_num_threads(max(1, int(cpus)))
-        self.work = work or tempfile.mkdtemp(prefix="albert-predict-")
-        folder = materialize(files, self.work)
-        onnx = os.path.join(folder, ONNX_FILE) if ONNX_FILE in files else None  # predict.backend=onnx
-        patience, entropy = exit_rule
-        self.predictor = Predictor.load(
-            folder, max_seq_length, batch_size, onnx=onnx, exit_patience=patience, exit_entropy=entropy
-        )
+        # the files are written to be loaded, then removed: everything is in memory once loaded, and
+        # an actor that Ray Data ends runs no cleanup, so a folder kept would outlive each run on its node
+        with tempfile.TemporaryDirectory(prefix="albert-predict-") as work:
+            folder = materialize(files, work)
+            onnx = os.path.join(folder, ONNX_FILE) if ONNX_FILE in files else None  # predict.backend=onnx
+            patience, entropy = exit_rule
+            self.predictor = Predictor.load(
+                folder, max_seq_length, batch_size, onnx=onnx, exit_patience=patience, exit_entropy=entropy
+            )
         self.root = root
 
     def place(self, path: str, row: int) -> str:
@@ -135,18 +136,17 @@ def predict_here(
     tasks read them, blocks of READ_BLOCK rows predicted as PredictRows predicts them, one parquet
     file written. No Ray: starting or joining a cluster and its actors costs more than such rows."""
     inference = FAMILIES[family].load_inference()
-    with tempfile.TemporaryDirectory(prefix="albert-predict-") as work:
-        exits = (pc.exit_patience, pc.exit_entropy)
-        actor = PredictRows(files, length, pc.batch_size, tables.root, torch.get_num_threads(), work, exits)
-        out_fs.create_dir(out)
-        schema = output_schema(output_columns(inference, pc))
-        with pq.ParquetWriter(f"{out}/rows.parquet", schema, filesystem=out_fs) as writer:
-            for path in tables.files:
-                own = path in tables.own
-                with open_input(tables.filesystem, path, own) as f:
-                    for table in file_rows(f, path, columns, inference, own):
-                        for block in table.to_batches(max_chunksize=READ_BLOCK):
-                            writer.write_table(actor(pa.Table.from_batches([block])))
+    exits = (pc.exit_patience, pc.exit_entropy)
+    actor = PredictRows(files, length, pc.batch_size, tables.root, torch.get_num_threads(), exits)
+    out_fs.create_dir(out)
+    schema = output_schema(output_columns(inference, pc))
+    with pq.ParquetWriter(f"{out}/rows.parquet", schema, filesystem=out_fs) as writer:
+        for path in tables.files:
+            own = path in tables.own
+            with open_input(tables.filesystem, path, own) as f:
+                for table in file_rows(f, path, columns, inference, own):
+                    for block in table.to_batches(max_chunksize=READ_BLOCK):
+                        writer.write_table(actor(pa.Table.from_batches([block])))
 
 
 def predict_on_ray(

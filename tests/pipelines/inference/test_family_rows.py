@@ -100,3 +100,24 @@ def test_a_row_only_encoding_finds_unusable_is_rejected_with_its_reason(chooser)
         ("q", plain["prediction"], None),
     ]
     assert got[2]["probabilities"] == pytest.approx(plain["probabilities"]) and got[0]["probabilities"] is None
+
+
+def test_a_predict_actor_leaves_no_copy_of_the_model_behind(chooser, tmp_path, monkeypatch):
+    """Each Ray Data actor writes the model's files to a local folder to load them; the folder goes
+    once they are loaded, or every predict run leaves a model's copy per actor in the node's /tmp."""
+    import tempfile
+
+    from pipelines.stages.predict import PredictRows
+    from pipelines.storage.models import read_model_files
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    actor = PredictRows(read_model_files(chooser, "predict.model"), 24, 8, "in.jsonl", 1.0)
+    assert list(scratch.iterdir()) == []
+    row = {"question": "The dog", "choices": ["barks.", "moos."]}
+    batch = pa.table(
+        {"row": [0], "cells": [json.dumps(row)], "id": ["q"], "label": [None], "rejected": [None], "path": ["in.jsonl"]}
+    )
+    got = actor(batch).to_pylist()[0]
+    assert got["prediction"] == Predictor.load(chooser, device="cpu").predict([row])[0]["prediction"]
