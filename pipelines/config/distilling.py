@@ -3,6 +3,7 @@ DAG's distill stage when distill.layers is set)."""
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import ClassVar
 
 from pydantic.dataclasses import dataclass
@@ -32,6 +33,12 @@ class DistillSection(Section):
     hidden_weight: float = 0.0
     """Weight of the hidden states' mean squared error, student step i against teacher step 2i at
     half depth (round(i * teacher / student)); 0: no hidden-state matching (and no teacher in the trials)."""
+    exit_patiences: list[int] = field(default_factory=lambda: [1, 2])
+    """Early exit's patiences the stage's trade-off measures on the teacher beside the student
+    (distill/tradeoff.json, the report's figure); those that cannot exit before the teacher's last
+    depth are left out. A sequence family's teacher only."""
+    exit_entropies: list[float] = field(default_factory=lambda: [0.2])
+    """Early exit's entropy thresholds (nats) the trade-off measures, as exit_patiences."""
 
     def __post_init__(self) -> None:
         self.require(
@@ -43,6 +50,8 @@ class DistillSection(Section):
         self.require("alpha", 0.0 <= self.alpha <= 1.0, "must be in [0, 1]")
         self.require("temperature", self.temperature > 0, "must be > 0")
         self.require("hidden_weight", self.hidden_weight >= 0, "must be >= 0")
+        self.require("exit_patiences", all(p >= 1 for p in self.exit_patiences), "must be integers >= 1")
+        self.require("exit_entropies", all(e > 0 for e in self.exit_entropies), "must be numbers > 0")
 
     def student_layers(self, teacher_layers: int) -> int:
         """The student's depth for a teacher of `teacher_layers` (distill.layers set)."""

@@ -116,6 +116,25 @@ def finetune_curve_figure(epochs: list[dict], metric: str) -> bytes:
     return _png(fig)
 
 
+def tradeoff_figure(arms: list[dict], metric: str) -> bytes:
+    """Each way of answering (the distill stage's trade-off) as a point: eval rows/s against the metric."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm in arms:
+        x, y = arm["rows_per_s"], arm["metrics"].get(metric)
+        if x is None or y is None:
+            continue
+        ax.scatter([x], [y], s=40)
+        ax.annotate(
+            f"{arm['name']} ({arm['mean_depth']:.2f})", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8
+        )
+    ax.set_xlabel("eval rows per second (CPU)")
+    ax.set_ylabel(metric)
+    ax.set_title("Depth: score against speed (mean depth in brackets)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _png(fig)
+
+
 def confusion_figure(counts: list[list[int]], names: list[str]) -> bytes:
     """counts[gold][predicted] as a heat map with each cell's count."""
     size = max(4.0, 0.7 * len(names) + 2)

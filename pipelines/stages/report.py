@@ -18,10 +18,16 @@ from albert_model.hf import load_hf_pretrained
 from ..config import Config, dump_yaml
 from ..finetuning.families import unread_keys
 from ..report import markdown
-from ..report.depth import depth_section
+from ..report.depth import TRADEOFF_PNG, depth_section
 from ..report.finetuning import CONFUSION_PNG, CURVE_PNG, confusion, finetune_section, single_class
 from ..report.layers import LayerTransition, layer_transitions, pad_examples, unmask
-from ..report.plots import confusion_figure, finetune_curve_figure, layer_transitions_figure, pretraining_curves
+from ..report.plots import (
+    confusion_figure,
+    finetune_curve_figure,
+    layer_transitions_figure,
+    pretraining_curves,
+    tradeoff_figure,
+)
 from ..rundir.costs import read_cost
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import STAGES, read_manifest, stage_dir, stage_inputs
@@ -160,6 +166,10 @@ def build_report(run: StageRun) -> dict:
     finetuned = join(finetune_dir, "<task>", "best") if suite else join(finetune_dir, "best")
     distilling = "distill" in stage_inputs(config, "report") and manifests["distill"]
     distilled = read_json(join(stage_dir(config, "distill"), "best.json")) if distilling else None
+    tradeoff = (manifests["distill"] or {}).get("tradeoff") if distilled else None
+    if tradeoff:
+        write_bytes(run.path(TRADEOFF_PNG), tradeoff_figure(tradeoff["arms"], distilled["metric"]))
+        figures.append(TRADEOFF_PNG)
     sections = [
         f"# ALBERT run report\n\n`{config.run_dir}`, written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. "
         f"Models (transformers format): pretrained `{join(pretrain_dir, 'hf')}`, "
@@ -184,7 +194,7 @@ def build_report(run: StageRun) -> dict:
             applies(config),
             finetune_figures,
         ),
-        depth_section(distilled, manifests["predict"]),
+        depth_section(distilled, manifests["predict"], tradeoff, TRADEOFF_PNG if tradeoff else None),
         markdown.cost_section(cost_rows(config, manifests)),
         f"## Configuration\n\n```yaml\n{dump_yaml(config)}```",
     ]

@@ -196,3 +196,33 @@ def test_the_predict_stage_writes_each_rows_exit_depth_and_their_histogram(teach
     manifest = json.loads(Path(out, "manifest.json").read_text())
     assert sum(manifest["exit_depths"].values()) == len(ROWS)
     assert manifest["exit_depths"] == {str(d): n for d, n in sorted(Counter(r["exit_depth"] for r in table).items())}
+
+
+def test_the_tradeoff_scores_each_way_of_answering_as_its_own_predictions_do(teacher):
+    """finetuning/tradeoff.measure: per arm the family's metric of that arm's own eval scores, the
+    mean depth its rows were answered at, and a rate; the student is the teacher applied twice."""
+    from albert_model.depths import ExitRule, early_exit
+    from pipelines.finetuning.tradeoff import Arm, measure
+
+    data = toy_trial_data()
+    model = load_hf_pretrained(teacher, AlbertForSequenceClassification).eval()
+    student = build_student(teacher, AlbertForSequenceClassification, 2, 0.0).eval()
+    rule = ExitRule(patience=1)
+    arms = [Arm("teacher", model, 4), Arm("student", student, 2), Arm("exit, patience 1", model, 4, rule)]
+    found = measure(TEACHER_CFG, CLASSIFICATION, data.encoded, data.pad_id, arms, rounds=1)
+    assert [f["name"] for f in found] == ["teacher", "student", "exit, patience 1"]
+    for arm, got in zip(arms[:2], found):
+        scores = teacher_scores(TEACHER_CFG, CLASSIFICATION, data.encoded.eval, data.pad_id, teacher)
+        if arm.name == "student":
+            batch = collate(data.encoded.eval, range(len(data.encoded.eval)), data.pad_id)
+            with torch.no_grad():
+                scores = CLASSIFICATION.scores(student(**batch)).numpy()
+        assert got["metrics"] == pytest.approx(CLASSIFICATION.evaluate(TEACHER_CFG, data.encoded, scores).metrics)
+        assert got["mean_depth"] == arm.layers and got["rows_per_s"] > 0 and got["exit_rule"] is None
+    batch = collate(data.encoded.eval, range(len(data.encoded.eval)), data.pad_id)
+    logits, depths = early_exit(model, rule, **batch)
+    exited = found[2]
+    assert exited["exit_rule"] == {"patience": 1, "entropy": None}
+    assert exited["mean_depth"] == pytest.approx(depths.float().mean().item())
+    expected = CLASSIFICATION.evaluate(TEACHER_CFG, data.encoded, logits.numpy()).metrics
+    assert exited["metrics"] == pytest.approx(expected)
