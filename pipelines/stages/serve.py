@@ -6,7 +6,7 @@ naming the field); its rows then join `serve.batch`'s queue, so rows from concur
 list request's rows, share forward passes (bounded by rows and by padded tokens); each is answered
 with the family's output. Under load Serve scales the replicas between bounds, a request beyond the
 proxy's queue bound is a 503 with Retry-After, one over the timeout a 408, and stopping drains the
-requests in flight."""
+requests in flight. Several models on one deployment, by name: serve_multiplex.py, on these parts."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ five random models of three families (served_models.py) behind one replica that 
 time, called over real HTTP while the command waits for Ctrl-C. Each request is answered by its own
 model (equal to that model's Predictor), by path or by Serve's header; A, B, C, A shows A evicted and
 loaded again, never more than two loaded; rows of one model from concurrent callers share batches;
-unknown names and contradicting routes are refused. An evicted model's folder is removed (without Serve)."""
+unknown names and contradicting routes are refused. The six families' models of the shared suite on
+one deployment each answer as their Predictor. An evicted model's folder is removed (without Serve)."""
 
 import json
 import urllib.error
@@ -18,6 +19,7 @@ from pipelines.inference.predictor import Predictor
 from pipelines.stages.serve_multiplex import MODEL_HEADER, LoadedModel, MultiplexEndpoint
 from tests.conftest import free_port
 
+from .family_paths import TASKS, eval_rows, served_predictions
 from .served_models import CLASSIFIERS, NAMES, save_models
 
 TEXTS = ["Shares rose after the bank reported strong profits.", "The team won the final in the last minute."]
@@ -143,6 +145,53 @@ def test_five_models_on_one_replica_holding_two_each_answer_as_their_own_and_are
         assert serve.status().applications == {}
     finally:
         serve.shutdown()  # a no-op when the command shut down; the session's Ray serves the other tests
+
+
+def assert_close(got, expected, where: str) -> None:
+    """`got` (JSON) equals `expected` (a Predictor's output), numbers within 1e-5, at every depth."""
+    if isinstance(expected, dict):
+        for key, value in expected.items():
+            assert_close(got[key], value, f"{where}.{key}")
+    elif isinstance(expected, list | tuple):
+        assert len(got) == len(expected), where
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert_close(g, e, f"{where}[{i}]")
+    elif isinstance(expected, float):
+        assert got == pytest.approx(expected, abs=1e-5), where
+    else:
+        assert got == expected, where
+
+
+@pytest.mark.e2e  # the suite's six models through the command's own Serve, ~50 s: make test-e2e
+def test_every_family_on_one_deployment_answers_as_its_predictor(family_suite, monkeypatch):
+    from ray import serve
+
+    from pipelines.cli import serve as command
+    from pipelines.cli.command import main
+    from pipelines.finetuning.families import FAMILIES
+
+    config_file, run_dir = family_suite
+    folders = {family: str(run_dir / "finetune" / task / "best") for family, task in TASKS.items()}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/predict"
+
+    def serving(seconds: float) -> None:
+        for family, folder in folders.items():  # six models through two slots
+            fields = FAMILIES[family].load_inference().fields
+            rows = eval_rows(family, config_file.parent)[:12]
+            answers = served_predictions(f"{url}/{family}", fields, rows)
+            requests = [{f: row[f] for f in fields if f in row} for row in rows]
+            assert_close(answers, Predictor.load(folder, device="cpu").predict(requests), family)
+        _, listing = call(url)
+        assert listing["loads"] == dict.fromkeys(folders, 1) and listing["loaded"] == sorted(list(folders)[-2:])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
+    argv = [f"--model={family}={folder}" for family, folder in folders.items()]
+    try:
+        assert main(["serve", *argv, "--models-per-replica", "2", "--port", str(port)]) == 0
+    finally:
+        serve.shutdown()
 
 
 def test_an_evicted_model_leaves_no_folder_and_is_no_longer_counted_loaded(tmp_path):
