@@ -59,7 +59,9 @@ class LoadedModel:
     """A model a replica has loaded, in a temporary folder of its own. Serve's multiplexer calls
     `__del__` when it evicts it: the folder goes, and the replica no longer counts it as loaded."""
 
-    def __init__(self, name: str, predictor: Predictor, work: str, info: dict[str, Any], release: Callable):
+    def __init__(
+        self, name: str, predictor: Predictor, work: str, info: dict[str, Any], release: Callable[[LoadedModel], None]
+    ):
         self.name, self.predictor, self.work, self.info, self.release = name, predictor, work, info, release
         self.batches = self.rows = 0
         self.unloaded = False
