@@ -1,7 +1,9 @@
 """`albert-ray serve MODEL_DIR`: a fine-tuned model (an export of any task family predict applies)
-behind an HTTP endpoint on Ray Serve, until Ctrl-C (or SIGTERM) shuts it down.
+behind an HTTP endpoint on Ray Serve, until Ctrl-C (or SIGTERM) shuts it down; or several models on
+one deployment, by name (`--model NAME=DIR` repeated, `--models DIR`: its sub-folders).
 
-    albert-ray serve runs/x/finetune/best [--host 127.0.0.1] [--port 8000] [--route /predict]
+    albert-ray serve runs/x/finetune/best | --model NAME=DIR ... | --models DIR [--models-per-replica 3]
+        [--host 127.0.0.1] [--port 8000] [--route /predict]
         [--replicas N | --min-replicas A --max-replicas B [--target-ongoing-requests T]]
         [--gpus-per-replica G] [--cpus-per-replica C] [--max-batch-size 32] [--max-batch-tokens 8192]
         [--batch-wait-ms 10] [--max-queued-requests 256] [--request-timeout-s 60] [--max-seq-length L]
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import signal
 import time
@@ -20,7 +23,9 @@ from collections.abc import Callable, Sequence
 from ..console import guarded, setup_logging
 from ..errors import BadInput
 from ..stages.ray_runtime import init_ray
-from ..stages.serve import ServeOptions, read_model, start_endpoint, stop_endpoint
+from ..stages.serve import ServedModel, ServeOptions, endpoint_app, read_model, start_endpoint, stop_endpoint
+from ..stages.serve_multiplex import multiplex_app
+from .serve_models import named_models
 
 DEFAULTS = ServeOptions()
 
@@ -41,7 +46,31 @@ def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("model_dir", metavar="MODEL_DIR", help="a fine-tuned export (finetune/best), local or s3://")
+    add(
+        "model_dir",
+        metavar="MODEL_DIR",
+        nargs="?",
+        help="a fine-tuned export (finetune/best), local or s3://; or several models by --model/--models",
+    )
+    add(
+        "--model",
+        metavar="NAME=DIR",
+        action="append",
+        help="a model served at <route>/NAME, one of several on one deployment (repeat it)",
+    )
+    add(
+        "--models",
+        metavar="DIR",
+        action="append",
+        help="a folder of models: each sub-folder holding a config.json is served at <route>/<its name>",
+    )
+    add(
+        "--models-per-replica",
+        metavar="N",
+        type=positive(int),
+        help="with --model/--models: the most models a replica holds loaded, the least recently used evicted "
+        f"beyond it (default: {DEFAULTS.models_per_replica})",
+    )
     add(
         "--host",
         default=DEFAULTS.host,
@@ -176,6 +205,34 @@ def check_replicas(args: argparse.Namespace) -> None:
             raise BadInput(f"--{name.replace('_', '-')} {getattr(args, name):g}: must be 0 or more")
 
 
+def check_models(args: argparse.Namespace) -> None:
+    """One MODEL_DIR, or several models by name; what only several models use, only with them."""
+    several = args.model is not None or args.models is not None
+    if args.model_dir is None and not several:
+        raise BadInput("MODEL_DIR: give the model to serve (or several: --model NAME=DIR, --models DIR)")
+    if args.model_dir is not None and several:
+        flag = "--model" if args.model is not None else "--models"
+        raise BadInput(f"MODEL_DIR {args.model_dir}: one model, served alone; not with {flag} (several, by name)")
+    if args.models_per_replica is not None and not several:
+        raise BadInput(f"--models-per-replica {args.models_per_replica}: only with several models (--model/--models)")
+    if args.backend == "onnx" and several:
+        raise BadInput("--backend onnx: serves MODEL_DIR with its --onnx file, not several models")
+
+
+def summary(model: ServedModel) -> str:
+    """The served model in words: its family, labels and length."""
+    labels = f": {', '.join(model.labels)}" if model.labels else ""
+    return f"{model.kind}{labels}; {model.max_seq_length} tokens"
+
+
+def curl(url: str, model: ServedModel) -> str:
+    """An example request to the model at `url`."""
+    example = json.dumps(dict.fromkeys(model.required, "..."))
+    optional = [f for f in model.fields if f not in model.required]
+    line = f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'"
+    return line + (f"    # and {', '.join(optional)}" if optional else "")
+
+
 def interrupt(signum, frame) -> None:
     """SIGTERM (a container stopping, `kill`) shuts down as Ctrl-C does."""
     raise KeyboardInterrupt
@@ -200,6 +257,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         if args.backend == "onnx" and args.gpus_per_replica:
             raise BadInput(f"--gpus-per-replica {args.gpus_per_replica:g}: --backend onnx runs on CPU")
         check_replicas(args)
+        check_models(args)
         options = ServeOptions(
             host=args.host,
             port=args.port,
@@ -221,29 +279,47 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             backend=args.backend,
             exit_patience=args.exit_patience,
             exit_entropy=args.exit_entropy,
+            models_per_replica=args.models_per_replica or DEFAULTS.models_per_replica,
         )
         if args.exit_entropy is not None and args.exit_entropy <= 0:
             parser.error(f"--exit-entropy {args.exit_entropy:g}: must be more than 0")
-        model = read_model(args.model_dir, options.max_seq_length, args.onnx, args.exit_patience, args.exit_entropy)
-        options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
+        if args.model_dir is not None:
+            model = read_model(args.model_dir, options.max_seq_length, args.onnx, args.exit_patience, args.exit_entropy)
+            options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
+            app_of = functools.partial(endpoint_app, args.model_dir, model.files, options)
+        else:
+            folders = named_models(args.model or [], args.models or [])
+            models = {
+                name: read_model(
+                    folder, options.max_seq_length, None, args.exit_patience, args.exit_entropy, f"model {name}"
+                )
+                for name, folder in folders.items()
+            }
+            app_of = functools.partial(multiplex_app, folders, {n: m.files for n, m in models.items()}, options)
         init_ray()
-        url = start_endpoint(args.model_dir, model.files, options)
+        url = start_endpoint(app_of, options)
         previous = signal.signal(signal.SIGTERM, interrupt)
         try:
-            example = json.dumps(dict.fromkeys(model.required, "..."))
-            optional = [f for f in model.fields if f not in model.required]
-            print(
-                f"serving {args.model_dir} ({model.kind}"
-                + (f": {', '.join(model.labels)}" if model.labels else "")
-                + f"; {model.max_seq_length} tokens"
-                + (f"; onnxruntime on {args.onnx}" if args.onnx else "")
-                + f") at {url}\n"
-                f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'"
-                + (f"    # and {', '.join(optional)}" if optional else "")
-                + f"\n  curl -s {url}    # the model's family, fields, labels and max_seq_length\n"
-                "Ctrl-C stops it.",
-                flush=True,
-            )
+            if args.model_dir is not None:
+                print(
+                    f"serving {args.model_dir} ({summary(model)}"
+                    + (f"; onnxruntime on {args.onnx}" if args.onnx else "")
+                    + f") at {url}\n{curl(url, model)}\n"
+                    f"  curl -s {url}    # the model's family, fields, labels and max_seq_length\n"
+                    "Ctrl-C stops it.",
+                    flush=True,
+                )
+            else:
+                first = next(iter(models))
+                print(
+                    f"serving {len(models)} models at {url}/<name> (up to {options.models_per_replica} loaded "
+                    "per replica, each on first use):\n"
+                    + "".join(f"  {name}: {folders[name]} ({summary(m)})\n" for name, m in models.items())
+                    + f"{curl(f'{url}/{first}', models[first])}\n"
+                    f"  curl -s {url}    # the models, and which the replica that answers has loaded\n"
+                    "Ctrl-C stops it.",
+                    flush=True,
+                )
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:

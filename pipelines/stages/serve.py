@@ -6,7 +6,7 @@ naming the field); its rows then join `serve.batch`'s queue, so rows from concur
 list request's rows, share forward passes (bounded by rows and by padded tokens); each is answered
 with the family's output. Under load Serve scales the replicas between bounds, a request beyond the
 proxy's queue bound is a 503 with Retry-After, one over the timeout a 408, and stopping drains the
-requests in flight."""
+requests in flight. Several models on one deployment, by name: serve_multiplex.py, on these parts."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +76,7 @@ class ServeOptions:
     port: int = 8000
     """The HTTP proxy's port."""
     route: str = "/predict"
-    """The endpoint's path: POST predicts, GET describes the model."""
+    """The endpoint's path: POST predicts, GET describes the model (several models: each at route/<name>)."""
     replicas: int = 1
     """Copies of the model, a fixed number; Serve spreads requests over them (without max_replicas)."""
     min_replicas: int = 1
@@ -115,6 +116,9 @@ class ServeOptions:
     """Early exit: a row stops once its prediction has held for this many more depths (PABEE)."""
     exit_entropy: float | None = None
     """Early exit: a row stops once its prediction's entropy (nats) falls below this."""
+    models_per_replica: int = 3
+    """Several models on one deployment (serve_multiplex.py): the most each replica holds loaded,
+    the least recently used evicted beyond it (Serve's max_num_models_per_replica)."""
 
 
 async def read_body(request: Request) -> bytes:
@@ -148,6 +152,38 @@ def answered(
     return 200, answers if listed else answers[0]
 
 
+def load_predictor(local: str, options: ServeOptions) -> Predictor:
+    """The model of a local folder (storage.models.materialize), applied as the options say."""
+    onnx = os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
+    return Predictor.load(
+        local,
+        options.max_seq_length,
+        options.max_batch_size,
+        onnx=onnx,
+        exit_patience=options.exit_patience,
+        exit_entropy=options.exit_entropy,
+        max_batch_tokens=options.max_batch_tokens,
+    )
+
+
+def description(model: str, predictor: Predictor, options: ServeOptions) -> dict[str, Any]:
+    """What GET answers of a model (`model`: its folder) served with `options`."""
+    inference = predictor.inference
+    return {
+        "model": model,
+        "kind": predictor.family.name,
+        "fields": list(inference.fields),
+        "required": list(inference.required),
+        "outputs": list(predictor.output),
+        "labels": predictor.use.label_names,
+        "max_seq_length": predictor.use.max_seq_length,
+        "backend": options.backend,
+        "max_batch_size": options.max_batch_size,
+        "max_batch_tokens": options.max_batch_tokens,
+        "max_inputs": MAX_INPUTS,
+    }
+
+
 @serve.deployment(max_constructor_retry_count=3)
 class PredictEndpoint:
     """A replica: the model in a Predictor. POST predicts, GET describes the model."""
@@ -155,33 +191,10 @@ class PredictEndpoint:
     def __init__(self, model: str, options: ServeOptions, files: ray.ObjectRef):
         torch.set_num_threads(max(1, int(options.cpus_per_replica)))
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
-        local = materialize(ray.get(files), self.work)
-        onnx = os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
-        self.predictor = Predictor.load(
-            local,
-            options.max_seq_length,
-            options.max_batch_size,
-            onnx=onnx,
-            exit_patience=options.exit_patience,
-            exit_entropy=options.exit_entropy,
-            max_batch_tokens=options.max_batch_tokens,
-        )
+        self.predictor = load_predictor(materialize(ray.get(files), self.work), options)
         self.predict_rows.set_max_batch_size(options.max_batch_size)
         self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
-        inference = self.predictor.inference
-        self.info = {
-            "model": model,
-            "kind": self.predictor.family.name,
-            "fields": list(inference.fields),
-            "required": list(inference.required),
-            "outputs": list(self.predictor.output),
-            "labels": self.predictor.use.label_names,
-            "max_seq_length": self.predictor.use.max_seq_length,
-            "backend": options.backend,
-            "max_batch_size": options.max_batch_size,
-            "max_batch_tokens": options.max_batch_tokens,
-            "max_inputs": MAX_INPUTS,
-        }
+        self.info = description(model, self.predictor, options)
         self.batches = self.rows = self.ongoing = 0
 
     def __del__(self) -> None:  # Serve calls it when it stops the replica
@@ -248,12 +261,13 @@ def read_model(
     onnx: str | None = None,
     exit_patience: int | None = None,
     exit_entropy: float | None = None,
+    key: str = "MODEL_DIR",
 ) -> ServedModel:
     """The model folder (local or s3://), checked before anything starts: a missing folder, an export
     of no family serve applies, a length over its positions, early exit where its family's prediction
     cannot exit early (predictor.exit_rule_of); with `onnx`, that ONNX export of it
-    (onnx_runner.read_onnx), carried with its files."""
-    files = read_model_files(model_dir, "MODEL_DIR")
+    (onnx_runner.read_onnx), carried with its files. Errors about the folder itself name `key`."""
+    files = read_model_files(model_dir, key)
     config = json.loads(files["config.json"])
     family = family_of(config, model_dir)
     inference = inference_of(family, model_dir)
@@ -308,27 +322,33 @@ def replica_count(options: ServeOptions) -> dict[str, Any]:
     return {"autoscaling_config": autoscaling}
 
 
+def deployment_options(options: ServeOptions, gpus: float) -> dict[str, Any]:
+    """Serve's options for an endpoint's deployment, its replicas reserving `gpus` each."""
+    return {
+        **replica_count(options),
+        # a batch can fill while the one before it runs
+        "max_ongoing_requests": 2 * options.max_batch_size,
+        # Serve's own bound, at the proxy: a full queue is its 503 with Retry-After before any replica is asked
+        "max_queued_requests": options.max_queued_requests,
+        "backpressure_config": BackpressureConfig(status_code=503, retry_after_s=RETRY_AFTER_S),
+        # a replica being stopped answers what it holds, for as long as a request may take
+        "graceful_shutdown_timeout_s": options.request_timeout_s,
+        "ray_actor_options": {"num_cpus": options.cpus_per_replica, "num_gpus": gpus},
+    }
+
+
 def endpoint_app(model: str, files: dict[str, bytes], options: ServeOptions, gpus: float) -> Application:
     """The model's endpoint as a Serve application, its replicas reserving `gpus` each: what
     start_endpoint runs; apps of several models can share one Serve under names and routes of their own."""
-    deployment = PredictEndpoint.options(
-        **replica_count(options),
-        # a batch can fill while the one before it runs
-        max_ongoing_requests=2 * options.max_batch_size,
-        # Serve's own bound, at the proxy: a full queue is its 503 with Retry-After before any replica is asked
-        max_queued_requests=options.max_queued_requests,
-        backpressure_config=BackpressureConfig(status_code=503, retry_after_s=RETRY_AFTER_S),
-        # a replica being stopped answers what it holds, for as long as a request may take
-        graceful_shutdown_timeout_s=options.request_timeout_s,
-        ray_actor_options={"num_cpus": options.cpus_per_replica, "num_gpus": gpus},
-    )
+    deployment = PredictEndpoint.options(**deployment_options(options, gpus))
     # the weights go through the object store: bound directly, they would sit in Serve's controller state
     return deployment.bind(model, options, ray.put(files))
 
 
-def start_endpoint(model: str, files: dict[str, bytes], options: ServeOptions) -> str:
-    """Start Serve's HTTP proxy on the head node and the app on it; returns the endpoint's URL. Serve
-    must not be running on the cluster already: what this starts, `stop_endpoint` shuts down whole."""
+def start_endpoint(app_of: Callable[[float], Application], options: ServeOptions) -> str:
+    """Start Serve's HTTP proxy on the head node and on it the app `app_of(gpus per replica)` makes
+    (endpoint_app's, serve_multiplex.multiplex_app's); returns the endpoint's URL. Serve must not be
+    running on the cluster already: what this starts, `stop_endpoint` shuts down whole."""
     running = serve.status()
     if running.proxies or running.applications:
         raise UserError(
@@ -344,7 +364,7 @@ def start_endpoint(model: str, files: dict[str, bytes], options: ServeOptions) -
     )
     logging.getLogger("ray.serve").addFilter(OWN_SERVE_NOTE)
     try:
-        serve.run(endpoint_app(model, files, options, gpus), name=APP, route_prefix=options.route)
+        serve.run(app_of(gpus), name=APP, route_prefix=options.route)
     except BaseException:
         serve.shutdown()
         raise
@@ -360,14 +380,21 @@ def stop_endpoint() -> None:
 
 __all__ = [
     "APP",
+    "BodyTooLarge",
     "HEALTH",
     "MAX_BODY_BYTES",
     "RETRY_AFTER_S",
     "PredictEndpoint",
     "ServeOptions",
     "ServedModel",
+    "answered",
+    "deployment_options",
+    "description",
     "endpoint_app",
+    "error",
+    "load_predictor",
     "read_model",
+    "read_body",
     "start_endpoint",
     "stop_endpoint",
 ]

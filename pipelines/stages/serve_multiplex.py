@@ -1,0 +1,215 @@
+"""Several models on one Ray Serve deployment (`albert-ray serve --model NAME=DIR ...`), with Serve's
+model multiplexing: a replica loads a model on its first request and, beyond `models_per_replica`,
+evicts the least recently used one (removing its files). `POST <route>/<name>` predicts with that
+model (or `POST <route>` with Serve's `serve_multiplexed_model_id` header, which also lets the proxy
+prefer a replica that has the model loaded), `GET <route>/<name>` describes it, `GET <route>` lists
+the models and what this replica has loaded. Requests are checked and answered as serve.py's
+single-model endpoint answers them; rows of one model share forward passes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import torch
+from ray import serve
+from ray.serve import Application
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from ..errors import BadInput, one_line
+from ..inference.predictor import Predictor
+from ..inference.request import parse_request
+from ..storage.models import materialize
+from .serve import (
+    HEALTH,
+    BodyTooLarge,
+    ServeOptions,
+    answered,
+    deployment_options,
+    description,
+    error,
+    load_predictor,
+    read_body,
+)
+
+log = logging.getLogger(__name__)
+
+MODEL_HEADER = "serve_multiplexed_model_id"
+"""Serve's header naming the model of a request (its proxy also reads `serve-multiplexed-model-id`)."""
+
+
+@dataclass(frozen=True)
+class HeldModel:
+    """A model of the deployment as its replicas get it: its folder's name for GET, and its files
+    (storage.models.read_model_files) in Ray's object store, fetched by a replica when it loads it."""
+
+    folder: str
+    files: ray.ObjectRef
+
+
+class LoadedModel:
+    """A model a replica has loaded, in a temporary folder of its own. Serve's multiplexer calls
+    `__del__` when it evicts it: the folder goes, and the replica no longer counts it as loaded."""
+
+    def __init__(
+        self, name: str, predictor: Predictor, work: str, info: dict[str, Any], release: Callable[[LoadedModel], None]
+    ):
+        self.name, self.predictor, self.work, self.info, self.release = name, predictor, work, info, release
+        self.batches = self.rows = 0
+        self.unloaded = False
+
+    def __del__(self) -> None:
+        # called twice: by the multiplexer on eviction, then by the garbage collector
+        if not self.unloaded:
+            self.unloaded = True
+            shutil.rmtree(self.work, ignore_errors=True)
+            self.release(self)
+
+
+@serve.deployment(max_constructor_retry_count=3)
+class MultiplexEndpoint:
+    """A replica: the models by name, each loaded on first use. Routing (`__call__`) in one place."""
+
+    def __init__(self, models: dict[str, HeldModel], options: ServeOptions):
+        torch.set_num_threads(max(1, int(options.cpus_per_replica)))
+        self.models, self.options = models, options
+        self.work = tempfile.mkdtemp(prefix="albert-serve-")
+        self.loaded: dict[str, LoadedModel] = {}
+        self.loads: Counter[str] = Counter()
+        self.ongoing = 0
+        self.predict_rows.set_max_batch_size(options.max_batch_size)
+        self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
+
+        async def load_model(name: str) -> LoadedModel:
+            return await self.load(name)
+
+        # decorated here, not on the class, as the cap is the app's (--models-per-replica); Serve
+        # looks for a multiplexed function among the replica's attributes too
+        self.model_named = serve.multiplexed(max_num_models_per_replica=options.models_per_replica)(load_model)
+
+    def __del__(self) -> None:  # Serve calls it when it stops the replica
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    async def load(self, name: str) -> LoadedModel:
+        held = self.models[name]
+        files = await held.files
+        work = tempfile.mkdtemp(prefix=f"{name}-", dir=self.work)
+        try:
+            predictor = await asyncio.to_thread(lambda: load_predictor(materialize(files, work), self.options))
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        self.loads[name] += 1
+        self.loaded[name] = LoadedModel(
+            name, predictor, work, description(held.folder, predictor, self.options), self.release
+        )
+        return self.loaded[name]
+
+    def release(self, model: LoadedModel) -> None:
+        if self.loaded.get(model.name) is model:  # not a later load of the same name
+            del self.loaded[model.name]
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)  # both set per app in __init__
+    async def predict_rows(
+        self, items: list[tuple[LoadedModel, dict[str, Any]]]
+    ) -> list[tuple[dict[str, Any], str | None]]:
+        """Each row's output with its model, and the reason where only encoding found it unusable.
+        Serve splits a batch by the request's multiplexed model id, which only the header sets, so
+        the rows are grouped by their model here: each model's rows share forward passes."""
+        by_model: dict[LoadedModel, list[int]] = {}
+        for i, (model, _) in enumerate(items):
+            by_model.setdefault(model, []).append(i)
+        results: list[Any] = [None] * len(items)
+        for model, indices in by_model.items():
+            model.batches, model.rows = model.batches + 1, model.rows + len(indices)
+            # off the replica's event loop, so requests keep being checked and queued while the model runs
+            outputs, rejected = await asyncio.to_thread(model.predictor.run, [items[i][1] for i in indices])
+            for j, i in enumerate(indices):
+                results[i] = (outputs[j], rejected.get(j))
+        return results
+
+    async def __call__(self, request: Request) -> JSONResponse:
+        route = request.scope.get("root_path", "")
+        parts = [p for p in request.url.path[len(route) :].split("/") if p]
+        named = serve.get_multiplexed_model_id()
+        if parts == [HEALTH.strip("/")]:
+            if request.method != "GET":
+                return error(405, f"method: {request.method} is not served on {HEALTH} (GET)")
+            return JSONResponse({"status": "ok", "ongoing": self.ongoing})
+        if len(parts) > 1:
+            return error(404, f"path: {request.url.path} is not served ({route}/<model name>)")
+        if parts and named and parts[0] != named:
+            return error(400, f"model: the path names {parts[0]!r}, the {MODEL_HEADER} header {named!r}")
+        name = parts[0] if parts else named
+        if request.method not in ("GET", "POST"):
+            return error(405, f"method: {request.method} is not served (POST predicts, GET describes)")
+        if not name:
+            if request.method == "GET":
+                return JSONResponse(self.listing())
+            return error(400, f"model: name one, as {route}/<name> or the {MODEL_HEADER} header ({self.names()})")
+        if name not in self.models:
+            return error(404, f"model: {name!r} is not served here ({self.names()})")
+        if request.method == "GET":
+            model = await self.model_named(name)
+            return JSONResponse({**model.info, "name": name, "served": {"batches": model.batches, "rows": model.rows}})
+        self.ongoing += 1
+        try:
+            return await self.predict(name, request)
+        finally:
+            self.ongoing -= 1
+
+    def names(self) -> str:
+        return f"models: {', '.join(self.models)}"
+
+    def listing(self) -> dict[str, Any]:
+        """The models, and this replica's: those loaded now, and how often each was loaded."""
+        return {
+            "models": {name: held.folder for name, held in self.models.items()},
+            "models_per_replica": self.options.models_per_replica,
+            "loaded": sorted(self.loaded),
+            "loads": dict(self.loads),
+        }
+
+    async def predict(self, name: str, request: Request) -> JSONResponse:
+        try:
+            body = await read_body(request)
+        except BodyTooLarge as e:
+            return error(413, one_line(e))
+        try:
+            model = await self.model_named(name)
+        except Exception as e:  # its folder was checked before Serve started: a fault of ours
+            log.exception("loading %s failed", name)
+            return error(500, f"loading model {name!r} failed: {one_line(e)}")
+        try:
+            rows, listed = parse_request(body, model.predictor.inference)
+        except BadInput as e:
+            return error(400, one_line(e))
+        try:
+            outputs = await asyncio.gather(*(self.predict_rows((model, row)) for row in rows))
+        except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
+            log.exception("prediction failed")
+            return error(500, f"prediction failed: {one_line(e)}")
+        status, answer = answered(outputs, listed, model.predictor.use.label_names)
+        return JSONResponse(answer, status_code=status)
+
+
+def multiplex_app(
+    folders: dict[str, str], files: dict[str, dict[str, bytes]], options: ServeOptions, gpus: float
+) -> Application:
+    """The models (by name: their folder, and their files as serve.read_model read them) on one
+    deployment, its replicas reserving `gpus` each: what start_endpoint runs."""
+    deployment = MultiplexEndpoint.options(**deployment_options(options, gpus))
+    # one object ref per model: a replica fetches a model's files only when it loads it
+    held = {name: HeldModel(folder, ray.put(files[name])) for name, folder in folders.items()}
+    return deployment.bind(held, options)
+
+
+__all__ = ["MODEL_HEADER", "HeldModel", "LoadedModel", "MultiplexEndpoint", "multiplex_app"]

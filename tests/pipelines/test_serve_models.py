@@ -1,0 +1,125 @@
+"""The models of a multiplexed `albert-ray serve` (pipelines/cli/serve_models.py and the command's
+checks): `--model NAME=DIR` and `--models DIR` parsed, names URL-safe and unique, and every refusal
+one line and exit status 2 before Ray or Serve starts, a broken model folder among good ones included.
+Serving them: test_serve_multiplex.py."""
+
+import pytest
+
+from pipelines.cli.serve_models import model_flag, named_models
+from pipelines.errors import BadInput, MissingInput
+from tests.pickled_weights import pickled_model_dir
+
+
+def refused(capsys, *argv: str) -> str:
+    """The command's one-line error for `argv`, after its exit status 2 and nothing printed."""
+    from pipelines.cli.command import main
+
+    assert main(["serve", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and not captured.out, captured
+    return captured.err.removeprefix("albert-ray serve: error: ").rstrip("\n")
+
+
+def test_a_model_flag_is_a_name_then_its_folder():
+    assert model_flag("news=runs/a/finetune/best") == ("news", "runs/a/finetune/best")
+    assert model_flag("v1.2_x-y=s3://bucket/m=1") == ("v1.2_x-y", "s3://bucket/m=1")  # the first = splits
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("runs/best", "--model runs/best: NAME=DIR is expected (a name for the URL, then the model folder)"),
+        ("news=", "--model news=: NAME=DIR is expected (a name for the URL, then the model folder)"),
+        ("=runs/best", "--model =runs/best: model name '' is not URL-safe"),
+        ("a/b=runs/best", "--model a/b=runs/best: model name 'a/b' is not URL-safe"),
+        ("..=runs/best", "--model ..=runs/best: model name '..' is not URL-safe"),
+        ("my model=runs/best", "--model my model=runs/best: model name 'my model' is not URL-safe"),
+        ("caf\u00e9=runs/best", "--model caf\u00e9=runs/best: model name 'caf\u00e9' is not URL-safe"),
+        (f"{'n' * 65}=runs/best", f"--model {'n' * 65}=runs/best: model name '{'n' * 65}' is not URL-safe"),
+        ("health=runs/best", "--model health=runs/best: model name 'health' is taken by the endpoint's <route>/health"),
+    ],
+)
+def test_a_bad_model_flag_is_one_line_naming_it_before_anything_is_read(capsys, flag, message):
+    with pytest.raises(BadInput) as raised:
+        model_flag(flag)
+    assert str(raised.value).startswith(message)
+    assert refused(capsys, "--model", flag).startswith(message)
+
+
+def test_models_dir_names_each_sub_folder_holding_a_model(tmp_path):
+    for name in ("b", "a", "notes"):
+        (tmp_path / "models" / name).mkdir(parents=True)
+    for name in ("a", "b"):
+        (tmp_path / "models" / name / "config.json").write_text("{}")
+    (tmp_path / "models" / "README.md").write_text("not a model")
+    root = tmp_path / "models"
+    assert named_models(["z=elsewhere"], [str(root)]) == {"z": "elsewhere", "a": f"{root}/a", "b": f"{root}/b"}
+
+
+def test_a_models_dir_without_models_or_with_a_bad_name_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty" / "notes").mkdir(parents=True)
+    with pytest.raises(MissingInput, match="has no sub-folder holding a model"):
+        named_models([], [str(tmp_path / "empty")])
+    assert refused(capsys, "--models", str(tmp_path / "nothing")) == (
+        f"--models: {tmp_path / 'nothing'} has no sub-folder holding a model (a config.json)"
+    )
+    (tmp_path / "named" / "my model").mkdir(parents=True)
+    (tmp_path / "named" / "my model" / "config.json").write_text("{}")
+    assert refused(capsys, "--models", str(tmp_path / "named")).startswith(
+        f"--models {tmp_path / 'named'}: model name 'my model' is not URL-safe"
+    )
+
+
+def test_a_name_given_twice_is_one_line_naming_both_folders(tmp_path, capsys):
+    (tmp_path / "models" / "news").mkdir(parents=True)
+    (tmp_path / "models" / "news" / "config.json").write_text("{}")
+    assert refused(capsys, "--model", "news=x", "--model", "news=y") == "model name 'news': given twice (x and y)"
+    assert refused(capsys, "--model", "news=x", "--models", str(tmp_path / "models")) == (
+        f"model name 'news': given twice (x and {tmp_path / 'models' / 'news'})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "MODEL_DIR: give the model to serve (or several: --model NAME=DIR, --models DIR)"),
+        (["one", "--model", "a=x"], "MODEL_DIR one: one model, served alone; not with --model (several, by name)"),
+        (["one", "--models", "x"], "MODEL_DIR one: one model, served alone; not with --models (several, by name)"),
+        (["one", "--models-per-replica", "2"], "--models-per-replica 2: only with several models (--model/--models)"),
+        (
+            ["--model", "a=x", "--backend", "onnx", "--onnx", "x.onnx"],
+            "--backend onnx: serves MODEL_DIR with its --onnx file, not several models",
+        ),
+    ],
+)
+def test_one_model_or_several_flags_that_contradict_are_one_line(capsys, argv, message):
+    assert refused(capsys, *argv) == message
+
+
+def test_a_cap_below_one_is_refused_by_the_parser(capsys):
+    from pipelines.cli.command import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--model", "a=x", "--models-per-replica", "0"])
+    assert exited.value.code == 2
+    assert "argument --models-per-replica: 0: must be above 0" in capsys.readouterr().err
+
+
+def test_every_model_folder_is_checked_before_ray_starts(classifier, tiny_pretrained, tmp_path, monkeypatch, capsys):
+    """A missing folder, a pickled pytorch_model.bin and an export of no family serve applies, each
+    beside a good model: one line naming the model, and Ray never started."""
+    from pipelines.cli import serve as command
+
+    monkeypatch.setattr(command, "init_ray", lambda: pytest.fail("Ray started before every folder was checked"))
+    good = f"good={classifier}"
+    assert refused(capsys, "--model", good, "--model", f"gone={tmp_path / 'nothing'}") == (
+        f"model gone: {tmp_path / 'nothing'} has no config.json (not a transformers ALBERT directory)"
+    )
+    pickled = pickled_model_dir(classifier, tmp_path / "pickled", tmp_path / "sentinel")
+    assert refused(capsys, "--model", good, "--model", f"bad={pickled}").startswith(
+        f"model bad: {pickled}/pytorch_model.bin: not loaded: it holds "
+    )
+    assert not (tmp_path / "sentinel").exists()
+    assert refused(capsys, "--model", good, "--model", f"pre={tiny_pretrained}").startswith(
+        f"{tiny_pretrained}: a AlbertForPreTraining export; predict serves"
+    )

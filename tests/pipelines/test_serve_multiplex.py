@@ -1,0 +1,212 @@
+"""Several models on one deployment (`albert-ray serve --models DIR`, pipelines/stages/serve_multiplex.py):
+five random models of three families (served_models.py) behind one replica that holds two at a
+time, called over real HTTP while the command waits for Ctrl-C. Each request is answered by its own
+model (equal to that model's Predictor), by path or by Serve's header; A, B, C, A shows A evicted and
+loaded again, never more than two loaded; rows of one model from concurrent callers share batches;
+unknown names and contradicting routes are refused. The six families' models of the shared suite on
+one deployment each answer as their Predictor. An evicted model's folder is removed (without Serve)."""
+
+import json
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from types import SimpleNamespace
+
+import pytest
+
+from pipelines.inference.predictor import Predictor
+from pipelines.stages.serve_multiplex import MODEL_HEADER, LoadedModel, MultiplexEndpoint
+from tests.conftest import free_port
+
+from .family_paths import TASKS, eval_rows, served_predictions
+from .served_models import CLASSIFIERS, NAMES, save_models
+
+TEXTS = ["Shares rose after the bank reported strong profits.", "The team won the final in the last minute."]
+QUESTION = {"question": "The dog", "choices": ["barks at the postman.", "moos.", "reads the paper."]}
+
+
+def call(url: str, body: dict | None = None, headers: dict[str, str] | None = None) -> tuple[int, object]:
+    """(status, JSON answer) of a POST (with a body) or a GET."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def rows_for(name: str) -> list[dict]:
+    return [QUESTION] if name == "choose" else [{"text": text} for text in TEXTS]
+
+
+def assert_answers(name: str, answers: list[dict], expected: list[dict]) -> None:
+    """The model's own answers: its labels, its prediction and probabilities (to 1e-6)."""
+    assert len(answers) == len(expected), (name, answers)
+    for answer, own in zip(answers, expected):
+        assert answer["labels"] == CLASSIFIERS.get(name), (name, answer)
+        if name == "score":
+            assert answer["prediction"] == pytest.approx(own["prediction"], abs=1e-6)
+            assert answer["probabilities"] is None
+            continue
+        assert answer["prediction"] == own["prediction"], (name, answer, own)
+        assert answer["probabilities"] == pytest.approx(own["probabilities"], abs=1e-6), name
+
+
+@pytest.mark.e2e  # the command's own Serve and five model loads, ~40 s: make test-e2e
+def test_five_models_on_one_replica_holding_two_each_answer_as_their_own_and_are_evicted_lru(
+    ray_session, tiny_pretrained, tmp_path, monkeypatch, capsys
+):
+    from ray import serve
+
+    from pipelines.cli import serve as command
+    from pipelines.cli.command import main
+
+    folders = save_models(tiny_pretrained, tmp_path / "models")
+    expected = {name: Predictor.load(folders[name], None, device="cpu").predict(rows_for(name)) for name in NAMES}
+    # the models tell each other apart: no two classifiers answer alike
+    assert len({json.dumps(expected[name][0]["probabilities"]) for name in CLASSIFIERS}) == len(CLASSIFIERS)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/models"
+
+    def ask(name: str) -> None:
+        """POST the model's rows by its path; its own answers."""
+        status, answers = call(f"{url}/{name}", {"inputs": rows_for(name)})
+        assert status == 200, (name, answers)
+        assert_answers(name, answers, expected[name])
+
+    def loaded() -> tuple[list[str], dict[str, int]]:
+        status, listing = call(url)
+        assert status == 200 and len(listing["loaded"]) <= 2, listing
+        return listing["loaded"], listing["loads"]
+
+    def serving(seconds: float) -> None:  # the command's wait: the checks while it serves, then Ctrl-C
+        status, listing = call(url)
+        assert status == 200
+        assert listing == {"models": folders, "models_per_replica": 2, "loaded": [], "loads": {}}
+
+        a, b, c = "news", "sentiment", "choose"
+        for name, now, loads in [
+            (a, [a], {a: 1}),
+            (b, [a, b], {a: 1, b: 1}),
+            (c, [b, c], {a: 1, b: 1, c: 1}),  # A, least recently used, evicted
+            (a, [a, c], {a: 2, b: 1, c: 1}),  # A loaded again, B evicted
+        ]:
+            ask(name)
+            assert loaded() == (sorted(now), loads), name
+
+        for name in NAMES:  # every model in turn, through two slots
+            ask(name)
+            assert name in loaded()[0]
+        # by Serve's header on the route, one row alone
+        status, answer = call(url, {"text": TEXTS[0]}, {MODEL_HEADER: "topics.v2"})
+        assert status == 200
+        assert_answers("topics.v2", [answer], expected["topics.v2"][:1])
+
+        # concurrent callers of one model share its batches; the other model's rows run apart
+        _, before = call(f"{url}/news")
+        with ThreadPoolExecutor(6) as pool:
+            asked = [("news", i % 2) for i in range(4)] + [("score", 0), ("score", 1)]
+            answers = list(pool.map(lambda job: (job, call(f"{url}/{job[0]}", {"text": TEXTS[job[1]]})), asked))
+        for (name, i), (status, answer) in answers:
+            assert status == 200
+            assert_answers(name, [answer], expected[name][i : i + 1])
+        _, after = call(f"{url}/news")
+        served = {k: after["served"][k] - before["served"][k] for k in ("batches", "rows")}
+        assert served["rows"] == 4 and served["batches"] < 4, served
+        assert (after["name"], after["kind"], after["labels"]) == ("news", "classification", CLASSIFIERS["news"])
+
+        for route, body, headers, status, message in [
+            ("/nobody", {"text": "x"}, {}, 404, "model: 'nobody' is not served here (models: "),
+            ("/nobody", None, {}, 404, "model: 'nobody' is not served here (models: "),
+            ("", {"text": "x"}, {}, 400, "model: name one, as /models/<name> or the serve_multiplexed_model_id header"),
+            ("/news", {"text": "x"}, {MODEL_HEADER: "score"}, 400, "model: the path names 'news', the "),
+            ("/news/extra", {"text": "x"}, {}, 404, "path: /models/news/extra is not served"),
+            ("/news", {"txt": "typo"}, {}, 400, "txt: unknown field"),
+            ("/choose", {"text": "x"}, {}, 400, "text: unknown field"),
+        ]:
+            got, answer = call(f"{url}{route}", body, headers)
+            assert got == status and answer["error"].startswith(message), (route, answer)
+        assert call(f"{url}/health") == (200, {"status": "ok", "ongoing": 0})
+        ask("score")  # the replica serves on
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
+    argv = ["--models", str(tmp_path / "models"), "--models-per-replica", "2", "--route", "/models"]
+    # a long batch wait, so that callers arriving together surely share a batch
+    try:
+        capsys.readouterr()
+        assert main(["serve", *argv, "--port", str(port), "--batch-wait-ms", "300"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"serving 5 models at {url}/<name> (up to 2 loaded per replica, each on first use):\n")
+        assert f"  news: {folders['news']} (classification: business, politics, sport; 512 tokens)\n" in out
+        assert f"  curl -s {url}/choose -H 'Content-Type: application/json'" in out and out.endswith("stopped\n")
+        assert serve.status().applications == {}
+    finally:
+        serve.shutdown()  # a no-op when the command shut down; the session's Ray serves the other tests
+
+
+def assert_close(got, expected, where: str) -> None:
+    """`got` (JSON) equals `expected` (a Predictor's output), numbers within 1e-5, at every depth."""
+    if isinstance(expected, dict):
+        for key, value in expected.items():
+            assert_close(got[key], value, f"{where}.{key}")
+    elif isinstance(expected, list | tuple):
+        assert len(got) == len(expected), where
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert_close(g, e, f"{where}[{i}]")
+    elif isinstance(expected, float):
+        assert got == pytest.approx(expected, abs=1e-5), where
+    else:
+        assert got == expected, where
+
+
+@pytest.mark.e2e  # the suite's six models through the command's own Serve, ~50 s: make test-e2e
+def test_every_family_on_one_deployment_answers_as_its_predictor(family_suite, monkeypatch):
+    from ray import serve
+
+    from pipelines.cli import serve as command
+    from pipelines.cli.command import main
+    from pipelines.finetuning.families import FAMILIES
+
+    config_file, run_dir = family_suite
+    folders = {family: str(run_dir / "finetune" / task / "best") for family, task in TASKS.items()}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/predict"
+
+    def serving(seconds: float) -> None:
+        for family, folder in folders.items():  # six models through two slots
+            fields = FAMILIES[family].load_inference().fields
+            rows = eval_rows(family, config_file.parent)[:12]
+            answers = served_predictions(f"{url}/{family}", fields, rows)
+            requests = [{f: row[f] for f in fields if f in row} for row in rows]
+            assert_close(answers, Predictor.load(folder, device="cpu").predict(requests), family)
+        _, listing = call(url)
+        assert listing["loads"] == dict.fromkeys(folders, 1) and listing["loaded"] == sorted(list(folders)[-2:])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
+    argv = [f"--model={family}={folder}" for family, folder in folders.items()]
+    try:
+        assert main(["serve", *argv, "--models-per-replica", "2", "--port", str(port)]) == 0
+    finally:
+        serve.shutdown()
+
+
+def test_an_evicted_model_leaves_no_folder_and_is_no_longer_counted_loaded(tmp_path):
+    """Serve's multiplexer calls an evicted model's __del__, the garbage collector later again; a
+    later load of the same name stays loaded when the earlier one goes."""
+    release = MultiplexEndpoint.func_or_class.release
+    replica = SimpleNamespace(loaded={})
+    works = [tmp_path / "first", tmp_path / "again"]
+    for work in works:
+        work.mkdir()
+        (work / "config.json").write_text("{}")
+    first, again = (LoadedModel("news", None, str(w), {}, partial(release, replica)) for w in works)
+    replica.loaded["news"] = first
+    first.__del__()  # evicted
+    assert not works[0].exists() and replica.loaded == {}
+    replica.loaded["news"] = again
+    first.__del__()  # collected
+    assert replica.loaded == {"news": again} and works[1].exists()
