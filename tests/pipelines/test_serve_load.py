@@ -98,7 +98,8 @@ def test_a_burst_beyond_the_queue_is_200s_and_503s_and_sigterm_drains_the_reques
                 continue
             answer = json.loads(body)
             assert answer["prediction"] == expected[i]["prediction"]
-            assert answer["probabilities"] == pytest.approx(expected[i]["probabilities"], abs=1e-6)
+            # the burst's batches pad each row otherwise than the reference's one batch: float noise of ~1e-6
+            assert answer["probabilities"] == pytest.approx(expected[i]["probabilities"], abs=1e-5)
         assert serve.status().applications[APP].deployments["PredictEndpoint"].status == "HEALTHY"
 
         # one request alone waits out the batch wait at the replica; SIGTERM comes while it does
