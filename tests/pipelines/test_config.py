@@ -351,10 +351,13 @@ def test_every_float_setting_must_be_finite():
     norm or threshold was accepted): .inf and .nan are refused in one line naming the key."""
     keys = float_keys()
     assert {"train.lr", "train.max_grad_norm", "train.health.spike_threshold", "finetune.lr"} <= set(keys)
+    assert "distill.exit_entropies" in keys  # a list of floats: each of its numbers
+    listed = {"distill.exit_entropies"}
     for key in keys:
         for value in (".inf", "-.inf", ".nan"):
-            with pytest.raises(ConfigError, match=rf"^{re.escape(key)}=[-a-z]+: must be a finite number$"):
-                load_config(None, [f"{key}={value}"])
+            shown = rf"\[{value.replace('.', '')}\]" if key in listed else "[-a-z]+"
+            with pytest.raises(ConfigError, match=rf"^{re.escape(key)}={shown}: must be a finite number$"):
+                load_config(None, [f"{key}={f'[{value}]' if key in listed else value}"])
 
 
 def test_search_space_values_and_resources_must_be_finite():
