@@ -1,8 +1,9 @@
-"""The ONNX export (pipelines/export/onnx.py): a 12-layer shared ALBERT of each exported architecture
-as one file no larger than 1.1x its model.safetensors (the shared layer's weights stored once, not
-once per application), named inputs and outputs with dynamic axes, outputs within 1e-4 of PyTorch
-on onnxruntime's CPU provider at two shapes with padding; identical copies stored once; weights
-too heavy for one protobuf message beside the file. The command: test_export_command.py."""
+"""The ONNX export (pipelines/export/onnx.py): a shared ALBERT of 4 layers (applications of its one
+layer) of each exported architecture as one file no larger than 1.1x its model.safetensors (the
+shared layer's weights stored once, not once per application: ~4x if they were), named inputs and
+outputs with dynamic axes, outputs within 1e-4 of PyTorch on onnxruntime's CPU provider at two
+shapes with padding; identical copies stored once; weights too heavy for one protobuf message
+beside the file. The command: test_export_command.py."""
 
 import json
 from pathlib import Path
@@ -26,7 +27,8 @@ from albert_model.hf import save_hf_pretrained
 from pipelines.export.onnx import check_inputs, export_onnx, load_exportable, max_abs_difference
 from pipelines.storage.models import RECORD
 
-CONFIG = AlbertConfig.from_preset("tiny", vocab_size=1000).replace(num_hidden_layers=12, num_labels=3)
+LAYERS = 4  # 12 says no more, and each application costs the exporter's tracing and optimising time
+CONFIG = AlbertConfig.from_preset("tiny", vocab_size=1000).replace(num_hidden_layers=LAYERS, num_labels=3)
 LAYER = "albert.encoder.albert_layer_groups.0.albert_layers.0."
 LABELS = ["sport", "politics", "business"]
 SHAPES = ((3, 17), (2, 40))  # (batch, sequence); the export traced (2, 8)
@@ -91,7 +93,7 @@ def test_the_shared_layer_is_stored_once(exported):
     model = onnx.load(str(done.path))
     matrices = layer_matrices(folder)
     assert len(matrices) == 6
-    # unrolled, each would be there 12 times (the file ~7x the weights)
+    # unrolled, each would be there once per application (the file ~3x the weights)
     assert {name: copies(model, m) for name, m in matrices.items()} == dict.fromkeys(matrices, 1)
 
 
@@ -124,19 +126,19 @@ def test_onnxruntime_agrees_with_pytorch_at_two_shapes(exported):
 
 
 def test_identical_layers_are_stored_once_even_unshared(tmp_path):
-    """A model whose 12 layers hold equal copies (sharing "none"), as an unrolled export would: the
+    """A model whose 4 layers hold equal copies (sharing "none"), as an unrolled export would: the
     initializers of identical bytes are stored once, so the file is about the shared weights' size,
-    not ~8x. (Unshared, each layer's weights feed one step, so constant folding stores some
+    not ~3x. (Unshared, each layer's weights feed one step, so constant folding stores some
     transposed; the last layer's query, which it reads alone, is then there twice: 1.1x, not 1.05x.)"""
     shared = save(tmp_path / "shared", AlbertForSequenceClassification)
     model = AlbertForSequenceClassification(CONFIG.replace(sharing="none"))
     model.load_state_dict(_unrolled_state(shared))
     unrolled = save_hf_pretrained(model, tmp_path / "unrolled")
     shared_bytes = (shared / "model.safetensors").stat().st_size
-    assert (unrolled / "model.safetensors").stat().st_size > 7 * shared_bytes
+    assert (unrolled / "model.safetensors").stat().st_size > 2.5 * shared_bytes
     exportable = load_exportable(unrolled)
     done = export_onnx(exportable, tmp_path / "unrolled.onnx")
-    assert done.duplicates_removed > 11 * 4
+    assert done.duplicates_removed > (LAYERS - 1) * 4
     assert done.onnx_bytes < 1.2 * shared_bytes
     assert max_abs_difference(exportable, done.path, SHAPES[:1]) < 1e-4
 
@@ -146,7 +148,7 @@ def _unrolled_state(shared: Path) -> dict[str, torch.Tensor]:
     out = {k: v for k, v in state.items() if LAYER not in k}
     for k, v in state.items():
         if LAYER in k:
-            out.update({k.replace("_groups.0.", f"_groups.{g}."): v.clone() for g in range(12)})
+            out.update({k.replace("_groups.0.", f"_groups.{g}."): v.clone() for g in range(LAYERS)})
     return out
 
 
