@@ -59,7 +59,9 @@ def evaluated(tiny_pretrained, tmp_path_factory):
     )
     task = QUESTION_ANSWERING.encode(cfg, PairTokenizer(tiny_pretrained))
     torch.manual_seed(0)
-    model = AlbertForQuestionAnswering(AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE)).eval()
+    # one application of the layer: what is compared is the paths around the model, over many windows
+    config = AlbertConfig.from_preset("tiny", vocab_size=VOCAB_SIZE).replace(num_hidden_layers=1)
+    model = AlbertForQuestionAnswering(config).eval()
     scores = predict(model, task.eval, 4, 0, scores_of=QUESTION_ANSWERING.scores, collate_fn=QUESTION_ANSWERING.collate)
     evaluation = QUESTION_ANSWERING.evaluate(cfg, task, scores)
     export = root / "best"
