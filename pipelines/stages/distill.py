@@ -55,7 +55,7 @@ def build_distill(run: StageRun) -> dict:
         data.teacher = Teacher(logits, layers, depth, settings)
         taught.append(data)
         metrics = family.evaluate(config.finetune, data.encoded, scores).metrics
-        print(f"distill: a student of {layers} layers from the teacher's {depth} ({teacher})", flush=True)
+        print(f"distill: a student of {layers} of the teacher's {depth} layers ({teacher})", flush=True)
         return {"teacher": {"model": teacher, "num_hidden_layers": depth, "metrics": metrics}, "student_layers": layers}
 
     fields = search_task(
