@@ -31,10 +31,11 @@ from onnx_ir.passes.common import ClearMetadataAndDocStringPass
 from torch import nn
 
 from albert_model import AlbertConfig, AlbertModel
-from albert_model.hf import load_hf_pretrained
+from albert_model.hf import load_hf_encoder, load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
+from ..inference.embedding import ENCODER_OUTPUTS, pooled
 from ..storage.models import USAGE_KEYS
 from .quantize import Quantized, quantize_int8
 
@@ -75,6 +76,9 @@ HEADS: dict[str, HeadExport] = {
     "AlbertForPreTraining": _ENCODER,
     **{f.architecture: HeadExport(f.model_class, f.outputs, f.choices) for f in FAMILIES.values()},
 }
+EMBEDDING_EXPORT = HeadExport(AlbertModel, ENCODER_OUTPUTS)
+"""`--embedding`: any folder's encoder alone, without its head or pooler (load_hf_encoder): the last
+hidden state that sentence embeddings pool (pipelines/inference/embedding.py)."""
 
 
 @dataclass(frozen=True)
@@ -111,9 +115,10 @@ class OnnxExport:
         return self.onnx_bytes / self.weights_bytes
 
 
-def load_exportable(directory: str | os.PathLike) -> ExportableModel:
-    """The folder's model, as its config.json's `architectures[0]` names it; BadInput for anything
-    but an ALBERT folder of a supported architecture."""
+def load_exportable(directory: str | os.PathLike, embedding: bool = False) -> ExportableModel:
+    """The folder's model, as its config.json's `architectures[0]` names it, or with `embedding` its
+    encoder alone (EMBEDDING_EXPORT); BadInput for anything but an ALBERT folder of a supported
+    architecture."""
     directory = Path(directory)
     config_file = directory / "config.json"
     if not config_file.is_file():
@@ -131,9 +136,9 @@ def load_exportable(directory: str | os.PathLike) -> ExportableModel:
         )
     if not _weight_files(directory):
         raise MissingInput(f"{directory}: no model.safetensors (nor sharded safetensors or pytorch_model.bin)")
-    head = HEADS[architecture]
+    head = EMBEDDING_EXPORT if embedding else HEADS[architecture]
     try:
-        model = load_hf_pretrained(directory, head.model_class)
+        model = load_hf_encoder(directory) if embedding else load_hf_pretrained(directory, head.model_class)
     except ValueError as e:
         raise BadInput(f"{directory}: {e}") from e
     usage = {key: json.dumps(hf_config[key], sort_keys=True) for key in USAGE_KEYS if key in hf_config}
@@ -257,6 +262,22 @@ def max_abs_difference(
     return worst
 
 
+def embedding_similarity(exportable: ExportableModel, path: str | os.PathLike) -> float:
+    """The least cosine similarity between onnxruntime's and PyTorch's sentence vectors (the last
+    hidden state mean-pooled over the mask, embedding.pooled), for `check_inputs` of AGREEMENT_ROWS
+    and CHECK_SHAPES: the check of an int8 encoder export (EMBEDDING_EXPORT), whose output has no
+    argmax to agree on."""
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    least = 1.0
+    for batch, sequence in (AGREEMENT_ROWS, *CHECK_SHAPES):
+        inputs = check_inputs(exportable.config, batch, sequence)
+        mask = torch.from_numpy(inputs["attention_mask"])
+        ours = pooled(torch.from_numpy(session.run(list(ENCODER_OUTPUTS), inputs)[0]), mask)[:, 0]
+        theirs = pooled(torch.from_numpy(torch_outputs(exportable, inputs)[0]), mask)[:, 0]
+        least = min(least, float(torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min()))
+    return least
+
+
 def prediction_agreement(exportable: ExportableModel, path: str | os.PathLike) -> float:
     """The share of predictions onnxruntime's outputs and PyTorch's agree on: the argmax over each
     output's last axis (a class, a choice, an answer start or end, a position's tag), for
@@ -363,6 +384,7 @@ def _quiet(name: str) -> Iterator[None]:
 
 __all__ = [
     "CHECK_SHAPES",
+    "EMBEDDING_EXPORT",
     "HEADS",
     "INPUT_NAMES",
     "OPSETS",
@@ -373,6 +395,7 @@ __all__ = [
     "OnnxExport",
     "check_inputs",
     "check_target",
+    "embedding_similarity",
     "export_onnx",
     "load_exportable",
     "max_abs_difference",

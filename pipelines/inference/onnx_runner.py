@@ -26,7 +26,8 @@ ONNX_FILE = "model.onnx"
 
 def check_onnx(data: bytes, config: Mapping[str, Any], outputs: tuple[str, ...], where: str, model: str) -> None:
     """BadInput unless `data` is an ONNX export with the model folder's usage metadata (the same
-    record, labels and problem type as its config.json: `config`) and the family's `outputs`."""
+    record, labels and problem type as its config.json: `config`) and the `outputs` needed: the
+    family's, or the encoder's for embeddings."""
     try:
         proto = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf's DecodeError and others: not an ONNX file
@@ -41,7 +42,10 @@ def check_onnx(data: bytes, config: Mapping[str, Any], outputs: tuple[str, ...],
         )
     names = [o.name for o in proto.graph.output]
     if list(outputs) != names:
-        raise BadInput(f"{where}: outputs {names}, where the model's head has {list(outputs)}")
+        raise BadInput(
+            f"{where}: outputs {names}, where {list(outputs)} are needed (`albert-ray export onnx {model} FILE` "
+            "writes the head's; with --embedding, the encoder's last_hidden_state for sentence embeddings)"
+        )
 
 
 class OnnxRunner(nn.Module):
