@@ -21,6 +21,7 @@ from ..console import guarded, setup_logging
 from ..errors import BadInput
 from ..stages.ray_runtime import init_ray
 from ..stages.serve import ServeOptions, read_model, start_endpoint, stop_endpoint
+from ..stages.serve_embed import EMBED
 
 DEFAULTS = ServeOptions()
 
@@ -232,15 +233,20 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         try:
             example = json.dumps(dict.fromkeys(model.required, "..."))
             optional = [f for f in model.fields if f not in model.required]
+            predicts = (
+                f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'"
+                + (f"    # and {', '.join(optional)}" if optional else "")
+                + "\n"
+            )
             print(
-                f"serving {args.model_dir} ({model.kind}"
+                f"serving {args.model_dir} ({model.kind or 'an encoder without a task head: sentence vectors only'}"
                 + (f": {', '.join(model.labels)}" if model.labels else "")
                 + f"; {model.max_seq_length} tokens"
                 + (f"; onnxruntime on {args.onnx}" if args.onnx else "")
                 + f") at {url}\n"
-                f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'"
-                + (f"    # and {', '.join(optional)}" if optional else "")
-                + f"\n  curl -s {url}    # the model's family, fields, labels and max_seq_length\n"
+                + (predicts if model.kind else "")
+                + f'  curl -s {url}{EMBED} -d \'{{"text": "..."}}\'    # a sentence vector (and pooling, normalize)\n'
+                f"  curl -s {url}    # the model's family, fields, labels, max_seq_length and embedding_dimension\n"
                 "Ctrl-C stops it.",
                 flush=True,
             )

@@ -62,14 +62,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray export") -> 
     args = build_parser(prog).parse_args(argv)
 
     def run() -> int:
-        from .onnx import (
-            check_target,
-            embedding_similarity,
-            export_onnx,
-            load_exportable,
-            max_abs_difference,
-            prediction_agreement,
-        )
+        from .embedding_check import embedding_similarity
+        from .onnx import check_target, export_onnx, load_exportable, max_abs_difference, prediction_agreement
 
         check_target(args.output, args.model_dir, args.opset, args.force)  # before the model loads
         exportable = load_exportable(args.model_dir, embedding=args.embedding)

@@ -35,7 +35,7 @@ from albert_model.hf import load_hf_encoder, load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
-from ..inference.embedding import ENCODER_OUTPUTS, pooled
+from ..inference.onnx_runner import ENCODER_OUTPUTS
 from ..storage.models import USAGE_KEYS
 from .quantize import Quantized, quantize_int8
 
@@ -262,22 +262,6 @@ def max_abs_difference(
     return worst
 
 
-def embedding_similarity(exportable: ExportableModel, path: str | os.PathLike) -> float:
-    """The least cosine similarity between onnxruntime's and PyTorch's sentence vectors (the last
-    hidden state mean-pooled over the mask, embedding.pooled), for `check_inputs` of AGREEMENT_ROWS
-    and CHECK_SHAPES: the check of an int8 encoder export (EMBEDDING_EXPORT), whose output has no
-    argmax to agree on."""
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    least = 1.0
-    for batch, sequence in (AGREEMENT_ROWS, *CHECK_SHAPES):
-        inputs = check_inputs(exportable.config, batch, sequence)
-        mask = torch.from_numpy(inputs["attention_mask"])
-        ours = pooled(torch.from_numpy(session.run(list(ENCODER_OUTPUTS), inputs)[0]), mask)[:, 0]
-        theirs = pooled(torch.from_numpy(torch_outputs(exportable, inputs)[0]), mask)[:, 0]
-        least = min(least, float(torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min()))
-    return least
-
-
 def prediction_agreement(exportable: ExportableModel, path: str | os.PathLike) -> float:
     """The share of predictions onnxruntime's outputs and PyTorch's agree on: the argmax over each
     output's last axis (a class, a choice, an answer start or end, a position's tag), for
@@ -395,7 +379,6 @@ __all__ = [
     "OnnxExport",
     "check_inputs",
     "check_target",
-    "embedding_similarity",
     "export_onnx",
     "load_exportable",
     "max_abs_difference",

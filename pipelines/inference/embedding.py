@@ -27,13 +27,11 @@ from ..finetuning.inference import Encoded, FamilyInference, ModelUse
 from ..finetuning.loop import predict
 from ..finetuning.tokenizer import PairTokenizer
 from ..storage.models import applied_length, read_model_config
-from .onnx_runner import OnnxRunner
+from .onnx_runner import ENCODER_OUTPUTS, OnnxRunner
 from .predictor import model_use
 
 EMBEDDING = "embedding"
 """The output column, and the rows' kind where predict embeds (in place of a family's name)."""
-ENCODER_OUTPUTS = ("last_hidden_state",)
-"""The outputs of an ONNX export the embeddings are read from (`albert-ray export onnx --embedding`)."""
 
 
 def pooled(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -129,6 +127,8 @@ class Embedder:
     max_batch_tokens: int | None = None
     pooling: str = "mean"
     normalize: bool = False
+    dimension: int = 0
+    """The vectors' length: the encoder's hidden size."""
 
     @classmethod
     def load(
@@ -155,7 +155,8 @@ class Embedder:
             target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
             encoder = (encoder if encoder is not None else load_hf_encoder(model_dir)).to(target).eval()
         use = model_use(config, PairTokenizer(model_dir), length, model_dir)
-        return cls(SentenceVectors(encoder), use, batch_size, target, max_batch_tokens, pooling, normalize)
+        vectors = SentenceVectors(encoder)
+        return cls(vectors, use, batch_size, target, max_batch_tokens, pooling, normalize, int(config["hidden_size"]))
 
     @property
     def output(self) -> dict[str, pa.DataType]:

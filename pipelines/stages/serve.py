@@ -6,7 +6,7 @@ naming the field); its rows then join `serve.batch`'s queue, so rows from concur
 list request's rows, share forward passes (bounded by rows and by padded tokens); each is answered
 with the family's output. Under load Serve scales the replicas between bounds, a request beyond the
 proxy's queue bound is a 503 with Retry-After, one over the timeout a 408, and stopping drains the
-requests in flight."""
+requests in flight. POST {route}/embed answers sentence vectors (serve_embed.py), alone for an encoder."""
 
 from __future__ import annotations
 
@@ -29,11 +29,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, UserError, one_line
-from ..inference.onnx_runner import ONNX_FILE, read_onnx
+from ..inference.embedding import EMBEDDING_ROWS, has_task_head
+from ..inference.onnx_runner import ENCODER_OUTPUTS, ONNX_FILE, read_onnx
 from ..inference.predictor import Predictor, exit_rule_of, family_of, inference_of, label_names
 from ..inference.request import MAX_INPUTS, parse_request
 from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
+from .serve_embed import EMBED, NO_HEAD, EmbedRoute, load_embedder, served_parts
 
 log = logging.getLogger(__name__)
 
@@ -149,34 +151,44 @@ def answered(
 
 
 @serve.deployment(max_constructor_retry_count=3)
-class PredictEndpoint:
-    """A replica: the model in a Predictor. POST predicts, GET describes the model."""
+class PredictEndpoint(EmbedRoute):
+    """A replica: the model in a Predictor (where it has a task head) and its encoder in an
+    Embedder. POST predicts, POST {route}/embed embeds, GET describes the model."""
 
     def __init__(self, model: str, options: ServeOptions, files: ray.ObjectRef):
         torch.set_num_threads(max(1, int(options.cpus_per_replica)))
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
         local = materialize(ray.get(files), self.work)
         onnx = os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
-        self.predictor = Predictor.load(
-            local,
-            options.max_seq_length,
-            options.max_batch_size,
-            onnx=onnx,
-            exit_patience=options.exit_patience,
-            exit_entropy=options.exit_entropy,
-            max_batch_tokens=options.max_batch_tokens,
-        )
-        self.predict_rows.set_max_batch_size(options.max_batch_size)
-        self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
-        inference = self.predictor.inference
+        predicts, embeds = served_parts(local, onnx)
+        self.predictor = None
+        if predicts:
+            self.predictor = Predictor.load(
+                local,
+                options.max_seq_length,
+                options.max_batch_size,
+                onnx=onnx,
+                exit_patience=options.exit_patience,
+                exit_entropy=options.exit_entropy,
+                max_batch_tokens=options.max_batch_tokens,
+            )
+        self.embedder = None
+        if embeds:
+            batching = (options.max_seq_length, options.max_batch_size, options.max_batch_tokens)
+            self.embedder = load_embedder(local, self.predictor, onnx, *batching)
+        for batched in (self.predict_rows, self.embed_rows):
+            batched.set_max_batch_size(options.max_batch_size)
+            batched.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
+        inference = self.predictor.inference if self.predictor is not None else EMBEDDING_ROWS
         self.info = {
             "model": model,
-            "kind": self.predictor.family.name,
+            "kind": self.predictor.family.name if self.predictor is not None else None,
             "fields": list(inference.fields),
             "required": list(inference.required),
-            "outputs": list(self.predictor.output),
-            "labels": self.predictor.use.label_names,
-            "max_seq_length": self.predictor.use.max_seq_length,
+            "outputs": list(self.predictor.output) if self.predictor is not None else [],
+            "labels": self.predictor.use.label_names if self.predictor is not None else None,
+            "max_seq_length": (self.predictor or self.embedder).use.max_seq_length,
+            "embedding_dimension": self.embedder.dimension if self.embedder is not None else None,
             "backend": options.backend,
             "max_batch_size": options.max_batch_size,
             "max_batch_tokens": options.max_batch_tokens,
@@ -200,19 +212,26 @@ class PredictEndpoint:
             if request.method != "GET":
                 return error(405, f"method: {request.method} is not served on {HEALTH} (GET)")
             return JSONResponse({"status": "ok", "ongoing": self.ongoing})
-        if request.method == "GET":
+        embed = request.url.path.rstrip("/").endswith(EMBED)
+        if request.method == "GET" and not embed:
             return JSONResponse({**self.info, "served": {"batches": self.batches, "rows": self.rows}})
         if request.method != "POST":
-            return error(405, f"method: {request.method} is not served (POST predicts, GET describes the model)")
+            served = f"on {EMBED} (POST)" if embed else "(POST predicts, GET describes the model)"
+            return error(405, f"method: {request.method} is not served {served}")
         self.ongoing += 1
         try:
-            return await self.predict(request)
+            return await self.predict(request, embed)
         finally:
             self.ongoing -= 1
 
-    async def predict(self, request: Request) -> JSONResponse:
+    async def predict(self, request: Request, embed: bool = False) -> JSONResponse:
+        if self.predictor is None and not embed:
+            return error(404, f"{self.info['model']} {NO_HEAD}")
         try:
-            rows, listed = parse_request(await read_body(request), self.predictor.inference)
+            body = await read_body(request)
+            if embed:
+                return await self.embed(body)
+            rows, listed = parse_request(body, self.predictor.inference)
         except BodyTooLarge as e:
             return error(413, one_line(e))
         except BadInput as e:
@@ -232,8 +251,8 @@ class ServedModel:
 
     files: dict[str, bytes]
     """Its files (storage.models.read_model_files), which every replica loads."""
-    kind: str
-    """Its task family."""
+    kind: str | None
+    """Its task family; None for an encoder without a task head, served for embeddings alone."""
     fields: tuple[str, ...]
     """A request row's fields (its family's inference), `required` of them needed."""
     required: tuple[str, ...]
@@ -250,20 +269,27 @@ def read_model(
     exit_entropy: float | None = None,
 ) -> ServedModel:
     """The model folder (local or s3://), checked before anything starts: a missing folder, an export
-    of no family serve applies, a length over its positions, early exit where its family's prediction
-    cannot exit early (predictor.exit_rule_of); with `onnx`, that ONNX export of it
-    (onnx_runner.read_onnx), carried with its files."""
+    of no family serve applies (an encoder alone is served for embeddings), a length over its
+    positions, early exit where its family's prediction cannot exit early (predictor.exit_rule_of);
+    with `onnx`, that ONNX export of it (onnx_runner.read_onnx: the head's, or its encoder's alone),
+    carried with its files."""
     files = read_model_files(model_dir, "MODEL_DIR")
     config = json.loads(files["config.json"])
-    family = family_of(config, model_dir)
-    inference = inference_of(family, model_dir)
-    exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
+    if has_task_head(config, model_dir):
+        family = family_of(config, model_dir)
+        inference = inference_of(family, model_dir)
+        exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
+        kind, outputs = family.name, family.outputs
+    else:
+        if exit_patience is not None or exit_entropy is not None:
+            raise BadInput(
+                f"{model_dir}: an encoder without a task head; early exit reads a sequence head at every depth"
+            )
+        kind, inference, outputs = None, EMBEDDING_ROWS, ENCODER_OUTPUTS
     length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
     if onnx is not None:
-        files = {**files, ONNX_FILE: read_onnx(onnx, "--onnx", config, family.outputs, model_dir)}
-    return ServedModel(
-        files, family.name, tuple(inference.fields), tuple(inference.required), label_names(config), length
-    )
+        files = {**files, ONNX_FILE: read_onnx(onnx, "--onnx", config, outputs, model_dir, encoder_too=True)}
+    return ServedModel(files, kind, tuple(inference.fields), tuple(inference.required), label_names(config), length)
 
 
 def replica_gpus(options: ServeOptions) -> float:

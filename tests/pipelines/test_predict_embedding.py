@@ -75,6 +75,16 @@ def test_predict_embeds_a_fine_tuned_export_s_pairs_at_cls_normalised(family_sui
     norms = [np.linalg.norm(row["embedding"]) for row in got.values()]
     np.testing.assert_allclose(norms, 1.0, atol=1e-6)
 
+    # the onnx backend on the export of its encoder (export onnx --embedding), in onnxruntime
+    from pipelines.export.onnx import export_onnx, load_exportable
+
+    export_onnx(load_exportable(model, embedding=True), tmp_path / "encoder.onnx")
+    (tmp_path / "onnx").mkdir()
+    onnx = ("predict.backend=onnx", f"predict.onnx={tmp_path / 'encoder.onnx'}")
+    got, manifest = embed(model, PAIRS, tmp_path / "onnx", *settings, *onnx)
+    check(got, transformers_embeddings(model, PAIRS)["cls", True])
+    assert manifest["backend"] == "onnx"
+
 
 @pytest.mark.e2e  # Ray Data's start and its actor, ~30 s: make test-e2e
 def test_predict_on_ray_data_embeds_as_in_process(tiny_pretrained, ray_session, tmp_path):

@@ -78,7 +78,8 @@ def test_a_head_s_export_is_refused_for_embeddings_naming_the_encoder_export(cla
 
 
 def test_the_int8_encoder_export_keeps_the_sentence_vectors_directions(encoder_export, tiny_pretrained, tmp_path):
-    from pipelines.export.onnx import embedding_similarity, load_exportable, quantize_export
+    from pipelines.export.embedding_check import embedding_similarity
+    from pipelines.export.onnx import load_exportable, quantize_export
     from pipelines.inference.embedding import Embedder
 
     int8 = tmp_path / "encoder.int8.onnx"
