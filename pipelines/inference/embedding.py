@@ -23,7 +23,7 @@ from ..config.predicting import POOLINGS
 from ..errors import BadInput
 from ..finetuning.families import FAMILIES
 from ..finetuning.families._sequence.inference import SequenceInference
-from ..finetuning.inference import Encoded, FamilyInference, ModelUse
+from ..finetuning.inference import FamilyInference, ModelUse
 from ..finetuning.loop import predict
 from ..finetuning.tokenizer import PairTokenizer
 from ..storage.models import applied_length, read_model_config
@@ -81,13 +81,8 @@ class EmbeddingRows:
     output = {EMBEDDING: pa.list_(pa.float32())}
     file_suffixes = ()
     check_row = SequenceInference.check_row
-
-    def encode(self, rows: Sequence[Mapping[str, Any]], use: ModelUse) -> Encoded:
-        features = [use.tokenizer.encode(row["text"], row.get("text_pair"), use.max_seq_length) for row in rows]
-        return Encoded(features, list(range(len(rows))))
-
-    def read_file(self, path: str, data: bytes) -> None:
-        return None  # tables only
+    encode = SequenceInference.encode
+    read_file = SequenceInference.read_file  # tables only
 
 
 EMBEDDING_ROWS = EmbeddingRows()

@@ -9,9 +9,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime
 import pyarrow.parquet as pq
 import pytest
+from onnx import helper
 
 from pipelines.config import load_config
 from pipelines.errors import BadInput
@@ -63,10 +65,15 @@ def test_predict_s_onnx_backend_embeds_as_transformers(encoder_export, tiny_pret
 
 
 def test_a_head_s_export_is_refused_for_embeddings_naming_the_encoder_export(classifier, tmp_path):
-    from pipelines.export.onnx import export_onnx, load_exportable
     from pipelines.stages.predict import run_predict
+    from pipelines.storage.models import USAGE_KEYS
 
-    export_onnx(load_exportable(classifier), tmp_path / "head.onnx")
+    # a graph with the classifier's metadata and a head's output: what `export onnx` (no --embedding) writes
+    config = json.loads((Path(classifier) / "config.json").read_text())
+    graph = helper.make_graph([], "head", [], [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph)
+    helper.set_model_props(model, {k: json.dumps(config[k], sort_keys=True) for k in USAGE_KEYS if k in config})
+    onnx.save(model, tmp_path / "head.onnx")
     (tmp_path / "rows.csv").write_text("text\nhello\n")
     overrides = [f"run_dir={tmp_path}/run", f"predict.model={classifier}", f"predict.input={tmp_path}/rows.csv"]
     overrides += ["predict.output_kind=embedding", "predict.backend=onnx", f"predict.onnx={tmp_path}/head.onnx"]
@@ -75,6 +82,7 @@ def test_a_head_s_export_is_refused_for_embeddings_naming_the_encoder_export(cla
         match=r"outputs \['logits'\], where \['last_hidden_state'\] are needed .* with --embedding, the encoder's",
     ):
         run_predict(load_config(overrides=overrides))
+    assert not (tmp_path / "run" / "predict").exists()
 
 
 def test_the_int8_encoder_export_keeps_the_sentence_vectors_directions(encoder_export, tiny_pretrained, tmp_path):
@@ -90,3 +98,16 @@ def test_the_int8_encoder_export_keeps_the_sentence_vectors_directions(encoder_e
     got = np.array([out["embedding"] for out in embedder.run(ROWS)[0]])
     expected = transformers_embeddings(tiny_pretrained, ROWS)["mean", True]
     assert (got * expected).sum(axis=1).min() >= 0.99
+
+
+@pytest.mark.e2e  # a second trace of the model, ~15 s, as test_quantize.py's command tests: make test-e2e
+def test_the_command_writes_and_checks_an_int8_encoder_export(tiny_pretrained, tmp_path, capsys):
+    from pipelines.export.command import main
+
+    assert (
+        main(["onnx", tiny_pretrained, str(tmp_path / "encoder.int8.onnx"), "--embedding", "--quantize", "int8"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "(AlbertForPreTraining's encoder, opset 20, int8: 7 matrices, 3 tables)" in out
+    similarity = float(out.split("least cosine similarity of sentence vectors to PyTorch's (int8): ")[1].split()[0])
+    assert 0.99 <= similarity <= 1.0
