@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 EMBED = "/embed"
 """The embedding route, under the endpoint's route."""
-NO_HEAD = f"has no task head (an encoder): it answers POST {EMBED} with sentence vectors"
+NO_HEAD = f"has no task head served (an encoder, or an ONNX export of its encoder): it answers POST {EMBED}"
 """Why a folder without a task head answers no POST {route} (after the folder's name)."""
 
 

@@ -9,6 +9,7 @@ exports, served, embed alike: test_family_paths.py."""
 import numpy as np
 import pytest
 
+from pipelines.stages.serve_embed import NO_HEAD
 from tests.conftest import free_port
 
 from .embedding_reference import ROWS, transformers_embeddings
@@ -79,7 +80,7 @@ def test_embed_answers_transformers_vectors(served_encoders, route, tiny_pretrai
         assert status == 200 and info["kind"] == "classification" and len(answer["probabilities"]) == 3
     else:
         assert (status, info["kind"], info["outputs"], info["fields"]) == (404, None, [], ["text", "text_pair"])
-        assert "has no task head (an encoder): it answers POST /embed" in answer["error"]
+        assert answer["error"] == f"{tiny_pretrained} {NO_HEAD}" and "has no task head" in NO_HEAD
 
 
 def test_a_malformed_embed_request_is_a_400_naming_the_field(served_encoders):
