@@ -158,6 +158,18 @@ def apply_pretrained_encoder(model: nn.Module, directory: str | os.PathLike) -> 
     _load_checked(model.albert, state, directory, strict=True)
 
 
+def load_hf_encoder(directory: str | os.PathLike) -> AlbertModel:
+    """The encoder of a transformers ALBERT directory of any architecture (a pretraining export, a
+    fine-tuned head's), without its heads and pooler: what its last hidden state is computed by, as
+    transformers' `AutoModel` computes it (a pooler changes no hidden state). Every other encoder
+    weight must be in the checkpoint."""
+    directory = Path(directory)
+    model = AlbertModel(AlbertConfig.from_hf_dict(_read_config(directory)), init=False, add_pooling_layer=False)
+    state = {k: v for k, v in _checkpoint_state(directory, model).items() if not k.startswith("pooler.")}
+    _load_checked(model, state, directory, strict=True)
+    return model
+
+
 def _read_config(directory: Path) -> dict[str, Any]:
     config_file = directory / "config.json"
     if not config_file.exists():
@@ -258,6 +270,7 @@ __all__ = [
     "UNCASED",
     "WEIGHT_FILES",
     "apply_pretrained_encoder",
+    "load_hf_encoder",
     "load_hf_pretrained",
     "load_legacy_weights",
     "save_hf_pretrained",

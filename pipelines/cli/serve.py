@@ -24,10 +24,12 @@ from ..console import guarded, setup_logging
 from ..errors import BadInput
 from ..stages.ray_runtime import init_ray
 from ..stages.serve import ServedModel, ServeOptions, endpoint_app, read_model, start_endpoint, stop_endpoint
+from ..stages.serve_embed import EMBED
 from ..stages.serve_multiplex import multiplex_app
 from .serve_models import named_models
 
 DEFAULTS = ServeOptions()
+EMBED_EXAMPLE = json.dumps({"text": "..."})
 
 
 def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -220,9 +222,10 @@ def check_models(args: argparse.Namespace) -> None:
 
 
 def summary(model: ServedModel) -> str:
-    """The served model in words: its family, labels and length."""
+    """The served model in words: its family (or that it has no task head), labels and length."""
     labels = f": {', '.join(model.labels)}" if model.labels else ""
-    return f"{model.kind}{labels}; {model.max_seq_length} tokens"
+    kind = model.kind or "an encoder without a task head: sentence vectors only"
+    return f"{kind}{labels}; {model.max_seq_length} tokens"
 
 
 def curl(url: str, model: ServedModel) -> str:
@@ -295,6 +298,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
                 )
                 for name, folder in folders.items()
             }
+            for name, model in models.items():
+                if model.kind is None:  # the deployment's models are applied by their heads (no /embed there)
+                    raise BadInput(
+                        f"model {name}: {folders[name]} is an encoder without a task head; several models on one "
+                        "deployment answer predictions: serve it alone (MODEL_DIR) for its sentence vectors"
+                    )
             app_of = functools.partial(multiplex_app, folders, {n: m.files for n, m in models.items()}, options)
         init_ray()
         url = start_endpoint(app_of, options)
@@ -304,8 +313,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
                 print(
                     f"serving {args.model_dir} ({summary(model)}"
                     + (f"; onnxruntime on {args.onnx}" if args.onnx else "")
-                    + f") at {url}\n{curl(url, model)}\n"
-                    f"  curl -s {url}    # the model's family, fields, labels and max_seq_length\n"
+                    + f") at {url}\n"
+                    + (f"{curl(url, model)}\n" if model.kind else "")
+                    + f"  curl -s {url}{EMBED} -d '{EMBED_EXAMPLE}'    # a sentence vector (and pooling, normalize)\n"
+                    f"  curl -s {url}    # the model's family, fields, labels, max_seq_length and embedding_dimension\n"
                     "Ctrl-C stops it.",
                     flush=True,
                 )

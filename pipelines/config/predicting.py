@@ -11,6 +11,9 @@ from pydantic.dataclasses import dataclass
 from .base import STRICT, Section, neutral_at, setting
 
 BACKENDS = ("torch", "onnx")
+OUTPUT_KINDS = ("prediction", "embedding")
+POOLINGS = ("mean", "cls")
+"""A sentence vector from the last hidden layer: the mean over the text's tokens, or the [CLS] state."""
 
 
 @dataclass(config=STRICT)
@@ -33,6 +36,16 @@ class PredictSection(Section):
     onnx: str | None = field(default=None, metadata=neutral_at(None))
     """predict.backend=onnx: the ONNX file (`albert-ray export onnx predict.model FILE [--quantize
     int8]`), local or s3://; its metadata must match predict.model's config.json. null otherwise."""
+    output_kind: str = field(default="prediction", metadata=neutral_at("prediction"))
+    """What a row gets: prediction (the model's family's output columns) or embedding (its sentence
+    vector, the `embedding` column, from the encoder of any model folder: a fine-tuned export's,
+    its head ignored, or the pretrain stage's hf/)."""
+    pooling: str = field(default="mean", metadata=neutral_at("mean"))
+    """predict.output_kind=embedding: mean (the last hidden layer's states averaged over the text's
+    tokens, padding left out) or cls (the [CLS] token's state)."""
+    normalize: bool = field(default=False, metadata=neutral_at(False))
+    """predict.output_kind=embedding: scale each vector to unit length (L2), so that dot products
+    are cosine similarities."""
     text_column: str = "text"
     """Column holding a row's `text` field (the first segment; raw text for token classification);
     the other fields are read from the columns of their names."""
@@ -84,6 +97,10 @@ class PredictSection(Section):
             (self.onnx is not None) == (self.backend == "onnx"),
             "must name the ONNX file where predict.backend=onnx, and only there",
         )
+        self.require("output_kind", self.output_kind in OUTPUT_KINDS, f"must be one of {', '.join(OUTPUT_KINDS)}")
+        self.require("pooling", self.pooling in POOLINGS, f"must be one of {', '.join(POOLINGS)}")
+        for name, unset in (("pooling", self.pooling == "mean"), ("normalize", not self.normalize)):
+            self.require(name, self.embeds or unset, "applies to predict.output_kind=embedding only")
         self.require("text_column", bool(self.text_column), "must not be empty")
         self.require("label_delimiter", bool(self.label_delimiter.strip()), "must not be empty or blank")
         self.require("max_seq_length", self.max_seq_length is None or self.max_seq_length >= 4, "must be >= 4 or null")
@@ -96,12 +113,22 @@ class PredictSection(Section):
             "must be torch with predict.exit_patience or predict.exit_entropy (early exit runs the model's "
             "depths one by one; an ONNX graph runs them all)",
         )
+        self.require(
+            "output_kind",
+            not (self.embeds and self.exits_early),
+            "must be prediction with predict.exit_patience or predict.exit_entropy (early exit settles a "
+            "prediction; an embedding is the last layer's)",
+        )
         self.require("workers", self.workers is None or self.workers >= 1, "must be >= 1 or null")
         self.require("in_process_bytes", self.in_process_bytes >= 0, "must be >= 0")
+
+    @property
+    def embeds(self) -> bool:
+        return self.output_kind == "embedding"
 
     @property
     def exits_early(self) -> bool:
         return self.exit_patience is not None or self.exit_entropy is not None
 
 
-__all__ = ["PredictSection"]
+__all__ = ["OUTPUT_KINDS", "POOLINGS", "PredictSection"]

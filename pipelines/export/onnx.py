@@ -31,10 +31,11 @@ from onnx_ir.passes.common import ClearMetadataAndDocStringPass
 from torch import nn
 
 from albert_model import AlbertConfig, AlbertModel
-from albert_model.hf import load_hf_pretrained
+from albert_model.hf import load_hf_encoder, load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
+from ..inference.onnx_runner import ENCODER_OUTPUTS
 from ..storage.models import USAGE_KEYS
 from .quantize import Quantized, quantize_int8
 
@@ -75,6 +76,9 @@ HEADS: dict[str, HeadExport] = {
     "AlbertForPreTraining": _ENCODER,
     **{f.architecture: HeadExport(f.model_class, f.outputs, f.choices) for f in FAMILIES.values()},
 }
+EMBEDDING_EXPORT = HeadExport(AlbertModel, ENCODER_OUTPUTS)
+"""`--embedding`: any folder's encoder alone, without its head or pooler (load_hf_encoder): the last
+hidden state that sentence embeddings pool (pipelines/inference/embedding.py)."""
 
 
 @dataclass(frozen=True)
@@ -111,9 +115,10 @@ class OnnxExport:
         return self.onnx_bytes / self.weights_bytes
 
 
-def load_exportable(directory: str | os.PathLike) -> ExportableModel:
-    """The folder's model, as its config.json's `architectures[0]` names it; BadInput for anything
-    but an ALBERT folder of a supported architecture."""
+def load_exportable(directory: str | os.PathLike, embedding: bool = False) -> ExportableModel:
+    """The folder's model, as its config.json's `architectures[0]` names it, or with `embedding` its
+    encoder alone (EMBEDDING_EXPORT); BadInput for anything but an ALBERT folder of a supported
+    architecture."""
     directory = Path(directory)
     config_file = directory / "config.json"
     if not config_file.is_file():
@@ -131,9 +136,9 @@ def load_exportable(directory: str | os.PathLike) -> ExportableModel:
         )
     if not _weight_files(directory):
         raise MissingInput(f"{directory}: no model.safetensors (nor sharded safetensors or pytorch_model.bin)")
-    head = HEADS[architecture]
+    head = EMBEDDING_EXPORT if embedding else HEADS[architecture]
     try:
-        model = load_hf_pretrained(directory, head.model_class)
+        model = load_hf_encoder(directory) if embedding else load_hf_pretrained(directory, head.model_class)
     except ValueError as e:
         raise BadInput(f"{directory}: {e}") from e
     usage = {key: json.dumps(hf_config[key], sort_keys=True) for key in USAGE_KEYS if key in hf_config}
@@ -363,6 +368,7 @@ def _quiet(name: str) -> Iterator[None]:
 
 __all__ = [
     "CHECK_SHAPES",
+    "EMBEDDING_EXPORT",
     "HEADS",
     "INPUT_NAMES",
     "OPSETS",

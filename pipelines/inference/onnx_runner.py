@@ -22,11 +22,27 @@ from ..storage.models import USAGE_KEYS
 
 ONNX_FILE = "model.onnx"
 """The ONNX file's name in a replica's copy of the model folder (storage.models.materialize)."""
+ENCODER_OUTPUTS = ("last_hidden_state",)
+"""The outputs of an export of a folder's encoder alone (`albert-ray export onnx --embedding`), which
+sentence embeddings pool (embedding.py)."""
 
 
-def check_onnx(data: bytes, config: Mapping[str, Any], outputs: tuple[str, ...], where: str, model: str) -> None:
+def onnx_outputs(data: bytes) -> tuple[str, ...]:
+    """The outputs of the ONNX model `data`, by name, in order."""
+    return tuple(o.name for o in onnx.load_model_from_string(data).graph.output)
+
+
+def check_onnx(
+    data: bytes,
+    config: Mapping[str, Any],
+    outputs: tuple[str, ...],
+    where: str,
+    model: str,
+    encoder_too: bool = False,
+) -> None:
     """BadInput unless `data` is an ONNX export with the model folder's usage metadata (the same
-    record, labels and problem type as its config.json: `config`) and the family's `outputs`."""
+    record, labels and problem type as its config.json: `config`) and the `outputs` needed: the
+    family's, or the encoder's for embeddings (either, with `encoder_too`)."""
     try:
         proto = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf's DecodeError and others: not an ONNX file
@@ -40,8 +56,11 @@ def check_onnx(data: bytes, config: Mapping[str, Any], outputs: tuple[str, ...],
             "(export the folder with `albert-ray export onnx`)"
         )
     names = [o.name for o in proto.graph.output]
-    if list(outputs) != names:
-        raise BadInput(f"{where}: outputs {names}, where the model's head has {list(outputs)}")
+    if list(outputs) != names and not (encoder_too and tuple(names) == ENCODER_OUTPUTS):
+        raise BadInput(
+            f"{where}: outputs {names}, where {list(outputs)} are needed (`albert-ray export onnx {model} FILE` "
+            "writes the head's; with --embedding, the encoder's last_hidden_state for sentence embeddings)"
+        )
 
 
 class OnnxRunner(nn.Module):
@@ -64,14 +83,16 @@ class OnnxRunner(nn.Module):
         return tensors[0] if len(tensors) == 1 else SimpleNamespace(**dict(zip(self.names, tensors)))
 
 
-def read_onnx(path: str, key: str, config: Mapping[str, Any], outputs: tuple[str, ...], model: str) -> bytes:
+def read_onnx(
+    path: str, key: str, config: Mapping[str, Any], outputs: tuple[str, ...], model: str, encoder_too: bool = False
+) -> bytes:
     """The ONNX file at `path` (local or s3://), checked against the model folder (`check_onnx`);
     MissingInput naming `key` where there is none."""
     if not exists(path):
         raise MissingInput(f"{key}: {path} does not exist (write it with `albert-ray export onnx {model} {path}`)")
     data = read_bytes(path)
-    check_onnx(data, config, outputs, f"{key} {path}", model)
+    check_onnx(data, config, outputs, f"{key} {path}", model, encoder_too)
     return data
 
 
-__all__ = ["ONNX_FILE", "OnnxRunner", "check_onnx", "read_onnx"]
+__all__ = ["ENCODER_OUTPUTS", "ONNX_FILE", "OnnxRunner", "check_onnx", "onnx_outputs", "read_onnx"]

@@ -50,7 +50,8 @@ def family_of(config: Mapping[str, Any], where: str) -> Family:
             return family
     raise BadInput(
         f"{where}: a {architecture} export; predict serves the task families' fine-tuned exports "
-        f"({', '.join(dict.fromkeys(f.architecture for f in FAMILIES.values()))})"
+        f"({', '.join(dict.fromkeys(f.architecture for f in FAMILIES.values()))}); its encoder's sentence "
+        "vectors: predict.output_kind=embedding, serve's POST <route>/embed"
     )
 
 

@@ -11,6 +11,7 @@ import re
 from itertools import accumulate
 from typing import Any
 
+from ..config.predicting import POOLINGS
 from ..errors import BadInput
 from ..finetuning.inference import FamilyInference
 from .reading import is_utf8
@@ -89,9 +90,8 @@ def parse_row(item: Any, prefix: str, inference: FamilyInference) -> dict[str, A
     return item
 
 
-def parse_request(body: bytes, inference: FamilyInference) -> tuple[list[dict[str, Any]], bool]:
-    """A request body's rows, and whether it was a list (`{"inputs": [...]}`); a malformed body is
-    BadInput naming the field."""
+def parse_body(body: bytes, inference: FamilyInference) -> dict[str, Any]:
+    """A request body's JSON object (not yet its rows); BadInput where it is not one."""
     if nested_deeper(body, MAX_JSON_DEPTH):
         raise BadInput(f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
@@ -103,6 +103,11 @@ def parse_request(body: bytes, inference: FamilyInference) -> tuple[list[dict[st
         raise BadInput(
             f'body: an object {{"{first}": ...}} or {{"inputs": [...]}} is expected, got {json_type(request)}'
         )
+    return request
+
+
+def request_rows(request: dict[str, Any], inference: FamilyInference) -> tuple[list[dict[str, Any]], bool]:
+    """A request object's rows, and whether it was a list (`{"inputs": [...]}`); BadInput naming the field."""
     if "inputs" not in request:
         return [parse_row(request, "", inference)], False
     beside = sorted(set(request) - {"inputs"})
@@ -116,4 +121,33 @@ def parse_request(body: bytes, inference: FamilyInference) -> tuple[list[dict[st
     return [parse_row(item, f"inputs[{i}].", inference) for i, item in enumerate(inputs)], True
 
 
-__all__ = ["MAX_INPUTS", "MAX_JSON_DEPTH", "json_type", "nested_deeper", "parse_request"]
+def parse_request(body: bytes, inference: FamilyInference) -> tuple[list[dict[str, Any]], bool]:
+    """A request body's rows, and whether it was a list (`{"inputs": [...]}`); a malformed body is
+    BadInput naming the field."""
+    return request_rows(parse_body(body, inference), inference)
+
+
+def parse_embed_request(body: bytes, inference: FamilyInference) -> tuple[list[dict[str, Any]], bool, str, bool]:
+    """An embedding request's rows (as parse_request's), whether it was a list, and its `pooling`
+    (one of POOLINGS; mean where absent) and `normalize` (a boolean; false where absent), which sit
+    beside the row's fields or beside `inputs`."""
+    request = parse_body(body, inference)
+    pooling, normalize = request.pop("pooling", POOLINGS[0]), request.pop("normalize", False)
+    if pooling not in POOLINGS:
+        raise BadInput(f"pooling: one of {', '.join(POOLINGS)} is expected, got {json.dumps(pooling)[:50]}")
+    if not isinstance(normalize, bool):
+        raise BadInput(f"normalize: a boolean is expected, got {json_type(normalize)}")
+    rows, listed = request_rows(request, inference)
+    return rows, listed, pooling, normalize
+
+
+__all__ = [
+    "MAX_INPUTS",
+    "MAX_JSON_DEPTH",
+    "json_type",
+    "nested_deeper",
+    "parse_body",
+    "parse_embed_request",
+    "parse_request",
+    "request_rows",
+]

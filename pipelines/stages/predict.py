@@ -7,7 +7,9 @@ actor pool that holds the model (one replica per GPU where the cluster has GPUs)
 under {run_dir}/predict/predictions/: `id`, the family's output columns, the gold `label` where
 predict.label_column is set, and `rejected` (null, or why the row was not predicted). The manifest
 counts rows read, predicted and rejected by reason, with examples, and, with gold labels, the
-fine-tuning's metrics on these rows where the family scores them."""
+fine-tuning's metrics on these rows where the family scores them. With predict.output_kind=embedding
+each row gets its sentence vector instead (`embedding`: pipelines/inference/embedding.py), from any
+model folder's encoder."""
 
 from __future__ import annotations
 
@@ -26,9 +28,9 @@ import pyarrow.parquet as pq
 import torch
 
 from ..config import Config, PredictSection
-from ..finetuning.families import FAMILIES
 from ..finetuning.inference import FamilyInference
 from ..inference.columns import Columns, table_columns
+from ..inference.embedding import EMBEDDING, EMBEDDING_ROWS, ENCODER_OUTPUTS, Embedder, has_task_head, rows_inference
 from ..inference.onnx_runner import ONNX_FILE, read_onnx
 from ..inference.predictor import EXIT_DEPTH, Predictor, exit_rule_of, family_of, inference_of, use_of_files
 from ..inference.reading import file_rows, open_input
@@ -63,7 +65,8 @@ def sequence_length(config: Config, model_config: dict[str, Any], model: str) ->
 
 
 class PredictRows:
-    """A Ray Data actor holding the model: a block of rows in, their predictions out."""
+    """A Ray Data actor holding the model: a block of rows in, their predictions out (or, with
+    `embedding` (pooling, normalize), their sentence vectors)."""
 
     def __init__(
         self,
@@ -73,6 +76,7 @@ class PredictRows:
         root: str,
         cpus: float,
         exit_rule: tuple[int | None, float | None] = (None, None),
+        embedding: tuple[str, bool] | None = None,
     ):
         torch.set_num_threads(max(1, int(cpus)))
         # the files are written to be loaded, then removed: everything is in memory once loaded, and
@@ -81,9 +85,15 @@ class PredictRows:
             folder = materialize(files, work)
             onnx = os.path.join(folder, ONNX_FILE) if ONNX_FILE in files else None  # predict.backend=onnx
             patience, entropy = exit_rule
-            self.predictor = Predictor.load(
-                folder, max_seq_length, batch_size, onnx=onnx, exit_patience=patience, exit_entropy=entropy
-            )
+            if embedding is not None:
+                pooling, normalize = embedding
+                self.predictor: Predictor | Embedder = Embedder.load(
+                    folder, max_seq_length, batch_size, onnx=onnx, pooling=pooling, normalize=normalize
+                )
+            else:
+                self.predictor = Predictor.load(
+                    folder, max_seq_length, batch_size, onnx=onnx, exit_patience=patience, exit_entropy=entropy
+                )
         self.root = root
 
     def place(self, path: str, row: int) -> str:
@@ -112,7 +122,7 @@ class PredictRows:
 
 
 def output_columns(inference: FamilyInference, pc: PredictSection) -> dict[str, pa.DataType]:
-    """The family's output columns, and `exit_depth` where predict exits early."""
+    """The family's output columns (or the embedding's), and `exit_depth` where predict exits early."""
     return {**inference.output, **({EXIT_DEPTH: pa.int32()} if pc.exits_early else {})}
 
 
@@ -122,10 +132,15 @@ def output_schema(output: dict[str, pa.DataType]) -> pa.Schema:
     return pa.schema([pa.field("id", pa.string()), *outputs, ("label", pa.string()), ("rejected", pa.string())])
 
 
+def embedding_of(pc: PredictSection) -> tuple[str, bool] | None:
+    """PredictRows' `embedding`: (pooling, normalize) where predict embeds, else None."""
+    return (pc.pooling, pc.normalize) if pc.embeds else None
+
+
 def predict_here(
     tables: InputTables,
     columns: Columns,
-    family: str,
+    kind: str,
     files: dict[str, bytes],
     length: int,
     pc: PredictSection,
@@ -134,10 +149,11 @@ def predict_here(
 ) -> None:
     """A small input predicted in this process: its files read one after another as Ray Data's read
     tasks read them, blocks of READ_BLOCK rows predicted as PredictRows predicts them, one parquet
-    file written. No Ray: starting or joining a cluster and its actors costs more than such rows."""
-    inference = FAMILIES[family].load_inference()
+    file written. No Ray: starting or joining a cluster and its actors costs more than such rows.
+    `kind`: the family's name, or EMBEDDING."""
+    inference = rows_inference(kind)
     exits = (pc.exit_patience, pc.exit_entropy)
-    actor = PredictRows(files, length, pc.batch_size, tables.root, torch.get_num_threads(), exits)
+    actor = PredictRows(files, length, pc.batch_size, tables.root, torch.get_num_threads(), exits, embedding_of(pc))
     out_fs.create_dir(out)
     schema = output_schema(output_columns(inference, pc))
     with pq.ParquetWriter(f"{out}/rows.parquet", schema, filesystem=out_fs) as writer:
@@ -152,7 +168,7 @@ def predict_here(
 def predict_on_ray(
     tables: InputTables,
     columns: Columns,
-    family: str,
+    kind: str,
     files: dict[str, bytes],
     length: int,
     pc: PredictSection,
@@ -171,7 +187,7 @@ def predict_on_ray(
     gpus = int(cluster.get("GPU", 0)) if pc.backend == "torch" else 0  # onnxruntime runs on CPU here
     workers = pc.workers or (gpus or max(1, int(cluster.get("CPU", 1)) - 1))
     cpus = 1.0 if gpus else 0.5  # fractional: Ray Data's read tasks need a CPU beside the replicas
-    source = TableRows(tables.files, columns, family, tables.own, filesystem=tables.filesystem)
+    source = TableRows(tables.files, columns, kind, tables.own, filesystem=tables.filesystem)
     predicted = ray.data.read_datasource(source).map_batches(
         PredictRows,
         fn_constructor_kwargs={
@@ -181,6 +197,7 @@ def predict_on_ray(
             "root": tables.root,
             "cpus": cpus,
             "exit_rule": (pc.exit_patience, pc.exit_entropy),
+            "embedding": embedding_of(pc),
         },
         batch_format="pyarrow",
         batch_size=READ_BLOCK,
@@ -206,16 +223,20 @@ def build_predict(run: StageRun) -> dict:
     model = predict_model(config)
     files = read_model_files(model, "predict.model", "; the default {run_dir}/finetune/best needs the finetune stage")
     model_config = json.loads(files["config.json"])
-    family = family_of(model_config, model)
-    inference = inference_of(family, model)
+    if pc.embeds:  # any folder's encoder: a fine-tuned head's is not read
+        has_task_head(model_config, model)
+        kind, inference, outputs = EMBEDDING, EMBEDDING_ROWS, ENCODER_OUTPUTS
+    else:
+        family = family_of(model_config, model)
+        kind, inference, outputs = family.name, inference_of(family, model), family.outputs
+        # refused here, before any replica loads the model (the config refuses it with the onnx backend)
+        exit_rule_of(family, inference, pc.exit_patience, pc.exit_entropy, "predict.model", onnx=False)
     columns = table_columns(pc, inference)
     tables = input_tables(pc.input, columns, inference)
     length = sequence_length(config, model_config, model)
     use = use_of_files(files, model_config, length, model)
     if pc.backend == "onnx":
-        files = {**files, ONNX_FILE: read_onnx(pc.onnx, "predict.onnx", model_config, family.outputs, model)}
-    # refused here, before any replica loads the model (the config refuses it with the onnx backend)
-    exit_rule_of(family, inference, pc.exit_patience, pc.exit_entropy, "predict.model", onnx=False)
+        files = {**files, ONNX_FILE: read_onnx(pc.onnx, "predict.onnx", model_config, outputs, model)}
     out_fs, out = arrow_filesystem(run.path(PREDICTIONS))
     if pc.workers is None and tables.size <= pc.in_process_bytes:
         print(
@@ -224,9 +245,9 @@ def build_predict(run: StageRun) -> dict:
             flush=True,
         )
         workers = 0
-        predict_here(tables, columns, family.name, files, length, pc, out_fs, out)
+        predict_here(tables, columns, kind, files, length, pc, out_fs, out)
     else:
-        workers = predict_on_ray(tables, columns, family.name, files, length, pc, out_fs, out)
+        workers = predict_on_ray(tables, columns, kind, files, length, pc, out_fs, out)
     written = pads.dataset(out, filesystem=out_fs, format="parquet")
     reasons, examples, total = Counter(), [], 0
     for batch in written.to_batches(columns=["id", "rejected"]):
@@ -239,7 +260,7 @@ def build_predict(run: StageRun) -> dict:
     fields: dict[str, Any] = {
         "model": model,
         "input": pc.input,
-        "kind": family.name,
+        "kind": kind,
         "backend": pc.backend,
         "label_names": use.label_names,
         "max_seq_length": length,
@@ -254,6 +275,8 @@ def build_predict(run: StageRun) -> dict:
         },
         "workers": workers,
     }
+    if pc.embeds:
+        fields["embedding"] = {"pooling": pc.pooling, "normalize": pc.normalize}
     if pc.exits_early:
         depths = Counter(d for d in written.to_table(columns=[EXIT_DEPTH])[EXIT_DEPTH].to_pylist() if d is not None)
         fields["exit_depths"] = {str(d): n for d, n in sorted(depths.items())}
@@ -269,7 +292,7 @@ def build_predict(run: StageRun) -> dict:
         own = writer(output_rows(written, inference))
         for name, text in own.items():
             if "/" in name or name.startswith(".") or name in (PREDICTIONS, "manifest.json", "config.yaml"):
-                raise ValueError(f"{family.name}'s inference names a file {name!r} beside predictions/")
+                raise ValueError(f"{kind}'s inference names a file {name!r} beside predictions/")
             write_text(run.path(name), text)
         fields["family_files"] = sorted(own)
     print(

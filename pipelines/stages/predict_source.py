@@ -10,14 +10,15 @@ from typing import Any
 import pyarrow as pa
 from ray.data.datasource import FileBasedDatasource
 
-from ..finetuning.families import FAMILIES
 from ..inference.columns import Columns
+from ..inference.embedding import rows_inference
 from ..inference.reading import file_rows, open_input, random_access
 
 
 class TableRows(FileBasedDatasource):
-    """The files of predict.input as rows of reading.SCHEMA plus `path`, checked by `family`'s
-    inference; `own`: the files it reads itself (table_files.InputTables.own), the others tables."""
+    """The files of predict.input as rows of reading.SCHEMA plus `path`, checked by the inference of
+    `family` (a family's name, or embedding.EMBEDDING); `own`: the files it reads itself
+    (table_files.InputTables.own), the others tables."""
 
     def __init__(self, paths: list[str], columns: Columns, family: str, own: list[str], **kwargs: Any):
         super().__init__(paths, **kwargs)
@@ -31,7 +32,7 @@ class TableRows(FileBasedDatasource):
         return super()._open_input_source(filesystem, path, **open_args)  # Ray's buffered, decompressed stream
 
     def _read_stream(self, f: pa.NativeFile, path: str):
-        yield from file_rows(f, path, self.columns, FAMILIES[self.family].load_inference(), path in self.own)
+        yield from file_rows(f, path, self.columns, rows_inference(self.family), path in self.own)
 
 
 __all__ = ["TableRows"]

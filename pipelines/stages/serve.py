@@ -6,7 +6,8 @@ naming the field); its rows then join `serve.batch`'s queue, so rows from concur
 list request's rows, share forward passes (bounded by rows and by padded tokens); each is answered
 with the family's output. Under load Serve scales the replicas between bounds, a request beyond the
 proxy's queue bound is a 503 with Retry-After, one over the timeout a 408, and stopping drains the
-requests in flight. Several models on one deployment, by name: serve_multiplex.py, on these parts."""
+requests in flight. POST {route}/embed answers sentence vectors (serve_embed.py), alone for an
+encoder. Several models on one deployment, by name: serve_multiplex.py, on these parts."""
 
 from __future__ import annotations
 
@@ -30,11 +31,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, UserError, one_line
-from ..inference.onnx_runner import ONNX_FILE, read_onnx
+from ..inference.embedding import EMBEDDING_ROWS, Embedder, has_task_head
+from ..inference.onnx_runner import ENCODER_OUTPUTS, ONNX_FILE, read_onnx
 from ..inference.predictor import Predictor, exit_rule_of, family_of, inference_of, label_names
 from ..inference.request import MAX_INPUTS, parse_request
 from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
+from .serve_embed import EMBED, NO_HEAD, EmbedRoute, load_embedder, served_parts
+from .serve_options import ServeOptions
 
 log = logging.getLogger(__name__)
 
@@ -64,61 +68,6 @@ HEALTH = "/health"
 
 class BodyTooLarge(BadInput):
     """A request body over MAX_BODY_BYTES (HTTP 413)."""
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """Where the endpoint listens, its replicas and their resources, how it batches, and how it
-    holds under load."""
-
-    host: str = "127.0.0.1"
-    """The address Serve's HTTP proxy listens on, on the Ray head node (0.0.0.0: every interface)."""
-    port: int = 8000
-    """The HTTP proxy's port."""
-    route: str = "/predict"
-    """The endpoint's path: POST predicts, GET describes the model (several models: each at route/<name>)."""
-    replicas: int = 1
-    """Copies of the model, a fixed number; Serve spreads requests over them (without max_replicas)."""
-    min_replicas: int = 1
-    """With max_replicas: the fewest copies Serve's autoscaler keeps."""
-    max_replicas: int | None = None
-    """The most copies Serve's autoscaler starts; None: a fixed `replicas`."""
-    target_ongoing_requests: float | None = None
-    """Requests per replica the autoscaler aims at; by default max_batch_size (a full batch each)."""
-    upscale_delay_s: float = 10.0
-    """How long the load must stay above the target before the autoscaler adds a replica."""
-    downscale_delay_s: float = 60.0
-    """How long the load must stay below the target before the autoscaler removes a replica."""
-    max_queued_requests: int = 256
-    """Requests the HTTP proxy holds for the deployment while every replica is full (each takes
-    2 x max_batch_size at a time); beyond it a request is answered 503 with Retry-After."""
-    request_timeout_s: float = 60.0
-    """The longest a request may take at the proxy, queueing included, before a 408; also how long
-    stopping waits for the requests in flight."""
-    gpus_per_replica: float | None = None
-    """GPUs each replica reserves; by default 1 where the cluster has GPUs, else 0."""
-    cpus_per_replica: float = 1.0
-    """CPUs each replica reserves (and torch's thread count)."""
-    max_batch_size: int = 32
-    """The most rows in one forward pass, from any number of requests."""
-    batch_wait_ms: float = 10.0
-    """How long a batch waits to fill before it runs anyway."""
-    max_batch_tokens: int = 8192
-    """The most padded tokens (rows x the longest) in one forward pass: rows sorted by length run in
-    passes under both bounds, so one long text does not pad many short ones to its length."""
-    max_seq_length: int | None = None
-    """Tokens per input (a text pair, a choice, a window); by default the length the model was
-    fine-tuned at (its config.json's record), else 512 capped by its position embeddings."""
-    backend: str = "torch"
-    """What runs the model: torch (the folder's weights) or onnx (an ONNX export of it, the
-    ServedModel's, in onnxruntime on the replica's CPUs)."""
-    exit_patience: int | None = None
-    """Early exit: a row stops once its prediction has held for this many more depths (PABEE)."""
-    exit_entropy: float | None = None
-    """Early exit: a row stops once its prediction's entropy (nats) falls below this."""
-    models_per_replica: int = 3
-    """Several models on one deployment (serve_multiplex.py): the most each replica holds loaded,
-    the least recently used evicted beyond it (Serve's max_num_models_per_replica)."""
 
 
 async def read_body(request: Request) -> bytes:
@@ -166,17 +115,21 @@ def load_predictor(local: str, options: ServeOptions) -> Predictor:
     )
 
 
-def description(model: str, predictor: Predictor, options: ServeOptions) -> dict[str, Any]:
-    """What GET answers of a model (`model`: its folder) served with `options`."""
-    inference = predictor.inference
+def description(
+    model: str, predictor: Predictor | None, options: ServeOptions, embedder: Embedder | None = None
+) -> dict[str, Any]:
+    """What GET answers of a model (`model`: its folder) served with `options`: its family's fields
+    and outputs where it has a task head (`predictor`), its vectors' size where it embeds."""
+    inference = predictor.inference if predictor is not None else EMBEDDING_ROWS
     return {
         "model": model,
-        "kind": predictor.family.name,
+        "kind": predictor.family.name if predictor is not None else None,
         "fields": list(inference.fields),
         "required": list(inference.required),
-        "outputs": list(predictor.output),
-        "labels": predictor.use.label_names,
-        "max_seq_length": predictor.use.max_seq_length,
+        "outputs": list(predictor.output) if predictor is not None else [],
+        "labels": predictor.use.label_names if predictor is not None else None,
+        "max_seq_length": (predictor or embedder).use.max_seq_length,
+        "embedding_dimension": embedder.dimension if embedder is not None else None,
         "backend": options.backend,
         "max_batch_size": options.max_batch_size,
         "max_batch_tokens": options.max_batch_tokens,
@@ -185,16 +138,25 @@ def description(model: str, predictor: Predictor, options: ServeOptions) -> dict
 
 
 @serve.deployment(max_constructor_retry_count=3)
-class PredictEndpoint:
-    """A replica: the model in a Predictor. POST predicts, GET describes the model."""
+class PredictEndpoint(EmbedRoute):
+    """A replica: the model in a Predictor (where it has a task head) and its encoder in an
+    Embedder. POST predicts, POST {route}/embed embeds, GET describes the model."""
 
     def __init__(self, model: str, options: ServeOptions, files: ray.ObjectRef):
         torch.set_num_threads(max(1, int(options.cpus_per_replica)))
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
-        self.predictor = load_predictor(materialize(ray.get(files), self.work), options)
-        self.predict_rows.set_max_batch_size(options.max_batch_size)
-        self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
-        self.info = description(model, self.predictor, options)
+        local = materialize(ray.get(files), self.work)
+        predicts, embeds = served_parts(local, os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None)
+        self.predictor = load_predictor(local, options) if predicts else None
+        self.embedder = None
+        if embeds:
+            onnx = os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
+            batching = (options.max_seq_length, options.max_batch_size, options.max_batch_tokens)
+            self.embedder = load_embedder(local, self.predictor, onnx, *batching)
+        for batched in (self.predict_rows, self.embed_rows):
+            batched.set_max_batch_size(options.max_batch_size)
+            batched.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
+        self.info = description(model, self.predictor, options, self.embedder)
         self.batches = self.rows = self.ongoing = 0
 
     def __del__(self) -> None:  # Serve calls it when it stops the replica
@@ -213,19 +175,26 @@ class PredictEndpoint:
             if request.method != "GET":
                 return error(405, f"method: {request.method} is not served on {HEALTH} (GET)")
             return JSONResponse({"status": "ok", "ongoing": self.ongoing})
-        if request.method == "GET":
+        embed = request.url.path.rstrip("/").endswith(EMBED)
+        if request.method == "GET" and not embed:
             return JSONResponse({**self.info, "served": {"batches": self.batches, "rows": self.rows}})
         if request.method != "POST":
-            return error(405, f"method: {request.method} is not served (POST predicts, GET describes the model)")
+            served = f"on {EMBED} (POST)" if embed else "(POST predicts, GET describes the model)"
+            return error(405, f"method: {request.method} is not served {served}")
         self.ongoing += 1
         try:
-            return await self.predict(request)
+            return await self.predict(request, embed)
         finally:
             self.ongoing -= 1
 
-    async def predict(self, request: Request) -> JSONResponse:
+    async def predict(self, request: Request, embed: bool = False) -> JSONResponse:
+        if self.predictor is None and not embed:
+            return error(404, f"{self.info['model']} {NO_HEAD}")
         try:
-            rows, listed = parse_request(await read_body(request), self.predictor.inference)
+            body = await read_body(request)
+            if embed:
+                return await self.embed(body)
+            rows, listed = parse_request(body, self.predictor.inference)
         except BodyTooLarge as e:
             return error(413, one_line(e))
         except BadInput as e:
@@ -245,8 +214,8 @@ class ServedModel:
 
     files: dict[str, bytes]
     """Its files (storage.models.read_model_files), which every replica loads."""
-    kind: str
-    """Its task family."""
+    kind: str | None
+    """Its task family; None for an encoder without a task head, served for embeddings alone."""
     fields: tuple[str, ...]
     """A request row's fields (its family's inference), `required` of them needed."""
     required: tuple[str, ...]
@@ -264,20 +233,27 @@ def read_model(
     key: str = "MODEL_DIR",
 ) -> ServedModel:
     """The model folder (local or s3://), checked before anything starts: a missing folder, an export
-    of no family serve applies, a length over its positions, early exit where its family's prediction
-    cannot exit early (predictor.exit_rule_of); with `onnx`, that ONNX export of it
-    (onnx_runner.read_onnx), carried with its files. Errors about the folder itself name `key`."""
+    of no family serve applies (an encoder alone is served for embeddings), a length over its
+    positions, early exit where its family's prediction cannot exit early (predictor.exit_rule_of);
+    with `onnx`, that ONNX export of it (onnx_runner.read_onnx: the head's, or its encoder's alone),
+    carried with its files. Errors about the folder itself name `key`."""
     files = read_model_files(model_dir, key)
     config = json.loads(files["config.json"])
-    family = family_of(config, model_dir)
-    inference = inference_of(family, model_dir)
-    exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
+    if has_task_head(config, model_dir):
+        family = family_of(config, model_dir)
+        inference = inference_of(family, model_dir)
+        exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
+        kind, outputs = family.name, family.outputs
+    else:
+        if exit_patience is not None or exit_entropy is not None:
+            raise BadInput(
+                f"{model_dir}: an encoder without a task head; early exit reads a sequence head at every depth"
+            )
+        kind, inference, outputs = None, EMBEDDING_ROWS, ENCODER_OUTPUTS
     length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
     if onnx is not None:
-        files = {**files, ONNX_FILE: read_onnx(onnx, "--onnx", config, family.outputs, model_dir)}
-    return ServedModel(
-        files, family.name, tuple(inference.fields), tuple(inference.required), label_names(config), length
-    )
+        files = {**files, ONNX_FILE: read_onnx(onnx, "--onnx", config, outputs, model_dir, encoder_too=True)}
+    return ServedModel(files, kind, tuple(inference.fields), tuple(inference.required), label_names(config), length)
 
 
 def replica_gpus(options: ServeOptions) -> float:

@@ -217,3 +217,24 @@ def test_predict_and_serve_run_an_onnx_export(family_suite, served, tmp_path):
         np.testing.assert_allclose(answer["probabilities"], expected["probabilities"], atol=1e-6)
     finally:
         serve.delete("onnx")
+
+
+def test_a_served_fine_tuned_export_embeds_as_transformers(family_suite, served):
+    """Issue #46: POST <route>/embed on the suite's MNLI classifier (its head ignored) gives plain
+    transformers' AutoModel last hidden state mean-pooled over the attention mask (or at [CLS],
+    normalised), text pairs with their segment ids cut at its recorded length, within 1e-5."""
+    from .embedding_reference import ROWS, transformers_embeddings
+
+    _, run_dir = family_suite
+    rows = ROWS + [{"text": "The team won the final.", "text_pair": "A match was played " * 20}]
+    expected = transformers_embeddings(str(run_dir / "finetune" / TASKS["classification"] / "best"), rows)
+    for (pooling, normalize), vectors in expected.items():
+        status, answer = call(
+            f"{served}/classification/embed", {"inputs": rows, "pooling": pooling, "normalize": normalize}
+        )
+        assert status == 200, answer
+        np.testing.assert_allclose(
+            [a["embedding"] for a in answer], vectors, atol=1e-5, err_msg=f"{pooling} {normalize}"
+        )
+    status, info = call(f"{served}/classification")
+    assert (status, info["embedding_dimension"]) == (200, 128)

@@ -13,6 +13,7 @@ fine-tuning predicted: test_family_paths.py."""
 import http.client
 import json
 import logging
+import shutil
 import socket
 import time
 import urllib.error
@@ -263,9 +264,13 @@ def test_the_command_refuses_a_missing_folder_and_an_unserved_export_in_one_line
         f"albert-ray serve: error: MODEL_DIR: {tmp_path / 'nothing'} has no config.json "
         "(not a transformers ALBERT directory)\n"
     )
-    assert main(["serve", tiny_pretrained]) == 2  # a pretraining export: not a sequence classifier
+    other = tmp_path / "bert"  # an export of no ALBERT head or encoder (a pretraining export serves embeddings)
+    shutil.copytree(tiny_pretrained, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "architectures": ["AlbertForMaskedLM"]}))
+    assert main(["serve", str(other)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"albert-ray serve: error: {tiny_pretrained}: a AlbertForPreTraining export; predict serves")
+    assert err.startswith(f"albert-ray serve: error: {other}: a AlbertForMaskedLM export; embeddings are read from")
     assert err.count("\n") == 1
 
 

@@ -106,7 +106,7 @@ def test_a_cap_below_one_is_refused_by_the_parser(capsys):
 
 
 def test_every_model_folder_is_checked_before_ray_starts(classifier, tiny_pretrained, tmp_path, monkeypatch, capsys):
-    """A missing folder, a pickled pytorch_model.bin and an export of no family serve applies, each
+    """A missing folder, a pickled pytorch_model.bin and an encoder without a task head, each
     beside a good model: one line naming the model, and Ray never started."""
     from pipelines.cli import serve as command
 
@@ -120,6 +120,7 @@ def test_every_model_folder_is_checked_before_ray_starts(classifier, tiny_pretra
         f"model bad: {pickled}/pytorch_model.bin: not loaded: it holds "
     )
     assert not (tmp_path / "sentinel").exists()
-    assert refused(capsys, "--model", good, "--model", f"pre={tiny_pretrained}").startswith(
-        f"{tiny_pretrained}: a AlbertForPreTraining export; predict serves"
+    assert refused(capsys, "--model", good, "--model", f"pre={tiny_pretrained}") == (
+        f"model pre: {tiny_pretrained} is an encoder without a task head; several models on one deployment "
+        "answer predictions: serve it alone (MODEL_DIR) for its sentence vectors"
     )

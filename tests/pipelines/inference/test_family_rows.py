@@ -31,7 +31,9 @@ class GzippedLines:
         return [{"id": f"line {i}", "text": line, "label": "x"} for i, line in enumerate(lines)]
 
 
-def test_a_familys_own_files_are_read_by_it_as_stored_and_the_others_as_tables(tmp_path, monkeypatch):
+def test_a_familys_own_files_are_read_by_it_as_stored_and_the_others_as_tables(ray_session, tmp_path, monkeypatch):
+    """(Ray Data's file datasource starts Ray when it opens a file: the session's, not one of its own
+    that a later ray_session would find in the way.)"""
     from pipelines.stages.predict_source import TableRows
 
     monkeypatch.setitem(FAMILIES, "lines", SimpleNamespace(load_inference=GzippedLines))

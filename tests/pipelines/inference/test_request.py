@@ -67,3 +67,24 @@ def test_a_multiple_choice_request_names_the_field_each_reason_concerns():
     ]
     for body, message in cases:
         assert refused(body, CHOICE) == message
+
+
+def test_an_embedding_request_carries_its_pooling_and_normalisation_beside_the_rows():
+    from pipelines.inference.embedding import EMBEDDING_ROWS
+    from pipelines.inference.request import parse_embed_request
+
+    assert parse_embed_request(b'{"text": "a"}', EMBEDDING_ROWS) == ([{"text": "a"}], False, "mean", False)
+    body = b'{"inputs": [{"text": "a", "text_pair": "b"}], "pooling": "cls", "normalize": true}'
+    assert parse_embed_request(body, EMBEDDING_ROWS) == ([{"text": "a", "text_pair": "b"}], True, "cls", True)
+    refused = {
+        b'{"text": "a", "pooling": "max"}': 'pooling: one of mean, cls is expected, got "max"',
+        b'{"text": "a", "normalize": "yes"}': "normalize: a boolean is expected, got a string",
+        b'{"inputs": [{"text": "a", "pooling": "cls"}]}': "inputs[0].pooling: unknown field (the fields are text, "
+        "text_pair)",
+        b'{"inputs": [], "pooling": "cls"}': "inputs: a non-empty array of row objects is expected, got an array",
+        b'{"text": 3}': "text: a string is expected, got a number",
+    }
+    for body, message in refused.items():
+        with pytest.raises(BadInput) as e:
+            parse_embed_request(body, EMBEDDING_ROWS)
+        assert str(e.value) == message

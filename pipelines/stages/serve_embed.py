@@ -1,0 +1,95 @@
+"""serve's embedding route, `POST {route}/embed` (issue #46): a row (`{"text": ..., "text_pair": ...}`)
+or `{"inputs": [...]}` of them, with an optional `pooling` (mean, cls) and `normalize` (a boolean)
+beside, answered `{"embedding": [...]}` for a row and a list of them for a list. The rows join a
+`serve.batch` queue of their own, as predictions do theirs; each batch runs the encoder once and
+every request reads the pooling it asked for (pipelines/inference/embedding.py). A replica embeds
+with its torch model's encoder (a fine-tuned head's, shared with the predictions, or a pretraining
+export's) or with an ONNX export of the encoder alone (`export onnx --embedding`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import numpy as np
+from ray import serve
+from starlette.responses import JSONResponse
+
+from ..errors import BadInput, one_line
+from ..inference.embedding import EMBEDDING, EMBEDDING_ROWS, Embedder, has_task_head, sentence_vector
+from ..inference.onnx_runner import ENCODER_OUTPUTS, onnx_outputs
+from ..inference.predictor import Predictor
+from ..inference.request import parse_embed_request
+from ..storage.models import read_model_config
+
+log = logging.getLogger(__name__)
+
+EMBED = "/embed"
+"""The embedding route, under the endpoint's route."""
+NO_HEAD = f"has no task head served (an encoder, or an ONNX export of its encoder): it answers POST {EMBED}"
+"""Why a folder without a task head answers no POST {route} (after the folder's name)."""
+
+
+def served_parts(model_dir: str, onnx: str | None) -> tuple[bool, bool]:
+    """(predicts, embeds) of a local model folder as served: a task head predicts and any encoder
+    embeds; with `onnx`, the file's outputs decide: a head's export predicts, an encoder's embeds."""
+    head = has_task_head(read_model_config(model_dir, "MODEL_DIR"), model_dir)
+    if onnx is None:
+        return head, True
+    with open(onnx, "rb") as f:
+        encoder = onnx_outputs(f.read()) == ENCODER_OUTPUTS
+    return head and not encoder, encoder
+
+
+def load_embedder(
+    model_dir: str,
+    predictor: Predictor | None,
+    onnx: str | None,
+    max_seq_length: int | None,
+    batch_size: int,
+    tokens: int,
+) -> Embedder:
+    """The replica's Embedder: the predictor's own encoder where it holds a torch model (the weights
+    once in memory), else the folder's, or the ONNX encoder export."""
+    encoder = predictor.model.albert if predictor is not None and onnx is None else None
+    return Embedder.load(model_dir, max_seq_length, batch_size, onnx=onnx, max_batch_tokens=tokens, encoder=encoder)
+
+
+class EmbedRoute:
+    """What a replica adds for POST {route}/embed: `embed(body)`, the body read within its limit. The
+    deployment sets `embedder` (None where its model has no encoder output: a head's ONNX export)."""
+
+    embedder: Embedder | None
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)  # both set per app with the predictions'
+    async def embed_rows(self, rows: list[dict[str, Any]]) -> list[np.ndarray]:
+        """Each row's vectors by every pooling (embedding.pooled)."""
+        assert self.embedder is not None
+        return list(await asyncio.to_thread(self.embedder.vectors, rows))
+
+    async def embed(self, body: bytes) -> JSONResponse:
+        if self.embedder is None:
+            return failed(
+                404,
+                f"{EMBED}: this ONNX export has no last_hidden_state; serve an encoder export "
+                "(`albert-ray export onnx MODEL_DIR FILE --embedding`) for embeddings",
+            )
+        try:
+            rows, listed, pooling, normalize = parse_embed_request(body, EMBEDDING_ROWS)
+        except BadInput as e:
+            return failed(400, one_line(e))
+        try:
+            vectors = await asyncio.gather(*(self.embed_rows(row) for row in rows))
+        except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
+            log.exception("embedding failed")
+            return failed(500, f"embedding failed: {one_line(e)}")
+        answers = [{EMBEDDING: sentence_vector(v, pooling, normalize)} for v in vectors]
+        return JSONResponse(answers if listed else answers[0])
+
+
+def failed(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+__all__ = ["EMBED", "NO_HEAD", "EmbedRoute", "load_embedder", "served_parts"]

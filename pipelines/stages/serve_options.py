@@ -1,0 +1,64 @@
+"""`albert-ray serve`'s options (ServeOptions): where the endpoint listens, its replicas, how it
+batches and how it holds under load; the deployment (serve.py) and the command (cli/serve.py) read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Where the endpoint listens, its replicas and their resources, how it batches, and how it
+    holds under load."""
+
+    host: str = "127.0.0.1"
+    """The address Serve's HTTP proxy listens on, on the Ray head node (0.0.0.0: every interface)."""
+    port: int = 8000
+    """The HTTP proxy's port."""
+    route: str = "/predict"
+    """The endpoint's path: POST predicts, GET describes the model (several models: each at route/<name>)."""
+    replicas: int = 1
+    """Copies of the model, a fixed number; Serve spreads requests over them (without max_replicas)."""
+    min_replicas: int = 1
+    """With max_replicas: the fewest copies Serve's autoscaler keeps."""
+    max_replicas: int | None = None
+    """The most copies Serve's autoscaler starts; None: a fixed `replicas`."""
+    target_ongoing_requests: float | None = None
+    """Requests per replica the autoscaler aims at; by default max_batch_size (a full batch each)."""
+    upscale_delay_s: float = 10.0
+    """How long the load must stay above the target before the autoscaler adds a replica."""
+    downscale_delay_s: float = 60.0
+    """How long the load must stay below the target before the autoscaler removes a replica."""
+    max_queued_requests: int = 256
+    """Requests the HTTP proxy holds for the deployment while every replica is full (each takes
+    2 x max_batch_size at a time); beyond it a request is answered 503 with Retry-After."""
+    request_timeout_s: float = 60.0
+    """The longest a request may take at the proxy, queueing included, before a 408; also how long
+    stopping waits for the requests in flight."""
+    gpus_per_replica: float | None = None
+    """GPUs each replica reserves; by default 1 where the cluster has GPUs, else 0."""
+    cpus_per_replica: float = 1.0
+    """CPUs each replica reserves (and torch's thread count)."""
+    max_batch_size: int = 32
+    """The most rows in one forward pass, from any number of requests."""
+    batch_wait_ms: float = 10.0
+    """How long a batch waits to fill before it runs anyway."""
+    max_batch_tokens: int = 8192
+    """The most padded tokens (rows x the longest) in one forward pass: rows sorted by length run in
+    passes under both bounds, so one long text does not pad many short ones to its length."""
+    max_seq_length: int | None = None
+    """Tokens per input (a text pair, a choice, a window); by default the length the model was
+    fine-tuned at (its config.json's record), else 512 capped by its position embeddings."""
+    backend: str = "torch"
+    """What runs the model: torch (the folder's weights) or onnx (an ONNX export of it, the
+    ServedModel's, in onnxruntime on the replica's CPUs)."""
+    exit_patience: int | None = None
+    """Early exit: a row stops once its prediction has held for this many more depths (PABEE)."""
+    exit_entropy: float | None = None
+    """Early exit: a row stops once its prediction's entropy (nats) falls below this."""
+    models_per_replica: int = 3
+    """Several models on one deployment (serve_multiplex.py): the most each replica holds loaded,
+    the least recently used evicted beyond it (Serve's max_num_models_per_replica)."""
+
+
+__all__ = ["ServeOptions"]
