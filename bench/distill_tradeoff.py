@@ -14,6 +14,8 @@ SentencePiece vocabulary trained here on BBC News. No Ray.
     python bench/distill_tradeoff.py --threads 1                       # tiny from scratch, 3 seeds
     python bench/distill_tradeoff.py --pretrained runs/default/pretrain/hf --out tradeoff.json
     python bench/distill_tradeoff.py --smoke                           # seconds: the bench's own test
+    python bench/distill_tradeoff.py --run-dir runs/default --patiences "" # make run's model, after
+        albert-ray distill --config configs/default.yaml distill.layers=half tune.repeats=2
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from pipelines.prep.text import normalize_text
 from pipelines.storage.models import read_model_config, read_model_files
 
 
-def random_pretrained(root: str, vocab_size: int) -> str:
+def random_pretrained(root: str, vocab_size: int, layers: int | None = None) -> str:
     """A random tiny AlbertForPreTraining with a SentencePiece vocabulary trained on BBC News."""
     from pipelines.finetuning.tables import bbc_news_examples
     from pipelines.stages.vocab import train_sentencepiece
@@ -52,7 +54,8 @@ def random_pretrained(root: str, vocab_size: int) -> str:
     with open(spiece, "wb") as f:
         f.write(train_sentencepiece([normalize_text(s) for s in lines], vocab_size, []))
     torch.manual_seed(0)
-    model = AlbertForPreTraining(AlbertConfig.from_preset("tiny", vocab_size=vocab_size))
+    config = AlbertConfig.from_preset("tiny", vocab_size=vocab_size)
+    model = AlbertForPreTraining(config.replace(num_hidden_layers=layers or config.num_hidden_layers))
     return str(save_hf_pretrained(model, os.path.join(root, "hf"), spiece_model=spiece))
 
 
@@ -78,10 +81,85 @@ def timed(predictor: Predictor, rows: list[dict]) -> tuple[float, list[dict]]:
     return len(rows) / (time.perf_counter() - started), outputs
 
 
+def timed_arms(teacher: str, students: list[str], rows: list[dict], args) -> tuple[dict, dict, dict]:
+    """Each arm's predict rows/s over `rows` (--repeats rounds, every arm in turn: the same load falls
+    on all) and its last answers: the teacher, each student, the teacher exiting early."""
+    patiences = [int(p) for p in args.patiences.split(",") if p]
+    entropies = [float(e) for e in args.entropies.split(",") if e]
+    arms = {"teacher": Predictor.load(teacher, device="cpu")}
+    arms.update({f"student seed {i}": Predictor.load(s, device="cpu") for i, s in enumerate(students)})
+    arms.update({f"exit patience {p}": Predictor.load(teacher, device="cpu", exit_patience=p) for p in patiences})
+    arms.update({f"exit entropy {e:g}": Predictor.load(teacher, device="cpu", exit_entropy=e) for e in entropies})
+    for predictor in arms.values():  # a warm-up: allocations, caches
+        predictor.predict(rows[:64])
+    speeds: dict[str, list[float]] = {name: [] for name in arms}
+    answers: dict[str, list[dict]] = {}
+    for _ in range(args.repeats):
+        for name, predictor in arms.items():
+            speed, answers[name] = timed(predictor, rows)
+            speeds[name].append(speed)
+    return speeds, answers, arms
+
+
+def from_run(args) -> dict:
+    """--run-dir: the run's fine-tuned model (finetune/best) against its distilled student
+    (distill/best) and itself exiting early, on the finetune stage's own eval rows; the students'
+    accuracy over seeds from distill/best.json's repeats. Nothing is trained."""
+    started = time.time()
+    family = task_family("classification")
+    with open(os.path.join(args.run_dir, "distill", "best.json")) as f:
+        best = json.load(f)
+    cfg = FinetuneSection(**best["finetune"])  # the student's trial's: the task, split and eval rows the run used
+    task = load_task(cfg, family)
+    rows = [{"text": text} for text in task.eval.texts]
+    gold = [task.label_names[int(t)] for t in task.eval_targets]
+    teacher, student = (os.path.join(args.run_dir, stage, "best") for stage in ("finetune", "distill"))
+    speeds, answers, arms = timed_arms(teacher, [student], rows, args)
+    results = arm_results(arms, speeds, answers, gold)
+    base = results["teacher"]
+    seeds = [run["value"] for run in best.get("repeats", {}).get("runs", [])] or [best["value"]]
+    summary = {
+        "teacher": {**base, "num_hidden_layers": best["teacher"]["num_hidden_layers"], "model": teacher},
+        "students": {
+            "num_hidden_layers": best["student_layers"],
+            "accuracy_mean": statistics.fmean(seeds),
+            "accuracy_std": statistics.stdev(seeds) if len(seeds) > 1 else 0.0,
+            "seeds": seeds,
+            "speedup_mean": results["student seed 0"]["rows_per_s"] / base["rows_per_s"],
+        },
+        "arms": results,
+        "eval_rows": len(rows),
+        "run_dir": args.run_dir,
+        "args": vars(args),
+        "seconds": time.time() - started,
+    }
+    print(table(summary))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(summary, f, indent=2)
+    return summary
+
+
+def arm_results(arms: dict, speeds: dict, answers: dict, gold: list[str]) -> dict:
+    """Each arm's accuracy, median rows/s and, exiting early, its depths."""
+    results = {}
+    for name in arms:
+        found = {"accuracy": accuracy(answers[name], gold), "rows_per_s": statistics.median(speeds[name])}
+        if name.startswith("exit"):
+            depths = [a[EXIT_DEPTH] for a in answers[name]]
+            found["mean_exit_depth"] = float(np.mean(depths))
+            found["exit_depths"] = {str(d): n for d, n in sorted(Counter(depths).items())}
+        results[name] = found
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pretrained", help="a pretrained ALBERT folder; default: a random tiny one")
     parser.add_argument("--vocab-size", type=int, default=4000)
+    parser.add_argument(
+        "--layers", type=int, help="without --pretrained: the random tiny model's applications of its layer (4)"
+    )
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=6, help="the teacher's fine-tuning epochs")
     parser.add_argument("--student-epochs", type=int, default=3)
@@ -98,7 +176,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3, help="timing rounds; the median rows/s is reported")
     parser.add_argument("--smoke", action="store_true", help="a few rows and one epoch: that it runs")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument(
+        "--run-dir", help="a run with finetune/best and distill/best (make run's, then albert-ray distill): time those"
+    )
     args = parser.parse_args(argv)
+    if args.run_dir:
+        torch.set_num_threads(args.threads)
+        return from_run(args)
     if args.smoke:
         args.vocab_size, args.seq, args.epochs, args.student_epochs = 500, 32, 1, 1
         args.seeds, args.patiences, args.max_train, args.max_eval, args.repeats = 2, "1", 48, 24, 1
@@ -107,7 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.time()
     family = task_family("classification")
     with tempfile.TemporaryDirectory(prefix="distill-tradeoff-") as work:
-        pretrained = args.pretrained or random_pretrained(work, args.vocab_size)
+        pretrained = args.pretrained or random_pretrained(work, args.vocab_size, args.layers)
         cfg = FinetuneSection(
             max_seq_length=args.seq,
             epochs=args.epochs,
@@ -131,27 +215,9 @@ def main(argv: list[str] | None = None) -> dict:
         task = load_task(cfg, family)
         rows = [{"text": text} for text in task.eval.texts]
         gold = [task.label_names[int(t)] for t in task.eval_targets]
-        patiences = [int(p) for p in args.patiences.split(",") if p]
-        arms = {"teacher": Predictor.load(teacher, device="cpu")}
-        arms.update({f"student seed {i}": Predictor.load(s, device="cpu") for i, s in enumerate(students)})
-        arms.update({f"exit patience {p}": Predictor.load(teacher, device="cpu", exit_patience=p) for p in patiences})
-        entropies = [float(e) for e in args.entropies.split(",") if e]
-        arms.update({f"exit entropy {e:g}": Predictor.load(teacher, device="cpu", exit_entropy=e) for e in entropies})
-        speeds: dict[str, list[float]] = {name: [] for name in arms}
-        answers: dict[str, list[dict]] = {}
-        for _ in range(args.repeats):  # round-robin: every arm sees the same load over the run
-            for name, predictor in arms.items():
-                speed, answers[name] = timed(predictor, rows)
-                speeds[name].append(speed)
+        speeds, answers, arms = timed_arms(teacher, students, rows, args)
 
-    results = {}
-    for name in arms:
-        found = {"accuracy": accuracy(answers[name], gold), "rows_per_s": statistics.median(speeds[name])}
-        if name.startswith("exit"):
-            depths = [a[EXIT_DEPTH] for a in answers[name]]
-            found["mean_exit_depth"] = float(np.mean(depths))
-            found["exit_depths"] = {str(d): n for d, n in sorted(Counter(depths).items())}
-        results[name] = found
+    results = arm_results(arms, speeds, answers, gold)
     base = results["teacher"]
     student_acc = [results[n]["accuracy"] for n in results if n.startswith("student")]
     student_speed = [results[n]["rows_per_s"] for n in results if n.startswith("student")]
