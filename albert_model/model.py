@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import torch.utils._pytree
 from torch import nn
 
+from . import kernels
 from .config import AlbertConfig
 
 _ACTIVATIONS = {
@@ -73,7 +74,7 @@ class AlbertAttention(nn.Module):
             # One GEMM for q, k and v: the weights stay separate parameters for checkpoint names.
             w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
             b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-            q, k, v = F.linear(x, w, b).view(B, S, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = kernels.linear(x, w, b).view(B, S, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         else:
             w = torch.cat([self.key.weight, self.value.weight])
             b = torch.cat([self.key.bias, self.value.bias])
@@ -85,7 +86,8 @@ class AlbertAttention(nn.Module):
             q, k, v, attn_mask=attn_mask, dropout_p=self.attention_dropout_p if self.training else 0.0
         )
         y = y.transpose(1, 2).reshape(B, -1, H)
-        return self.LayerNorm(x + self.output_dropout(self.dense(y)))
+        y = kernels.linear(y, self.dense.weight, self.dense.bias)
+        return self.LayerNorm(x + self.output_dropout(y))
 
 
 class AlbertLayer(nn.Module):
@@ -104,7 +106,9 @@ class AlbertLayer(nn.Module):
         self, x: torch.Tensor, attn_mask: torch.Tensor | None, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
         x = self.attention(x, attn_mask, positions)
-        return self.full_layer_layer_norm(x + self.dropout(self.ffn_output(self.activation(self.ffn(x)))))
+        h = kernels.linear(x, self.ffn.weight, self.ffn.bias, self.activation)  # (B, S, I)
+        h = kernels.linear(h, self.ffn_output.weight, self.ffn_output.bias)
+        return self.full_layer_layer_norm(x + self.dropout(h))
 
 
 class AlbertLayerGroup(nn.Module):
@@ -163,7 +167,8 @@ class AlbertTransformer(nn.Module):
         self, x: torch.Tensor, attn_mask: torch.Tensor | None, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
         """With `positions` ([B, P]) the last layer runs only there: (B, P, H), else (B, S, H)."""
-        x = self.embedding_hidden_mapping_in(x)  # (B, S, E) -> (B, S, H)
+        mapping = self.embedding_hidden_mapping_in
+        x = kernels.linear(x, mapping.weight, mapping.bias)  # (B, S, E) -> (B, S, H)
         last = self.config.num_hidden_layers - 1
         for step in range(self.config.num_hidden_layers):
             x = self.albert_layer_groups[self.group_of_step(step)](x, attn_mask, positions if step == last else None)
@@ -186,7 +191,7 @@ def gather_positions(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 def padding_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     """[B, S] 1 = token, 0 = padding  ->  boolean SDPA mask [B, 1, 1, S] (True = attend)."""
-    if attention_mask is None:
+    if attention_mask is None or kernels.without_padding(attention_mask):
         return None
     return attention_mask.bool()[:, None, None, :]
 

@@ -22,6 +22,8 @@ windows).
   writes it (loops over the n-best starts and ends of each window, the [CLS] null score, the
   threshold; the n-best of a window's own tokens, as ours). `--padding longest` pads each batch to
   its longest instead.
+- With --without-kernels, a third side: ours with albert_model/kernels.py's CPU inference kernels
+  patched off (F.linear and the attention mask, the code before them), to time them side by side.
 Each side's time is the median of --rounds rounds over all the questions, the two alternating (a
 change in the machine's load falls on both), after a warm-up; loading is not timed.
 Agreement: the share of questions with the same answer text (the only expected differences: the
@@ -116,6 +118,20 @@ def load_ours(model: str, batch: int) -> Contender:
         return {r["id"]: p["answer"] for r, p in zip(chosen, predicted)}, [tuple(ids) for ids, _ in encoded.features]
 
     return answer
+
+
+def without_kernels(answer: Contender) -> Contender:
+    """`answer` with albert_model/kernels.py's inference kernels off: what ran before them."""
+    from unittest import mock
+
+    from albert_model import kernels
+
+    def plain(chosen: list[dict]) -> tuple[dict[str, str], list[tuple]]:
+        off = (mock.patch.object(kernels, name, lambda *a: False) for name in ("fusable", "without_padding"))
+        with next(off), next(off):
+            return answer(chosen)
+
+    return plain
 
 
 def utils_qa_answers(
@@ -242,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--padding", default="max_length", choices=["max_length", "longest"], help="transformers'")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each (the median is reported)")
+    parser.add_argument("--without-kernels", action="store_true", help="also time ours without the inference kernels")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -256,6 +273,8 @@ def main(argv: list[str] | None = None) -> dict:
             "ours": load_ours(model, args.batch_size),
             "transformers": load_transformers(model, args.batch_size, args.padding),
         }
+        if args.without_kernels:
+            contenders["ours without kernels"] = without_kernels(contenders["ours"])
         times = timed(contenders, rows, args.rounds, args.batch_size)
     (ours_s, ours, our_windows), (theirs_s, theirs, their_windows) = times["ours"], times["transformers"]
     result = {
@@ -274,6 +293,11 @@ def main(argv: list[str] | None = None) -> dict:
         "agreement": float(np.mean([ours[k] == theirs[k] for k in ours])),
         "same_windows": our_windows == their_windows,
     }
+    if args.without_kernels:
+        plain_s, plain, _ = times["ours without kernels"]
+        result["ours_without_kernels_questions_per_s"] = len(rows) / plain_s
+        result["speedup_without_kernels"] = theirs_s / plain_s
+        result["kernels_same_answers"] = float(np.mean([ours[k] == plain[k] for k in ours]))
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
