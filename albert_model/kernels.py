@@ -13,6 +13,11 @@ from torch import nn
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # not a DTensor (FSDP2) or another tensor subclass
 
+try:  # a private op of torch's oneDNN build (torch 2.13 has it): a build without it takes F.linear
+    _LINEAR_POINTWISE = torch.ops.mkldnn._linear_pointwise
+except (AttributeError, RuntimeError):
+    _LINEAR_POINTWISE = None
+
 
 def fusable(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `linear` takes the oneDNN call for these operands: inference (no autograd) on a CPU
@@ -24,6 +29,7 @@ def fusable(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and type(x) in _PLAIN
         and type(weight) in _PLAIN
         and torch.backends.mkldnn.is_available()
+        and _LINEAR_POINTWISE is not None
         and not torch.is_autocast_enabled("cpu")
         and not torch.compiler.is_compiling()
         and not torch.jit.is_tracing()
@@ -48,7 +54,7 @@ def linear(
 ) -> torch.Tensor:
     """activation(F.linear(x, weight, bias)), `activation` one of model._ACTIVATIONS' modules."""
     if fusable(x, weight):
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, *_post_op(activation))
+        return _LINEAR_POINTWISE(x, weight, bias, *_post_op(activation))
     y = F.linear(x, weight, bias)
     return y if activation is None else activation(y)
 
