@@ -113,7 +113,7 @@ def check_what_the_report_says(config, best, trials, predictions, labels):
     assert "![Confusion matrix](confusion_matrix.png)" in report and "finetune_curve.png" in report
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # a 4-trial ASHA search, ~23 s: make test-e2e (issue #45: make test within 12 minutes)
 def test_asha_search_on_bbc_exports_a_best_model_transformers_reproduces(
     ray_session, tiny_pretrained, tmp_path, capsys, mlflow_server
 ):

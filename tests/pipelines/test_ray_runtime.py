@@ -22,7 +22,7 @@ print(nodes == [ray.get_runtime_context().get_node_id()])
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e  # a Ray of its own in a subprocess, ~20 s: make test-e2e (issue #45: make test within 12 minutes)
 @pytest.mark.ray
 def test_a_local_ray_gets_a_private_token_not_a_world_readable_file(ray_session, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
