@@ -301,8 +301,7 @@ def upload(local_dir: Path, url: str) -> None:
 
 @pytest.mark.e2e  # the data stage over moto's S3, ~16 s: make test-e2e, beside the whole job on S3 (test_full_run.py)
 def test_s3_in_and_out_gives_the_local_examples(s3_endpoint, business_run, business_vocab):
-    """The BBC business articles read from s3:// and written there by one data worker: the examples
-    the module's local run made on 4 (the same seed, the same examples whatever the workers)."""
+    """BBC business articles read from and written to s3:// by one worker: the local run's examples (on 4)."""
     import s3fs
 
     s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint}).mkdir("corpus-bucket")

@@ -24,8 +24,7 @@ def overrides(run_dir, model, table, output) -> list[str]:
         f"predict.input={table}",
         f"predict.output={output}",
         "predict.max_seq_length=16",
-        "predict.workers=1",
-    ]
+    ]  # in process (rows this few): publishing is the same whatever wrote the output
 
 
 def published_files(folder: Path) -> set[str]:
