@@ -133,11 +133,7 @@ def from_run(args) -> dict:
         "args": vars(args),
         "seconds": time.time() - started,
     }
-    print(table(summary))
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(summary, f, indent=2)
-    return summary
+    return reported(summary, args.out)
 
 
 def arm_results(arms: dict, speeds: dict, answers: dict, gold: list[str]) -> dict:
@@ -235,9 +231,14 @@ def main(argv: list[str] | None = None) -> dict:
         "args": vars(args),
         "seconds": time.time() - started,
     }
+    return reported(summary, args.out)
+
+
+def reported(summary: dict, out: str | None) -> dict:
+    """The summary printed as a table and, with --out, written as JSON."""
     print(table(summary))
-    if args.out:
-        with open(args.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             json.dump(summary, f, indent=2)
     return summary
 
