@@ -27,8 +27,8 @@ from ..finetuning.inference import FamilyInference, ModelUse
 from ..finetuning.loop import predict
 from ..finetuning.tokenizer import PairTokenizer
 from ..storage.models import applied_length, read_model_config
-from .onnx_runner import ENCODER_OUTPUTS, OnnxRunner
-from .predictor import model_use
+from .onnx_runner import ENCODER_OUTPUTS
+from .predictor import model_use, placed
 
 EMBEDDING = "embedding"
 """The output column, and the rows' kind where predict embeds (in place of a family's name)."""
@@ -143,12 +143,10 @@ class Embedder:
         (None: storage.models.applied_length's default, as predict's)."""
         config = read_model_config(model_dir, "model")
         length = applied_length(config, max_seq_length, "max_seq_length", model_dir)
-        if onnx is not None:
-            target = torch.device("cpu")
-            encoder = OnnxRunner(onnx, ENCODER_OUTPUTS, torch.get_num_threads())
-        else:
-            target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-            encoder = (encoder if encoder is not None else load_hf_encoder(model_dir)).to(target).eval()
+        shared = encoder
+        encoder, target = placed(
+            onnx, ENCODER_OUTPUTS, device, lambda: shared if shared is not None else load_hf_encoder(model_dir)
+        )
         use = model_use(config, PairTokenizer(model_dir), length, model_dir)
         vectors = SentenceVectors(encoder)
         return cls(vectors, use, batch_size, target, max_batch_tokens, pooling, normalize, int(config["hidden_size"]))

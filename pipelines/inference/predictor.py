@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +109,17 @@ def use_of_files(files: Mapping[str, bytes], config: Mapping[str, Any], max_seq_
         return model_use(config, PairTokenizer(scratch), max_seq_length, where)
 
 
+def placed(
+    onnx: str | None, outputs: tuple[str, ...], device: str | None, load: Callable[[], nn.Module]
+) -> tuple[nn.Module, torch.device]:
+    """What runs a model and where: the ONNX file `onnx` in onnxruntime on CPU (its `outputs`),
+    else `load()`'s module on `device` (by default a GPU where there is one), in eval mode."""
+    if onnx is not None:
+        return OnnxRunner(onnx, outputs, torch.get_num_threads()), torch.device("cpu")
+    target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return load().to(target).eval(), target
+
+
 EXIT_DEPTH = "exit_depth"
 """The output column of early exit: the depth (applications of the shared layer) a row was answered at."""
 
@@ -166,12 +177,9 @@ class Predictor:
         inference = inference_of(family, model_dir)
         length = applied_length(config, max_seq_length, "max_seq_length", model_dir)
         training = family.load_training()
-        if onnx is not None:
-            target = torch.device("cpu")
-            model = OnnxRunner(onnx, family.outputs, torch.get_num_threads())
-        else:
-            target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-            model = load_hf_pretrained(model_dir, training.model_class).to(target).eval()
+        model, target = placed(
+            onnx, family.outputs, device, lambda: load_hf_pretrained(model_dir, training.model_class)
+        )
         use = model_use(config, PairTokenizer(model_dir), length, model_dir)
         rule = exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
         return cls(family, inference, training, model, use, batch_size, target, rule, max_batch_tokens)
@@ -222,6 +230,7 @@ class Predictor:
 
 
 __all__ = [
+    "placed",
     "exit_rule_of",
     "EXIT_DEPTH",
     "EarlyExit",

@@ -37,7 +37,7 @@ from ..inference.predictor import Predictor, exit_rule_of, family_of, inference_
 from ..inference.request import MAX_INPUTS, parse_request
 from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
-from .serve_embed import EMBED, NO_HEAD, EmbedRoute, load_embedder, served_parts
+from .serve_embed import EMBED, NO_HEAD, EmbedRoute, error, load_embedder, served_parts
 from .serve_options import ServeOptions
 
 log = logging.getLogger(__name__)
@@ -82,10 +82,6 @@ async def read_body(request: Request) -> bytes:
         if len(body) > MAX_BODY_BYTES:
             raise BodyTooLarge(f"body: over the limit of {MAX_BODY_BYTES} bytes")
     return bytes(body)
-
-
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
 
 
 def answered(

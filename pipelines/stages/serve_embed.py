@@ -70,7 +70,7 @@ class EmbedRoute:
 
     async def embed(self, body: bytes) -> JSONResponse:
         if self.embedder is None:
-            return failed(
+            return error(
                 404,
                 f"{EMBED}: this ONNX export has no last_hidden_state; serve an encoder export "
                 "(`albert-ray export onnx MODEL_DIR FILE --embedding`) for embeddings",
@@ -78,17 +78,18 @@ class EmbedRoute:
         try:
             rows, listed, pooling, normalize = parse_embed_request(body, EMBEDDING_ROWS)
         except BadInput as e:
-            return failed(400, one_line(e))
+            return error(400, one_line(e))
         try:
             vectors = await asyncio.gather(*(self.embed_rows(row) for row in rows))
         except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
             log.exception("embedding failed")
-            return failed(500, f"embedding failed: {one_line(e)}")
+            return error(500, f"embedding failed: {one_line(e)}")
         answers = [{EMBEDDING: sentence_vector(v, pooling, normalize)} for v in vectors]
         return JSONResponse(answers if listed else answers[0])
 
 
-def failed(status: int, message: str) -> JSONResponse:
+def error(status: int, message: str) -> JSONResponse:
+    """An error answer: {"error": message} with `status` (every route of serve's)."""
     return JSONResponse({"error": message}, status_code=status)
 
 
