@@ -2,12 +2,13 @@
 replica holds a pipelines/inference Predictor, which applies the model as its family says. A request
 (a row of the family's fields, or a list of them: pipelines/inference/request.py) is checked before
 it reaches the model (a body over the limit is a 413 before it is read whole, a malformed one a 400
-naming the field); its rows then join `serve.batch`'s queue, so rows from concurrent callers, and a
-list request's rows, share forward passes (bounded by rows and by padded tokens); each is answered
-with the family's output. Under load Serve scales the replicas between bounds, a request beyond the
-proxy's queue bound is a 503 with Retry-After, one over the timeout a 408, and stopping drains the
-requests in flight. POST {route}/embed answers sentence vectors (serve_embed.py), alone for an
-encoder. Several models on one deployment, by name: serve_multiplex.py, on these parts."""
+naming the field); its rows then join the replica's batching queue (serve_batching.py: a batch is
+taken when the model is free), so rows from concurrent callers, and a list request's rows, share
+forward passes (bounded by rows and by padded tokens); each is answered with the family's output.
+Under load Serve scales the replicas between bounds, a request beyond the proxy's queue bound is a
+503 with Retry-After, one over the timeout a 408, and stopping drains the requests in flight.
+POST {route}/embed answers sentence vectors (serve_embed.py), alone for an encoder. Several models
+on one deployment, by name: serve_multiplex.py, on these parts."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from ..inference.predictor import Predictor, exit_rule_of, family_of, inference_
 from ..inference.request import MAX_INPUTS, parse_request
 from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
+from .serve_batching import Batcher
 from .serve_embed import EMBED, NO_HEAD, EmbedRoute, error, load_embedder, served_parts
 from .serve_options import ServeOptions
 
@@ -149,19 +151,17 @@ class PredictEndpoint(EmbedRoute):
             onnx = os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
             batching = (options.max_seq_length, options.max_batch_size, options.max_batch_tokens)
             self.embedder = load_embedder(local, self.predictor, onnx, *batching)
-        for batched in (self.predict_rows, self.embed_rows):
-            batched.set_max_batch_size(options.max_batch_size)
-            batched.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
+        self.predict_rows = Batcher(self.run_rows, options.max_batch_size, options.batch_wait_ms / 1000)
+        self.embed_rows = Batcher(self.embed_batch, options.max_batch_size, options.batch_wait_ms / 1000)
         self.info = description(model, self.predictor, options, self.embedder)
-        self.batches = self.rows = self.ongoing = 0
+        self.ongoing = 0
 
     def __del__(self) -> None:  # Serve calls it when it stops the replica
         shutil.rmtree(self.work, ignore_errors=True)
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)  # both set per app in __init__
-    async def predict_rows(self, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
-        """Each row's output, and the reason where only encoding found it unusable."""
-        self.batches, self.rows = self.batches + 1, self.rows + len(rows)
+    async def run_rows(self, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+        """A batch's outputs (`predict_rows` batches the rows of concurrent requests): each row's
+        output, and the reason where only encoding found it unusable."""
         # off the replica's event loop, so requests keep being checked and queued while the model runs
         outputs, rejected = await asyncio.to_thread(self.predictor.run, rows)
         return [(out, rejected.get(i)) for i, out in enumerate(outputs)]
@@ -173,7 +173,7 @@ class PredictEndpoint(EmbedRoute):
             return JSONResponse({"status": "ok", "ongoing": self.ongoing})
         embed = request.url.path.rstrip("/").endswith(EMBED)
         if request.method == "GET" and not embed:
-            return JSONResponse({**self.info, "served": {"batches": self.batches, "rows": self.rows}})
+            return JSONResponse({**self.info, "served": self.predict_rows.served()})
         if request.method != "POST":
             served = f"on {EMBED} (POST)" if embed else "(POST predicts, GET describes the model)"
             return error(405, f"method: {request.method} is not served {served}")

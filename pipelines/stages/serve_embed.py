@@ -1,7 +1,7 @@
 """serve's embedding route, `POST {route}/embed` (issue #46): a row (`{"text": ..., "text_pair": ...}`)
 or `{"inputs": [...]}` of them, with an optional `pooling` (mean, cls) and `normalize` (a boolean)
 beside, answered `{"embedding": [...]}` for a row and a list of them for a list. The rows join a
-`serve.batch` queue of their own, as predictions do theirs; each batch runs the encoder once and
+batching queue of their own (serve_batching.py), as predictions do theirs; each batch runs the encoder once and
 every request reads the pooling it asked for (pipelines/inference/embedding.py). A replica embeds
 with its torch model's encoder (a fine-tuned head's, shared with the predictions, or a pretraining
 export's) or with an ONNX export of the encoder alone (`export onnx --embedding`)."""
@@ -13,7 +13,6 @@ import logging
 from typing import Any
 
 import numpy as np
-from ray import serve
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, one_line
@@ -22,6 +21,7 @@ from ..inference.onnx_runner import ENCODER_OUTPUTS, onnx_outputs
 from ..inference.predictor import Predictor
 from ..inference.request import parse_embed_request
 from ..storage.models import read_model_config
+from .serve_batching import Batcher
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,11 @@ class EmbedRoute:
     deployment sets `embedder` (None where its model has no encoder output: a head's ONNX export)."""
 
     embedder: Embedder | None
+    embed_rows: Batcher[dict[str, Any], np.ndarray]
+    """Rows of concurrent requests batched over `embed_batch` (set by the deployment)."""
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)  # both set per app with the predictions'
-    async def embed_rows(self, rows: list[dict[str, Any]]) -> list[np.ndarray]:
-        """Each row's vectors by every pooling (embedding.pooled)."""
+    async def embed_batch(self, rows: list[dict[str, Any]]) -> list[np.ndarray]:
+        """A batch's rows' vectors by every pooling (embedding.pooled)."""
         assert self.embedder is not None
         return list(await asyncio.to_thread(self.embedder.vectors, rows))
 

@@ -39,6 +39,7 @@ from .serve import (
     load_predictor,
     read_body,
 )
+from .serve_batching import Batcher
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,7 @@ class MultiplexEndpoint:
         self.loaded: dict[str, LoadedModel] = {}
         self.loads: Counter[str] = Counter()
         self.ongoing = 0
-        self.predict_rows.set_max_batch_size(options.max_batch_size)
-        self.predict_rows.set_batch_wait_timeout_s(options.batch_wait_ms / 1000)
+        self.predict_rows = Batcher(self.run_rows, options.max_batch_size, options.batch_wait_ms / 1000)
 
         async def load_model(name: str) -> LoadedModel:
             return await self.load(name)
@@ -117,13 +117,12 @@ class MultiplexEndpoint:
         if self.loaded.get(model.name) is model:  # not a later load of the same name
             del self.loaded[model.name]
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.01)  # both set per app in __init__
-    async def predict_rows(
+    async def run_rows(
         self, items: list[tuple[LoadedModel, dict[str, Any]]]
     ) -> list[tuple[dict[str, Any], str | None]]:
-        """Each row's output with its model, and the reason where only encoding found it unusable.
-        Serve splits a batch by the request's multiplexed model id, which only the header sets, so
-        the rows are grouped by their model here: each model's rows share forward passes."""
+        """A batch's outputs (`predict_rows` batches the rows of concurrent requests, whatever their
+        model): each row's output with its model, and the reason where only encoding found it
+        unusable. The rows are grouped by their model: each model's rows share forward passes."""
         by_model: dict[LoadedModel, list[int]] = {}
         for i, (model, _) in enumerate(items):
             by_model.setdefault(model, []).append(i)
