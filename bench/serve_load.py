@@ -9,9 +9,12 @@ A cell: `clients` threads, each with a keep-alive connection, POST one text at a
 until `--requests` have been sent or `--seconds` have passed (whichever first); latency is a
 request's round trip, requests/s counts 200s over the cell's wall time. Texts: `short` (a BBC News
 headline), `long` (a whole article, cut at --seq tokens by the server) and `mixed`
-(every 8th request long). Today's server is main's options: one fixed replica, batches of up to 32
-rows after a 10 ms wait, no token budget, no queue bound and no timeout (the bounds set past
-anything a cell reaches); the new one is this branch's defaults plus `--new-args`.
+(every 8th request long). Today's server is the issue's (#46): serve as it was before that issue's
+work (`--today`, revision TODAY_REVISION: Serve's `serve.batch`, one fixed replica, batches of up to
+32 rows after a 10 ms wait, no token budget, no queue bound, no timeout), run from an extract of
+that revision (`git archive`) on the same venv; `--today options` runs this checkout with those
+options instead (where the history is not at hand; its batching is then this checkout's). The new
+one is this checkout's defaults plus `--new-args`.
 
 The model is a classification export of `--preset` (tiny by default) with random weights and a
 1,000-piece SentencePiece model of the embedded corpus (speed does not depend on the weights;
@@ -42,6 +45,9 @@ from predict_throughput import default_spiece, make_model  # bench/ beside this 
 from pipelines.cli.local_cluster import start_head
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
+TODAY_REVISION = "f7c027a"
+"""main before issue #46's serving work was merged (cc1d7f5 merged it): today's server."""
 TODAY = ["--max-batch-size", "32", "--batch-wait-ms", "10", "--max-queued-requests", "1000000"]
 """main's serve options; --max-batch-tokens (rows x --seq: never binding) and --request-timeout-s are added."""
 LONG_EVERY = 8
@@ -57,13 +63,20 @@ def free_port() -> int:
 class Server:
     """An `albert-ray serve` process on a free local port and a Ray head of its own, up until `stop`."""
 
-    def __init__(self, name: str, model: str, args: list[str], root: Path, timeout: float = 600.0):
+    def __init__(
+        self, name: str, model: str, args: list[str], root: Path, timeout: float = 600.0, source: Path | None = None
+    ):
         self.name, self.port = name, free_port()
         state = root / f"head-{name}"
-        self.head = start_head(state, num_cpus=4)
+        # another checkout's code (`source`): first on the path of the command and of its head's workers
+        code = {"PYTHONPATH": str(source)} if source else {}
+        self.head = start_head(state, num_cpus=4, extra_env=code)
         self.log = (root / f"serve-{name}.log").open("w+")
-        command = [str(BIN / "albert-ray"), "serve", model, "--host", "127.0.0.1", "--port", str(self.port), *args]
-        self.command = " ".join(command[1:])
+        program = [str(BIN / "albert-ray")]
+        if source:
+            program = [sys.executable, "-c", "import sys; from pipelines.cli.command import main; sys.exit(main())"]
+        command = [*program, "serve", model, "--host", "127.0.0.1", "--port", str(self.port), *args]
+        self.command = " ".join(["albert-ray", *command[len(program) :]]) + (f"  # at {source.name}" if source else "")
         self.process = subprocess.Popen(
             command,
             cwd=root,
@@ -76,6 +89,7 @@ class Server:
                 "RAY_ADDRESS": f"127.0.0.1:{self.head.ports['port']}",
                 "RAY_AUTH_MODE": "token",
                 "RAY_AUTH_TOKEN": self.head.token,
+                **code,
             },
         )
         deadline = time.monotonic() + timeout
@@ -100,6 +114,15 @@ class Server:
         except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
         self.head.stop()
+
+
+def extract(revision: str, into: Path) -> Path:
+    """The repository's files at `revision`, written under `into` (git archive: nothing in the
+    repository changes)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
 
 
 def cell(port: int, bodies: list[bytes], clients: int, requests: int, seconds: float) -> dict:
@@ -190,16 +213,25 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--requests", type=int, default=400, help="the most requests a cell sends")
     parser.add_argument("--seconds", type=float, default=20.0, help="the longest a cell runs")
     parser.add_argument("--new-args", default="", help="options the new server adds to its defaults")
+    parser.add_argument(
+        "--today",
+        default=TODAY_REVISION,
+        help="the revision whose serve is today's, or `options`: this checkout with today's options",
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         root = Path(tmp)
         model = args.model or make_model(root / "model", args.preset, default_spiece(root))
         seq = ["--max-seq-length", str(args.seq)]
-        today_args = [*TODAY, "--max-batch-tokens", str(32 * args.seq), "--request-timeout-s", "1000000", *seq]
         servers = []
         try:
-            servers.append(Server("today", model, today_args, root))
+            if args.today == "options":
+                limits = ["--max-batch-tokens", str(32 * args.seq), "--request-timeout-s", "1000000"]
+                servers.append(Server("today", model, [*TODAY, *limits, *seq], root))
+            else:
+                source = extract(args.today, root / f"serve-{args.today}")
+                servers.append(Server("today", model, seq, root, source=source))
             servers.append(Server("new", model, [*seq, *args.new_args.split()], root))
             rows = []
             for kind in args.texts:
@@ -215,7 +247,13 @@ def main(argv: list[str] | None = None) -> dict:
         finally:
             for server in servers:
                 server.stop()
-    result = {"model": args.model or f"random {args.preset}", "seq": args.seq, "commands": commands, "cells": rows}
+    result = {
+        "model": args.model or f"random {args.preset}",
+        "seq": args.seq,
+        "today": args.today,
+        "commands": commands,
+        "cells": rows,
+    }
     print(table(rows))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
