@@ -59,6 +59,19 @@ def random_pretrained(root: str, vocab_size: int, layers: int | None = None) -> 
     return str(save_hf_pretrained(model, os.path.join(root, "hf"), spiece_model=spiece))
 
 
+def deepened(pretrained: str, root: str, layers: int) -> str:
+    """A copy of the pretrained folder whose config applies its shared layer `layers` times (the
+    same weights: ALBERT's depth is a count, not parameters)."""
+    folder = os.path.join(root, "deepened")
+    os.makedirs(folder)
+    for name, data in read_model_files(pretrained, "--pretrained").items():
+        if name == "config.json":
+            data = json.dumps({**json.loads(data), "num_hidden_layers": layers}).encode()
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+    return folder
+
+
 def last_checkpoint(cfg: FinetuneSection, data, directory: str, root: str) -> tuple[str, dict]:
     reports = []
 
@@ -154,7 +167,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pretrained", help="a pretrained ALBERT folder; default: a random tiny one")
     parser.add_argument("--vocab-size", type=int, default=4000)
     parser.add_argument(
-        "--layers", type=int, help="without --pretrained: the random tiny model's applications of its layer (4)"
+        "--layers",
+        type=int,
+        help="the teacher's applications of its layer (the random tiny model's: 4; or --pretrained's, so often)",
     )
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=6, help="the teacher's fine-tuning epochs")
@@ -187,7 +202,10 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.time()
     family = task_family("classification")
     with tempfile.TemporaryDirectory(prefix="distill-tradeoff-") as work:
-        pretrained = args.pretrained or random_pretrained(work, args.vocab_size, args.layers)
+        if args.pretrained:
+            pretrained = deepened(args.pretrained, work, args.layers) if args.layers else args.pretrained
+        else:
+            pretrained = random_pretrained(work, args.vocab_size, args.layers)
         cfg = FinetuneSection(
             max_seq_length=args.seq,
             epochs=args.epochs,
