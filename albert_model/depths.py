@@ -1,15 +1,19 @@
 """Reading the shared layer's state at every depth: ALBERT applies one layer num_hidden_layers
 times, and after each application the sequence head can read [CLS] as it reads the last (no new
-parameter). Depth distillation matches those states; early exit (PABEE, Zhou et al. 2020) stops
-applying the layer once the head's answer settles."""
+parameter), as a head at every position can read each. Depth distillation matches those states
+(any head); early exit (PABEE, Zhou et al. 2020) stops applying the layer once the sequence head's
+answer settles."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
-from .model import AlbertForSequenceClassification, AlbertModel, padding_mask
+from .heads import AlbertForTokenClassification
+from .model import AlbertForQuestionAnswering, AlbertForSequenceClassification, AlbertModel, padding_mask
 
 
 def step_states(
@@ -23,8 +27,12 @@ def step_states(
     return albert.encoder.step_states(albert.embeddings(input_ids, token_type_ids), padding_mask(attention_mask))
 
 
-def read_state(head: AlbertForSequenceClassification, state: torch.Tensor) -> torch.Tensor:
-    """The head on one depth's state (B, S, H): pooler over [CLS], dropout, classifier -> (B, labels)."""
+def read_state(head: nn.Module, state: torch.Tensor) -> Any:
+    """The head on one depth's state (B, S, H), as its forward reads the last: a sequence head's
+    pooler over [CLS], dropout, classifier -> (B, labels); a head at every position (token
+    classification, question answering) its `read` of each position."""
+    if isinstance(head, (AlbertForTokenClassification, AlbertForQuestionAnswering)):
+        return head.read(state)
     return head.classifier(head.dropout(torch.tanh(head.albert.pooler(state[:, 0]))))
 
 

@@ -48,5 +48,8 @@ class AlbertForTokenClassification(LinearHead):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x = self.albert(input_ids, token_type_ids, attention_mask).last_hidden_state  # (B, S, H)
+        return self.read(self.albert(input_ids, token_type_ids, attention_mask).last_hidden_state)
+
+    def read(self, x: torch.Tensor) -> torch.Tensor:
+        """The head on an encoder state (B, S, H) -> (B, S, num_labels)."""
         return self.classifier(self.dropout(x))

@@ -343,10 +343,9 @@ class AlbertForSequenceClassification(LinearHead):
 
 
 class AlbertForQuestionAnswering(nn.Module):
-    """ALBERT with a linear start/end scorer at every position (extractive QA), as transformers':
-    no pooler, no dropout before `qa_outputs`, and the last layer runs everywhere (every position
-    is a candidate). Padding positions get logits too, unmasked as in transformers: the loss's
-    targets and the span search must stay inside the context."""
+    """ALBERT with a linear start/end scorer at every position (extractive QA), as transformers': no
+    pooler, no dropout before `qa_outputs`, the last layer run everywhere (each position a candidate).
+    Padding gets logits too, unmasked as in transformers: targets and span search stay in the context."""
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
@@ -361,7 +360,10 @@ class AlbertForQuestionAnswering(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> AlbertQuestionAnsweringOutput:
-        x = self.albert(input_ids, token_type_ids, attention_mask).last_hidden_state  # (B, S, H)
+        return self.read(self.albert(input_ids, token_type_ids, attention_mask).last_hidden_state)
+
+    def read(self, x: torch.Tensor) -> AlbertQuestionAnsweringOutput:
+        """The head on an encoder state (B, S, H): start and end logits (B, S) each."""
         logits = self.qa_outputs(x).permute(2, 0, 1).contiguous()  # (B, S, 2) -> (2, B, S)
         return AlbertQuestionAnsweringOutput(start_logits=logits[0], end_logits=logits[1])
 

@@ -4,6 +4,7 @@ once by the driver, and how a trial receives them (`Teacher`, with the distill s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,8 @@ class Teacher:
     feature (computed once, not in every trial) and the student's settings."""
 
     logits: np.ndarray
-    """[train features, outputs]: the teacher's logits, the soft targets."""
+    """The teacher's scores on the training features (its family's `scores`), the soft targets:
+    [features, outputs], or with a position axis [features, S, ...] zero-padded to the widest batch."""
     layers: int
     """The student's num_hidden_layers."""
     teacher_layers: int
@@ -84,18 +86,51 @@ def teacher_scores(
     )
 
 
-def packed_targets(task: EncodedTask, teacher: Teacher) -> torch.Tensor:
-    """Each training feature's target and its teacher's logits in one float row: the loop batches
-    one target tensor (row i: example i), so the soft targets ride along with the hard ones
-    through its batching, micro-batches and workers unchanged. Class ids are exact as floats."""
-    hard = torch.tensor(np.asarray(task.train_targets), dtype=torch.float32).reshape(len(task.train), -1)
-    return torch.cat([hard, torch.tensor(teacher.logits, dtype=torch.float32)], dim=1)
+@dataclass(frozen=True)
+class Packing:
+    """How packed target rows split into the hard targets and the teacher's logits (packed_targets)."""
+
+    soft_shape: tuple[int, ...]
+    """The teacher's logits of a row of the packing's last axis (an example's, or a position's)."""
+    flat: bool
+    """One hard target per row: the family's loss takes it without the last axis."""
+
+    def unpack(self, targets: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the hard targets as the family's loss takes them, the teacher's logits) of packed rows."""
+        n = math.prod(self.soft_shape)
+        hard, soft = targets[..., :-n], targets[..., -n:]
+        return (hard[..., 0] if self.flat else hard).to(dtype), soft.reshape(*targets.shape[:-1], *self.soft_shape)
 
 
-def unpack(targets: torch.Tensor, outputs: int, dtype: torch.dtype, flat: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the hard targets as the family's loss takes them, the teacher's logits) of packed rows."""
-    hard, soft = targets[:, :-outputs], targets[:, -outputs:]
-    return (hard[:, 0] if flat else hard).to(dtype), soft
+def packed_targets(task: EncodedTask, teacher: Teacher, by_position: bool, width: int) -> tuple[torch.Tensor, Packing]:
+    """Each training feature's targets and its teacher's logits in one float tensor (row i: example
+    i), and how it splits: the loop batches one target tensor, so the soft targets ride along with
+    the hard ones through its batching, micro-batches and workers unchanged. Class ids and token
+    positions are exact as floats.
+
+    Logits with a position axis (token classification's, QA's start and end: [N, S, ...], zero-padded
+    to the widest batch) are padded to `width` (finetune.max_seq_length, the widest a batch can be)
+    with -inf past each feature's own tokens: the teacher gives no probability there. Where the
+    targets have that axis too (`by_position`: token classification's, which its collate cuts to the
+    batch's width) each position's target sits beside the teacher's logits there ([N, width, 1 +
+    labels]); otherwise a row is the targets and the logits flattened ([N, targets + outputs])."""
+    hard = torch.tensor(np.asarray(task.train_targets), dtype=torch.float32)
+    soft = torch.tensor(teacher.logits, dtype=torch.float32)
+    if soft.ndim > 2:
+        soft = own_tokens(soft, [len(ids) for ids, _ in task.train], width)
+    if by_position:
+        return torch.cat([hard.unsqueeze(-1), soft], dim=-1), Packing(tuple(soft.shape[2:]), flat=True)
+    packed = torch.cat([hard.reshape(len(task.train), -1), soft.flatten(1)], dim=1)
+    return packed, Packing(tuple(soft.shape[1:]), flat=hard.ndim == 1)
 
 
-__all__ = ["Teacher", "build_student", "packed_targets", "student_depth", "teacher_scores", "unpack"]
+def own_tokens(logits: torch.Tensor, lengths: list[int], width: int) -> torch.Tensor:
+    """[N, S, ...] logits as [N, width, ...], -inf past each feature's `lengths` tokens."""
+    out = logits.new_full((len(logits), width, *logits.shape[2:]), -math.inf)
+    out[:, : logits.shape[1]] = logits[:, :width]
+    beyond = torch.arange(width)[None, :] >= torch.tensor(lengths)[:, None]
+    out[beyond] = -math.inf
+    return out
+
+
+__all__ = ["Packing", "Teacher", "build_student", "own_tokens", "packed_targets", "student_depth", "teacher_scores"]

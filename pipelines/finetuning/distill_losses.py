@@ -4,7 +4,10 @@
 - the soft-target losses a student learns its teacher's outputs with (Hinton et al. 2015): the
   temperature-scaled KL of softmaxes, scaled by T^2 so its gradients keep their size as T changes
   (a single-label classifier); the same per class for independent sigmoids (multi-label); the
-  squared error to the teacher's output (regression, whose output is no distribution);
+  squared error to the teacher's output (regression, whose output is no distribution); the
+  softmax KL at each counted position (token classification: the tokens its own loss counts); the
+  KL of a softmax over a window's positions (question answering's start and end: the positions
+  the teacher's logits are finite at);
 - their mix with the task's own (hard-label) loss, `alpha` the hard loss's share (distill.alpha);
 - the mean squared error of hidden states at mapped depths (student step i against teacher step
   round(i * teacher / student): 2i at half depth);
@@ -14,6 +17,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -37,6 +41,32 @@ def sigmoid_kl_sum(student: torch.Tensor, teacher: torch.Tensor, temperature: fl
     p_q = torch.sigmoid(q)
     kl = p_q * (F.logsigmoid(q) - F.logsigmoid(s)) + (1 - p_q) * (F.logsigmoid(-q) - F.logsigmoid(-s))
     return kl.sum() / student.shape[-1] * t * t
+
+
+def position_kl_sum(
+    student: torch.Tensor, teacher: torch.Tensor, counted: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """softmax_kl_sum over the labels at each `counted` position of [B, S, L] logits ([B, S] bool),
+    summed over those positions: the others' logits take no part."""
+    return softmax_kl_sum(student[counted], teacher[counted], temperature)
+
+
+def span_kl_sum(student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """T^2 * KL of softmaxes over the positions of [B, S] logits where the teacher's are finite (its
+    -inf: a position no answer can be at), summed over the batch: the student's logits elsewhere
+    take no part."""
+    t = temperature
+    counted = torch.isfinite(teacher)
+    # -inf outside both softmaxes, then 0 in place of their log-probabilities there: no 0 * inf
+    log_p_student = F.log_softmax(student.float().masked_fill(~counted, -math.inf) / t, dim=-1)
+    log_p_teacher = F.log_softmax(teacher.float() / t, dim=-1)
+    kl = F.kl_div(
+        log_p_student.masked_fill(~counted, 0.0),
+        log_p_teacher.masked_fill(~counted, 0.0),
+        reduction="none",
+        log_target=True,
+    )
+    return kl.sum() * t * t
 
 
 def squared_error_sum(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
@@ -84,7 +114,9 @@ __all__ = [
     "depth_weighted_sum",
     "hidden_mse_sum",
     "mixed_loss",
+    "position_kl_sum",
     "sigmoid_kl_sum",
     "softmax_kl_sum",
+    "span_kl_sum",
     "squared_error_sum",
 ]

@@ -7,8 +7,8 @@ loss mixed with the task's own, plus hidden-state matching against a teacher run
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -16,7 +16,7 @@ from albert_model.depths import depth_logits, read_state, step_states
 from albert_model.hf import load_hf_pretrained
 
 from ..config import FinetuneSection
-from .distill import Teacher, build_student, packed_targets, unpack
+from .distill import Packing, Teacher, build_student, packed_targets
 from .distill_losses import depth_map, depth_weighted_sum, hidden_mse_sum, mixed_loss
 from .family import EncodedTask, TaskFamily
 from .loop import LossSum, build_model
@@ -45,8 +45,8 @@ class EveryDepth(nn.Module):
 
 
 class HiddenMatched(nn.Module):
-    """The student's logits (at its last depth, or every depth) and the summed mean squared error of
-    its states against a frozen teacher's at mapped depths (distill_losses.depth_map)."""
+    """The student's outputs (its head read at its last depth, or every depth) and the summed mean
+    squared error of its states against a frozen teacher's at mapped depths (distill_losses.depth_map)."""
 
     def __init__(self, student: nn.Module, teacher: nn.Module, every_depth: bool):
         super().__init__()
@@ -63,7 +63,7 @@ class HiddenMatched(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[Any, torch.Tensor]:
         states = step_states(self.student.albert, input_ids, token_type_ids, attention_mask)
         with torch.no_grad():
             targets = step_states(self.teacher.albert, input_ids, token_type_ids, attention_mask)
@@ -77,14 +77,16 @@ def per_depth(loss_of: LossSum) -> LossSum:
     return lambda outputs, targets: depth_weighted_sum([loss_of(o, targets) for o in outputs])
 
 
-def student_loss(family: TaskFamily, teacher: Teacher, outputs: int, flat: bool) -> LossSum:
+def student_loss(family: TaskFamily, teacher: Teacher, packing: Packing) -> LossSum:
     """alpha * the task's loss + (1 - alpha) * the soft-target loss, on packed targets."""
     settings = teacher.settings
 
-    def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        hard, soft = unpack(targets, outputs, family.target_dtype, flat)
+    def loss_of(logits: Any, targets: torch.Tensor) -> torch.Tensor:
+        hard, soft = packing.unpack(targets, family.target_dtype)
         return mixed_loss(
-            family.loss_sum(logits, hard), family.soft_loss_sum(logits, soft, settings.temperature), settings.alpha
+            family.loss_sum(logits, hard),
+            family.soft_loss_sum(logits, soft, settings.temperature, hard),
+            settings.alpha,
         )
 
     return loss_of
@@ -102,21 +104,21 @@ def build_objective(
         return Objective(model, model, family.loss_sum, targets)
     torch.manual_seed(cfg.seed)  # the student's dropout
     model = build_student(directory, family.model_class, teacher.layers, cfg.classifier_dropout)
-    flat = np.asarray(task.train_targets).ndim == 1
-    loss_of = student_loss(family, teacher, teacher.logits.shape[1], flat)
+    targets, packing = packed_targets(task, teacher, family.targets_by_position, cfg.max_seq_length)
+    loss_of = student_loss(family, teacher, packing)
     if teacher.settings.hidden_weight > 0:
         matched = HiddenMatched(model, load_hf_pretrained(directory, family.model_class), cfg.exit_heads)
         logits_loss = per_depth(loss_of) if cfg.exit_heads else loss_of
         weight = teacher.settings.hidden_weight
 
-        def matched_loss(outputs: tuple[torch.Tensor, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+        def matched_loss(outputs: tuple[Any, torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
             logits, hidden = outputs
             return logits_loss(logits, targets) + weight * hidden
 
-        return Objective(model, matched, matched_loss, packed_targets(task, teacher))
+        return Objective(model, matched, matched_loss, targets)
     if cfg.exit_heads:
-        return Objective(model, EveryDepth(model), per_depth(loss_of), packed_targets(task, teacher))
-    return Objective(model, model, loss_of, packed_targets(task, teacher))
+        return Objective(model, EveryDepth(model), per_depth(loss_of), targets)
+    return Objective(model, model, loss_of, targets)
 
 
 __all__ = ["EveryDepth", "HiddenMatched", "Objective", "build_objective", "per_depth", "student_loss"]

@@ -3,8 +3,13 @@
 import pytest
 import torch
 
-from albert_model import AlbertConfig, AlbertForSequenceClassification
-from albert_model.depths import ExitRule, depth_logits, early_exit
+from albert_model import (
+    AlbertConfig,
+    AlbertForQuestionAnswering,
+    AlbertForSequenceClassification,
+    AlbertForTokenClassification,
+)
+from albert_model.depths import ExitRule, depth_logits, early_exit, read_state, step_states
 
 
 def tiny(**kw) -> AlbertConfig:
@@ -24,6 +29,26 @@ def test_the_last_depths_logits_are_forwards_and_each_depth_is_a_shallower_model
         assert depths.shape == (4, 2, 3)
         assert torch.allclose(depths[-1], model(ids, attention_mask=mask), atol=1e-5)
         assert not torch.allclose(depths[1], depths[-1], atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "head", [AlbertForSequenceClassification, AlbertForTokenClassification, AlbertForQuestionAnswering]
+)
+def test_each_head_reads_the_last_state_as_its_forward_does_and_a_shallower_one_as_the_shallower_model(head):
+    """Hidden-state matching reads the student's answer from the states it matches (any head)."""
+    torch.manual_seed(0)
+    model = head(tiny()).eval()
+    half = head(tiny(num_hidden_layers=2)).eval()
+    half.load_state_dict(model.state_dict())
+    ids, mask = torch.randint(5, 97, (2, 7)), torch.tensor([[1] * 7, [1] * 5 + [0] * 2])
+    with torch.no_grad():
+        states = step_states(model.albert, ids, attention_mask=mask)
+        for state, forward in ((states[-1], model), (states[1], half)):
+            read, expected = read_state(model, state), forward(ids, attention_mask=mask)
+            for name in ("start_logits", "end_logits") if head is AlbertForQuestionAnswering else ():
+                assert torch.allclose(getattr(read, name), getattr(expected, name), atol=1e-5)
+            if head is not AlbertForQuestionAnswering:
+                assert torch.allclose(read, expected, atol=1e-5)
 
 
 def test_with_one_shared_group_depth_2_is_the_half_depth_model_of_the_same_weights():

@@ -3,16 +3,23 @@ set fine-tunes a 4-layer teacher on the embedded BBC task, then searches a half-
 with Ray Tune and exports it under distill/best/: a standard ALBERT of 2 layers that transformers
 loads, beside best.json (the student's metrics and the teacher's on the same eval rows) and
 tradeoff.json (teacher, student and early exit scored and timed on those rows), which the report
-shows as a table and a figure."""
+shows as a table and a figure. And `albert-ray distill` of the evaluation suite's named-entity and
+question-answering models (distill.teacher, with their tasks' finetune keys): students that
+transformers loads as its token-classification and QA heads and that give predict's tags and
+answer texts, which the stage's own predictions file gives too."""
 
 import csv
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pipelines.config import load_config
+from pipelines.inference.predictor import Predictor
 from pipelines.rundir.registry import is_up_to_date, stage_fingerprint
+
+from .family_paths import CUT, TASKS, eval_rows, finetune_predictions, transformers_predictions
 
 pytestmark = pytest.mark.e2e
 
@@ -65,3 +72,49 @@ def test_the_dag_distils_the_fine_tuned_model_into_a_half_depth_student(ray_sess
     report = (tmp_path / "run" / "report" / "report.md").read_text()
     assert "| student | 2 | 2 |" in report and "![accuracy against rows per second](depth_tradeoff.png)" in report
     assert (tmp_path / "run" / "report" / "depth_tradeoff.png").read_bytes()[:4] == b"\x89PNG"
+
+
+ANSWER = {"token_classification": "tags", "question_answering": "answer"}
+
+
+@pytest.mark.parametrize("family", list(ANSWER))
+def test_a_suites_ner_and_qa_models_distil_into_students_that_answer_as_predict(family, family_suite, tmp_path):
+    from pipelines.cli.command import main
+
+    config_file, run_dir = family_suite
+    task = yaml.safe_load(config_file.read_text())["finetune"]["tasks"][TASKS[family]]
+    teacher = run_dir / "finetune" / TASKS[family] / "best"
+    overrides = [
+        f"run_dir={tmp_path}/run",
+        f"distill.teacher={teacher}",
+        "distill.layers=half",
+        "distill.hidden_weight=0.5",  # the states matched at every position's head too
+        *(f"finetune.{key}={value}" for key, value in task["finetune"].items()),
+        "tune.num_samples=1",
+        "tune.scheduler=none",
+        "tune.space={finetune.lr: 0.001, finetune.batch_size: 16, finetune.epochs: 2}",
+    ]
+    assert main(["distill", *overrides]) == 0
+    out = tmp_path / "run" / "distill"
+    best = json.loads((out / "best.json").read_text())
+    finetuned = json.loads((teacher.parent / "best.json").read_text())
+    assert (best["student_layers"], best["teacher"]["num_hidden_layers"], best["metric"]) == (2, 4, "f1")
+    assert best["teacher"]["metrics"]["f1"] == pytest.approx(finetuned["metrics"]["f1"])  # the same eval rows
+    assert 0 <= best["metrics"]["f1"] <= 100
+    # early exit is the sequence families': the trade-off is the teacher and the student
+    tradeoff = json.loads((out / "tradeoff.json").read_text())
+    assert [arm["name"] for arm in tradeoff["arms"]] == ["teacher", "student"]
+    assert tradeoff["arms"][1]["metrics"]["f1"] == pytest.approx(best["metrics"]["f1"])
+
+    student = out / "best"
+    config = json.loads((student / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2 and config["albert_ray"]["task"] == family
+    rows = eval_rows(family, config_file.parent)
+    predicted = Predictor.load(str(student), device="cpu").predict(rows)
+    key = ANSWER[family]
+    # the stage's predictions file (its evaluation) and plain transformers give predict's answers
+    searched = finetune_predictions(family, out)
+    assert [searched[row["id"]] for row in rows] == [p[key] for p in predicted]
+    plain = transformers_predictions(family, student, rows)
+    assert [a[key] for a in plain if a != CUT] == [p[key] for p, a in zip(predicted, plain) if a != CUT]
+    assert sum(a != CUT for a in plain) > len(rows) / 2

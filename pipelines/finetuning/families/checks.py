@@ -18,14 +18,16 @@ def check_task(config: Config) -> None:
     family = FAMILIES[finetune.task]
     if family.check is not None:
         family.check(finetune)
-    if not family.reads_depths:
-        used = {"distill.layers": config.distill.layers is not None, "finetune.exit_heads": finetune.exit_heads}
-        for key, on in used.items():
-            if on:
-                raise ConfigError(
-                    f"{key}: the {family.name} family's head does not read the states between depths; the families "
-                    f"that do: {', '.join(f.name for f in FAMILIES.values() if f.reads_depths)}"
-                )
+    if config.distill.layers is not None and not family.distils:
+        raise ConfigError(
+            f"distill.layers: the {family.name} family has no soft-target loss to distil with; the families that "
+            f"have: {', '.join(f.name for f in FAMILIES.values() if f.distils)}"
+        )
+    if finetune.exit_heads and not family.reads_depths:
+        raise ConfigError(
+            f"finetune.exit_heads: the {family.name} family's head has no answer to settle between depths (early "
+            f"exit is the sequence families'): {', '.join(f.name for f in FAMILIES.values() if f.reads_depths)}"
+        )
     metrics = tune_metrics()
     tune.require(
         "metric", tune.metric is None or tune.metric in metrics, f"must be one of {', '.join(metrics)} or null"

@@ -18,7 +18,7 @@ from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification
 from pipelines.config import DistillSection, FinetuneSection
 from pipelines.errors import BadInput
-from pipelines.finetuning.distill import Teacher, build_student, packed_targets, teacher_scores, unpack
+from pipelines.finetuning.distill import Teacher, build_student, packed_targets, teacher_scores
 from pipelines.finetuning.distill_losses import depth_weighted_sum, hidden_mse_sum, mixed_loss, softmax_kl_sum
 from pipelines.finetuning.families.classification.training import CLASSIFICATION
 from pipelines.finetuning.family import EncodedTask
@@ -62,8 +62,9 @@ def test_packed_targets_carry_the_hard_targets_and_the_teachers_logits_of_each_e
         encoded = [([2, 3], [0, 0])] * 3
         task = EncodedTask(encoded, targets, [], np.array([]), num_labels=2)
         logits = np.arange(6, dtype=np.float32).reshape(3, 2)
-        packed = packed_targets(task, Teacher(logits, 1, 2, DistillSection(layers=1)))
-        hard, soft = unpack(packed[[2, 0]], 2, torch.long, flat)  # a batch: rows 2 and 0
+        packed, packing = packed_targets(task, Teacher(logits, 1, 2, DistillSection(layers=1)), False, 8)
+        assert packing.flat == flat and packing.soft_shape == (2,)
+        hard, soft = packing.unpack(packed[[2, 0]], torch.long)  # a batch: rows 2 and 0
         assert torch.equal(hard, torch.as_tensor(targets[[2, 0]])) and hard.dtype == torch.long
         assert torch.equal(soft, torch.tensor(logits[[2, 0]]))
 
@@ -141,7 +142,8 @@ def test_hidden_matching_adds_the_weighted_state_error_against_a_frozen_teacher(
         hidden_mse_sum(student_states, [teacher_states[1], teacher_states[3]], batch["attention_mask"]).item(), rel=1e-5
     )
     hard, soft = targets[:, 0].long(), targets[:, 1:]
-    mixed = mixed_loss(CLASSIFICATION.loss_sum(logits, hard), CLASSIFICATION.soft_loss_sum(logits, soft, 3.0), 0.3)
+    soft_loss = CLASSIFICATION.soft_loss_sum(logits, soft, 3.0, hard)
+    mixed = mixed_loss(CLASSIFICATION.loss_sum(logits, hard), soft_loss, 0.3)
     loss = objective.loss_of((logits, hidden), targets)
     assert loss.item() == pytest.approx((mixed + 0.5 * hidden).item(), rel=1e-5)
     loss.backward()

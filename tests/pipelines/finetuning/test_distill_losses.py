@@ -10,8 +10,10 @@ from pipelines.finetuning.distill_losses import (
     depth_weighted_sum,
     hidden_mse_sum,
     mixed_loss,
+    position_kl_sum,
     sigmoid_kl_sum,
     softmax_kl_sum,
+    span_kl_sum,
     squared_error_sum,
 )
 
@@ -42,6 +44,47 @@ def test_sigmoid_kl_is_each_classes_bernoulli_kl_averaged_over_the_classes_by_ha
         expected += pq * math.log(pq / ps) + (1 - pq) * math.log((1 - pq) / (1 - ps))
     expected = expected / 2 * t * t
     assert sigmoid_kl_sum(torch.tensor(student), torch.tensor(teacher), t).item() == pytest.approx(expected, rel=1e-5)
+
+
+def kl_by_hand(student, teacher, t):
+    s, q = softmax(student, t), softmax(teacher, t)
+    return sum(qi * math.log(qi / si) for qi, si in zip(q, s)) * t * t
+
+
+def test_position_kl_sums_each_counted_positions_kl_over_its_labels_by_hand():
+    # two sentences of three positions, two labels; counted: the word starts (a sentence's first
+    # and third piece, the second's first only); [CLS], continuations and padding are not
+    student = [[[1.0, 0.0], [5.0, -5.0], [0.0, 2.0]], [[-1.0, 1.0], [3.0, 3.0], [9.0, 0.0]]]
+    teacher = [[[0.0, 1.0], [0.0, 0.0], [2.0, 2.0]], [[1.0, -1.0], [0.0, 7.0], [0.0, 0.0]]]
+    counted = [[True, False, True], [True, False, False]]
+    t = 2.0
+    expected = sum(kl_by_hand(student[b][i], teacher[b][i], t) for b in range(2) for i in range(3) if counted[b][i])
+    s, q, mask = torch.tensor(student, requires_grad=True), torch.tensor(teacher), torch.tensor(counted)
+    found = position_kl_sum(s, q, mask, t)
+    assert found.item() == pytest.approx(expected, rel=1e-5)
+    found.backward()
+    assert not s.grad[~mask].any() and s.grad[mask].abs().sum() > 0
+    moved = s.detach().clone()
+    moved[~mask] = torch.tensor([100.0, -100.0])  # an uncounted position's logits change nothing
+    assert position_kl_sum(moved, q, mask, t).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_span_kl_is_each_windows_kl_over_the_positions_its_teacher_scores_by_hand():
+    # two windows of four positions: the first's last is padding (-inf in the teacher's logits)
+    inf = math.inf
+    student = [[1.0, 2.0, 0.0, 30.0], [0.5, -1.0, 2.0, 0.0]]
+    teacher = [[0.0, 3.0, 1.0, -inf], [1.0, 1.0, 0.0, -2.0]]
+    t = 3.0
+    expected = kl_by_hand(student[0][:3], teacher[0][:3], t) + kl_by_hand(student[1], teacher[1], t)
+    s, q = torch.tensor(student, requires_grad=True), torch.tensor(teacher)
+    found = span_kl_sum(s, q, t)
+    assert found.item() == pytest.approx(expected, rel=1e-5)
+    found.backward()
+    assert torch.isfinite(s.grad).all() and s.grad[0, 3] == 0  # no gradient into padding, no nan
+    moved = s.detach().clone()
+    moved[0, 3] = -50.0  # the padding's logit changes nothing
+    assert span_kl_sum(moved, q, t).item() == pytest.approx(expected, rel=1e-5)
+    assert span_kl_sum(q.nan_to_num(neginf=-7.0), q, t).item() == pytest.approx(0.0, abs=1e-6)
 
 
 def test_squared_error_and_the_mix_with_the_hard_loss_by_hand():

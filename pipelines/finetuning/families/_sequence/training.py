@@ -33,6 +33,7 @@ class SequenceFamily:
     numeric = False
     """The label column holds numbers (one that is not is an error naming the row)."""
     collate = staticmethod(collate)
+    targets_by_position = False
 
     def embedded(self, cfg: FinetuneSection) -> Examples:
         """The task without finetune.train_path."""
@@ -45,8 +46,11 @@ class SequenceFamily:
     def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def soft_loss_sum(self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
-        """The summed loss of a student's outputs against its teacher's (distill_losses.py)."""
+    def soft_loss_sum(
+        self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float, targets: torch.Tensor
+    ) -> torch.Tensor:
+        """The summed loss of a student's outputs against its teacher's (distill_losses.py); `targets`,
+        the hard ones, say what a family's own loss counts (a sequence family's: every example)."""
         raise NotImplementedError
 
     def metrics_of(self, logits: np.ndarray, targets: np.ndarray, num_labels: int) -> dict[str, float]:

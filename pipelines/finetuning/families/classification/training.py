@@ -41,7 +41,9 @@ class ClassificationFamily(SequenceFamily):
     def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(outputs.float(), targets, reduction="sum")  # the loss in fp32 under bf16 autocast
 
-    def soft_loss_sum(self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    def soft_loss_sum(
+        self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float, targets: torch.Tensor
+    ) -> torch.Tensor:
         return softmax_kl_sum(outputs, teacher, temperature)
 
     def metrics_of(self, logits: np.ndarray, targets: np.ndarray, num_labels: int) -> dict[str, float]:

@@ -48,7 +48,9 @@ class MultiLabelFamily(SequenceFamily):
         # batch's examples, each example's mean over its classes
         return F.binary_cross_entropy_with_logits(logits, targets.float(), reduction="sum") / logits.shape[1]
 
-    def soft_loss_sum(self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    def soft_loss_sum(
+        self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float, targets: torch.Tensor
+    ) -> torch.Tensor:
         return sigmoid_kl_sum(outputs, teacher, temperature)
 
     def metrics_of(self, logits: np.ndarray, targets: np.ndarray, num_labels: int) -> dict[str, float]:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ....config import FinetuneSection
+from ...distill_losses import span_kl_sum
 from ...family import Baseline, EncodedTask, Evaluation
 from ...loop import collate
 from ...splits import Units, train_and_eval
@@ -104,6 +105,7 @@ class QuestionAnsweringFamily:
     problem_type = None
     target_dtype = torch.long
     collate = staticmethod(collate)  # a window is one padded sequence; targets are (start, end) rows
+    targets_by_position = False
 
     def encode(self, cfg: FinetuneSection, tokenizer: PairTokenizer) -> EncodedTask:
         features: dict[str, list[QAFeature]] = {}
@@ -165,6 +167,18 @@ class QuestionAnsweringFamily:
     def loss_sum(self, outputs: Any, targets: torch.Tensor) -> torch.Tensor:
         start = F.cross_entropy(outputs.start_logits.float(), targets[:, 0], reduction="sum")
         end = F.cross_entropy(outputs.end_logits.float(), targets[:, 1], reduction="sum")
+        return (start + end) / 2
+
+    def soft_loss_sum(
+        self, outputs: Any, teacher: torch.Tensor, temperature: float, targets: torch.Tensor
+    ) -> torch.Tensor:
+        """(KL(start) + KL(end)) / 2 to the teacher's [B, S, 2] logits, each over a window's own tokens
+        (the teacher's are -inf past them: distill.packed_targets): every position a target can be
+        at, as the hard loss's softmax spans, without the batch's padding (as eval_loss leaves it
+        out). Summed over the windows, as loss_sum."""
+        width = outputs.start_logits.shape[1]  # the batch's: past it every window's padding
+        start = span_kl_sum(outputs.start_logits, teacher[:, :width, 0], temperature)
+        end = span_kl_sum(outputs.end_logits, teacher[:, :width, 1], temperature)
         return (start + end) / 2
 
     def scores(self, outputs: Any) -> torch.Tensor:

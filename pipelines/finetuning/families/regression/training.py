@@ -27,7 +27,9 @@ class RegressionFamily(SequenceFamily):
     def loss_sum(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(outputs.float()[:, 0], targets.float(), reduction="sum")  # in fp32 under bf16 autocast
 
-    def soft_loss_sum(self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    def soft_loss_sum(
+        self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float, targets: torch.Tensor
+    ) -> torch.Tensor:
         return squared_error_sum(outputs, teacher)  # a number: no distribution to soften
 
     def metrics_of(self, logits: np.ndarray, targets: np.ndarray, num_labels: int) -> dict[str, float]:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from ....config import FinetuneSection
 from ....errors import BadInput
+from ...distill_losses import position_kl_sum
 from ...family import Baseline, EncodedTask, Evaluation
 from ...labels import sorted_names
 from ...loop import collate
@@ -120,6 +121,8 @@ class TokenClassificationFamily:
     model_class = FAMILY.model_class
     problem_type = None
     target_dtype = torch.long
+    targets_by_position = True
+    """A target per position (IGNORED where none), cut with the batch to its width (collate)."""
 
     @staticmethod
     def collate(encoded, indices, pad_id, targets=None, pin=False, widths=()) -> dict[str, torch.Tensor]:
@@ -159,6 +162,14 @@ class TokenClassificationFamily:
         """Cross-entropy summed over the batch's tagged positions (fp32)."""
         logits = outputs.float()
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORED, reduction="sum")
+
+    def soft_loss_sum(
+        self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float, targets: torch.Tensor
+    ) -> torch.Tensor:
+        """The per-token KL to the teacher summed over the tokens the cross-entropy counts (each
+        word's first piece: not [CLS], [SEP], a word's further pieces or padding), as loss_sum sums
+        over them: the two losses keep one scale whatever the sentences' lengths."""
+        return position_kl_sum(outputs, teacher, targets != IGNORED, temperature)
 
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
         return outputs  # logits [B, S, num_labels]

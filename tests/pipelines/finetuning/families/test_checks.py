@@ -31,6 +31,20 @@ FAMILY_NAMES = "classification, regression, multi_label, token_classification, m
             ["finetune.task=regression", "finetune.tasks={x: {finetune: {task: multi_label}}}", "tune.metric=pearson"],
             "finetune.tasks.x: tune.metric=pearson: not a multi_label metric",
         ),
+        (
+            ["finetune.task=multiple_choice", "distill.layers=half"],
+            "distill.layers: the multiple_choice family has no soft-target loss to distil with; the families that "
+            "have: classification, regression, multi_label, token_classification, question_answering",
+        ),
+        (
+            ["finetune.task=token_classification", "finetune.exit_heads=true"],
+            "finetune.exit_heads: the token_classification family's head has no answer to settle between depths "
+            "(early exit is the sequence families'): classification, regression, multi_label",
+        ),
+        (
+            ["finetune.task=question_answering", "finetune.exit_heads=true"],
+            "finetune.exit_heads: the question_answering family's head has no answer to settle between depths",
+        ),
     ],
 )
 def test_a_config_breaking_a_family_rule_is_refused_naming_the_key(overrides, message):
@@ -41,7 +55,13 @@ def test_a_config_breaking_a_family_rule_is_refused_naming_the_key(overrides, me
 
 
 def test_a_config_keeping_them_passes():
-    for overrides in ([], ["finetune.task=question_answering", "tune.metric=exact"], ["finetune.task=multi_label"]):
+    for overrides in (
+        [],
+        ["finetune.task=question_answering", "tune.metric=exact"],
+        ["finetune.task=multi_label"],
+        ["finetune.task=token_classification", "distill.layers=half"],
+        ["finetune.task=question_answering", "distill.layers=2", "distill.hidden_weight=1.0"],
+    ):
         check_config(load_config(overrides=overrides))
     check_config(load_config(overrides=["finetune.tasks={a: {finetune: {task: regression}}, b: {}}"]))
 
