@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx_ir
-import onnxruntime
 import torch
 from onnx_ir.passes.common import ClearMetadataAndDocStringPass
 from torch import nn
@@ -35,7 +34,7 @@ from albert_model.hf import load_hf_encoder, load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
-from ..inference.onnx_runner import ENCODER_OUTPUTS
+from ..inference.onnx_runner import ENCODER_OUTPUTS, cpu_session
 from ..storage.models import USAGE_KEYS
 from .quantize import Quantized, quantize_int8
 
@@ -248,9 +247,10 @@ def check_inputs(config: AlbertConfig, batch: int, sequence: int, choices: int |
 def max_abs_difference(
     exportable: ExportableModel, path: str | os.PathLike, shapes: tuple[tuple[int, int], ...] = CHECK_SHAPES
 ) -> float:
-    """The largest |onnxruntime - PyTorch| over every output, on onnxruntime's CPU provider, for
+    """The largest |onnxruntime - PyTorch| over every output, on onnxruntime's CPU provider as the
+    onnx backend runs it (cpu_session), for
     `check_inputs` of each (batch, sequence) in `shapes`."""
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = cpu_session(str(path))
     worst = 0.0
     for batch, sequence in shapes:
         inputs = check_inputs(exportable.config, batch, sequence, _CHECK_CHOICES if exportable.head.choices else None)
@@ -267,7 +267,7 @@ def prediction_agreement(exportable: ExportableModel, path: str | os.PathLike) -
     output's last axis (a class, a choice, an answer start or end, a position's tag), for
     `check_inputs` of AGREEMENT_ROWS and CHECK_SHAPES; the check of an int8 export, whose outputs
     differ from PyTorch's by ~1e-3, not 1e-6."""
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = cpu_session(str(path))
     agreed = total = 0
     for batch, sequence in (AGREEMENT_ROWS, *CHECK_SHAPES):
         inputs = check_inputs(exportable.config, batch, sequence, _CHECK_CHOICES if exportable.head.choices else None)
