@@ -50,6 +50,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/'s modules, as a script sees them
 
 SIDES = ("torch fp32", "ORT fp32", "ORT int8 (ours)", "ORT int8 (optimum)")
+FUSED = ", attention fused"
+"""The suffix of a copy of a file whose attention is onnxruntime's MultiHeadAttention op (attention_fused)."""
+FUSED_SIDES = ("ORT fp32", "ORT int8 (ours)")
 DEFAULT_SESSION = ", onnxruntime's defaults"
 """The suffix of a side timed in a session of onnxruntime's default options (its fusions all on)."""
 DEFAULT_SESSION_SIDES = ("ORT fp32", "ORT int8 (ours)")
@@ -130,6 +133,32 @@ def optimum_int8(fp32: Path, output: Path) -> None:
     )
     quantizer.quantize_model()
     quantizer.model.save_model_to_file(str(output))
+
+
+def attention_fused(source: Path, output: Path) -> dict[str, int]:
+    """`source` with each scaled dot-product attention as onnxruntime's MultiHeadAttention
+    (com.microsoft: the file is onnxruntime's alone), by onnxscript 0.7.2's ORT fusions for torch's
+    dynamo exports, the attention's alone: `optimize_for_ort` would also write its
+    SkipLayerNormalization into the file, the kernel the product's sessions leave out. The count of
+    each fusion."""
+    import onnx_ir
+    import onnx_ir.passes.common as passes
+    from onnxscript.optimizer import optimize
+    from onnxscript.rewriter.ort_fusions import shape_optimization
+    from onnxscript.rewriter.ort_fusions.mha import fuse_mha1, fuse_mha2
+    from onnxscript.rewriter.ort_fusions.sdpa import fuse_sdpa
+    from onnxscript.rewriter.ort_fusions.sdpa_via_mha import replace_sdpa_by_mha
+
+    model = onnx_ir.load(source)
+    passes.ShapeInferencePass()(model)  # as onnxscript's fuse_xformers prepares a model
+    optimize(model)
+    shape_optimization.rules.apply_to_model(model)
+    optimize(model)
+    counts = {"sdpa": fuse_sdpa(model, apply_shape_inference=True), "mha": fuse_mha1(model) + fuse_mha2(model)}
+    counts["sdpa_via_mha"] = replace_sdpa_by_mha(model)
+    optimize(model)
+    onnx_ir.save(model, output)
+    return counts
 
 
 def session(path: Path, threads: int, defaults: bool = False, profile: str | None = None):
@@ -347,10 +376,14 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             model, rows, gold = random_classifier(root, spiece_dir(args, root), args.preset, args.rows)
         files = {side: root / f"{i}.onnx" for i, side in enumerate(SIDES) if i}
-        progress(f"exporting {model}: fp32, our int8, optimum's int8")
+        progress(f"exporting {model}: fp32, our int8, optimum's int8, the attention fused")
         export_onnx(load_exportable(model), files["ORT fp32"])
         quantize_export(files["ORT fp32"], files["ORT int8 (ours)"])
         optimum_int8(files["ORT fp32"], files["ORT int8 (optimum)"])
+        fusions = {}
+        for side in FUSED_SIDES:
+            files[side + FUSED] = root / f"{len(files)}.onnx"
+            fusions[side] = attention_fused(files[side], files[side + FUSED])
         figures = classifier_figures(model, {"torch fp32": None, **files}, rows, gold, args, root)
         result = {
             "model": str(model) if args.run_dir else f"random {args.preset}",
@@ -358,6 +391,7 @@ def main(argv: list[str] | None = None) -> dict:
             "threads": args.threads,
             "rounds": args.rounds,
             "load_average": os.getloadavg(),
+            "attention_fusions": fusions,
             "classifier": figures,
             "qa": qa_figures(args, root) if args.qa_rows else None,
         }
