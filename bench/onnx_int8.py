@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> dict:
         optimum_int8(files["ORT fp32"], files["ORT int8 (optimum)"])
         fusions = {}
         for side in FUSED_SIDES:
-            files[side + FUSED] = root / f"{len(files)}.onnx"
+            files[side + FUSED] = files[side].with_suffix(".fused.onnx")
             fusions[side] = attention_fused(files[side], files[side + FUSED])
         figures = classifier_figures(model, {"torch fp32": None, **files}, rows, gold, args, root)
         result = {

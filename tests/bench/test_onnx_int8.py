@@ -24,6 +24,7 @@ def test_the_int8_bench_runs_every_side(tiny_pretrained):
     profiles = {side: f["us_per_op_batch1"] for side, f in figures.items() if side != "torch fp32"}
     assert len(profiles) == 7 and all(sum(p.values()) > 0 for p in profiles.values())
     assert all("MultiHeadAttention" in profiles[side] and "Softmax" not in profiles[side] for side in fused)
+    assert "MultiHeadAttention" not in profiles["ORT int8 (optimum)"]  # each side its own file
     assert "DynamicQuantizeMatMul" in profiles["ORT int8 (ours)"] and "MatMul" in profiles["ORT fp32"]
     assert "SkipLayerNormalization" in profiles["ORT fp32" + DEFAULT_SESSION]
     assert "SkipLayerNormalization" not in profiles["ORT fp32"]
