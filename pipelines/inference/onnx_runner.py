@@ -22,8 +22,9 @@ from ..storage.models import USAGE_KEYS
 
 SLOWER_FUSIONS = ("SkipLayerNormFusion",)
 """onnxruntime graph fusions every session the product opens leaves out (`disabled_optimizers`, as a
-session config entry): on CPU, onnxruntime 1.32's SkipLayerNormalization kernel is a scalar loop,
-8-12x slower than the Add and LayerNormalization it replaces (docs/BENCHMARKS.md#int8-on-cpu)."""
+session config entry): on CPU, onnxruntime 1.32's SkipLayerNormalization kernel is a plain
+per-element loop, several times slower than the Add and LayerNormalization it replaces (make run's
+model: 288 against ~80 µs a call, 27% of its int8 call; docs/BENCHMARKS.md#int8-on-cpu)."""
 ONNX_FILE = "model.onnx"
 """The ONNX file's name in a replica's copy of the model folder (storage.models.materialize)."""
 ENCODER_OUTPUTS = ("last_hidden_state",)

@@ -60,7 +60,7 @@ def test_early_exit_with_the_onnx_backend_is_refused_by_the_config(tmp_path):
 
 def test_the_runner_leaves_out_onnxruntime_s_slower_layer_norm_fusion(tmp_path):
     """onnxruntime fuses a residual Add and its LayerNormalization into SkipLayerNormalization, whose CPU
-    kernel (1.32) is 8-12x slower than the two (docs/BENCHMARKS.md#int8-on-cpu): the runner's session,
+    kernel (1.32) is several times slower than the two (docs/BENCHMARKS.md#int8-on-cpu): the runner's session,
     as onnxruntime optimizes it, keeps them apart, where onnxruntime's default options fuse them."""
     import collections
 
