@@ -36,6 +36,7 @@ from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
 from ..inference.onnx_runner import ENCODER_OUTPUTS, cpu_session
 from ..storage.models import USAGE_KEYS
+from .fuse import fuse_attention
 from .quantize import Quantized, quantize_int8
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -108,6 +109,8 @@ class OnnxExport:
     duplicates_removed: int
     seconds: float
     quantized: Quantized | None = None
+    attention_fused: int = 0
+    """MultiHeadAttention nodes (`fuse`: fuse.py)."""
 
     @property
     def ratio(self) -> float:
@@ -150,10 +153,12 @@ def export_onnx(
     opset: int | None = None,
     force: bool = False,
     quantize: str | None = None,
+    fuse: bool = False,
 ) -> OnnxExport:
     """Write the model to `output` (refusing an existing file unless `force`), its shared weights
     stored once and the folder's usage in its metadata; `opset` None is torch's default; `quantize`
-    "int8": its weights int8 (quantize.py). The file appears only once complete."""
+    "int8": its weights int8 (quantize.py); `fuse`: its attention onnxruntime's MultiHeadAttention
+    (fuse.py). The file appears only once complete."""
     output = check_target(output, exportable.directory, opset, force)
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ConfigError(f"--quantize {quantize}: the choices are {', '.join(QUANTIZATIONS)}")
@@ -166,6 +171,7 @@ def export_onnx(
     ClearMetadataAndDocStringPass()(program.model)
     program.model.metadata_props.update(exportable.usage)
     quantized = quantize_int8(program.model) if quantize == "int8" else None
+    fused = fuse_attention(program.model) if fuse else 0
     removed = _deduplicate_initializers(program.model)
     written = _save(program.model, output)
     return OnnxExport(
@@ -176,20 +182,31 @@ def export_onnx(
         duplicates_removed=removed,
         seconds=time.perf_counter() - start,
         quantized=quantized,
+        attention_fused=fused,
     )
 
 
 def quantize_export(fp32: str | os.PathLike, output: str | os.PathLike, force: bool = False) -> Quantized:
     """An fp32 export's int8 copy at `output`, as `export_onnx(quantize="int8")` writes it, without
     tracing the model again (one trace for both files: the benches, the tests)."""
+    return _rewrite_export(fp32, output, force, quantize_int8)
+
+
+def fuse_export(source: str | os.PathLike, output: str | os.PathLike, force: bool = False) -> int:
+    """An export's (fp32 or int8) copy at `output` with its attention fused, as `export_onnx(fuse=True)`
+    writes it, without tracing the model again; its MultiHeadAttention nodes."""
+    return _rewrite_export(source, output, force, fuse_attention)
+
+
+def _rewrite_export(source, output, force: bool, rewrite):
     output = Path(output)
     if output.exists() and not force:
         raise RefusedPath(f"{output} exists; pass --force to replace it")
-    model = onnx_ir.load(fp32)
-    quantized = quantize_int8(model)
+    model = onnx_ir.load(source)
+    result = rewrite(model)
     _deduplicate_initializers(model)
     _save(model, output)
-    return quantized
+    return result
 
 
 def check_target(
@@ -380,6 +397,7 @@ __all__ = [
     "check_inputs",
     "check_target",
     "export_onnx",
+    "fuse_export",
     "load_exportable",
     "max_abs_difference",
     "prediction_agreement",
