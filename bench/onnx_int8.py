@@ -51,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/'s modules, as
 
 SIDES = ("torch fp32", "ORT fp32", "ORT int8 (ours)", "ORT int8 (optimum)")
 FUSED = ", attention fused"
-"""The suffix of a copy of a file whose attention is onnxruntime's MultiHeadAttention op (attention_fused)."""
+"""The suffix of a copy of a file whose attention is onnxruntime's MultiHeadAttention op (`export onnx
+--fuse-attention`: pipelines/export/fuse.py)."""
 FUSED_SIDES = ("ORT fp32", "ORT int8 (ours)")
 DEFAULT_SESSION = ", onnxruntime's defaults"
 """The suffix of a side timed in a session of onnxruntime's default options (its fusions all on)."""
@@ -133,32 +134,6 @@ def optimum_int8(fp32: Path, output: Path) -> None:
     )
     quantizer.quantize_model()
     quantizer.model.save_model_to_file(str(output))
-
-
-def attention_fused(source: Path, output: Path) -> dict[str, int]:
-    """`source` with each scaled dot-product attention as onnxruntime's MultiHeadAttention
-    (com.microsoft: the file is onnxruntime's alone), by onnxscript 0.7.2's ORT fusions for torch's
-    dynamo exports, the attention's alone: `optimize_for_ort` would also write its
-    SkipLayerNormalization into the file, the kernel the product's sessions leave out. The count of
-    each fusion."""
-    import onnx_ir
-    import onnx_ir.passes.common as passes
-    from onnxscript.optimizer import optimize
-    from onnxscript.rewriter.ort_fusions import shape_optimization
-    from onnxscript.rewriter.ort_fusions.mha import fuse_mha1, fuse_mha2
-    from onnxscript.rewriter.ort_fusions.sdpa import fuse_sdpa
-    from onnxscript.rewriter.ort_fusions.sdpa_via_mha import replace_sdpa_by_mha
-
-    model = onnx_ir.load(source)
-    passes.ShapeInferencePass()(model)  # as onnxscript's fuse_xformers prepares a model
-    optimize(model)
-    shape_optimization.rules.apply_to_model(model)
-    optimize(model)
-    counts = {"sdpa": fuse_sdpa(model, apply_shape_inference=True), "mha": fuse_mha1(model) + fuse_mha2(model)}
-    counts["sdpa_via_mha"] = replace_sdpa_by_mha(model)
-    optimize(model)
-    onnx_ir.save(model, output)
-    return counts
 
 
 def session(path: Path, threads: int, defaults: bool = False, profile: str | None = None):
@@ -366,7 +341,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from pipelines.export.onnx import export_onnx, load_exportable, quantize_export
+    from pipelines.export.onnx import export_onnx, fuse_export, load_exportable, quantize_export
 
     with tempfile.TemporaryDirectory() as work:
         root = Path(work)
@@ -383,7 +358,7 @@ def main(argv: list[str] | None = None) -> dict:
         fusions = {}
         for side in FUSED_SIDES:
             files[side + FUSED] = files[side].with_suffix(".fused.onnx")
-            fusions[side] = attention_fused(files[side], files[side + FUSED])
+            fusions[side] = fuse_export(files[side], files[side + FUSED])
         figures = classifier_figures(model, {"torch fp32": None, **files}, rows, gold, args, root)
         result = {
             "model": str(model) if args.run_dir else f"random {args.preset}",
