@@ -265,8 +265,7 @@ def max_abs_difference(
     exportable: ExportableModel, path: str | os.PathLike, shapes: tuple[tuple[int, int], ...] = CHECK_SHAPES
 ) -> float:
     """The largest |onnxruntime - PyTorch| over every output, on onnxruntime's CPU provider as the
-    onnx backend runs it (cpu_session), for
-    `check_inputs` of each (batch, sequence) in `shapes`."""
+    onnx backend runs it (cpu_session), for `check_inputs` of each (batch, sequence) in `shapes`."""
     session = cpu_session(str(path))
     worst = 0.0
     for batch, sequence in shapes:
