@@ -104,7 +104,8 @@ def test_the_int8_file_carries_the_same_usage_and_agrees_with_pytorch(exports):
 def test_fused_attention_answers_the_same_with_the_weights_once(exports, tmp_path):
     """--fuse-attention on the fp32 and the int8 export: a MultiHeadAttention a depth step (the
     [CLS]-only last one too) and no Softmax left; fp32 within 1e-4 of PyTorch at two shapes with
-    padding, int8 agreeing as before; the shared layer's matrices stored once in both, the usage kept."""
+    padding; the shared layer's matrices stored once in both, the usage kept (the fused int8 file's
+    agreement with PyTorch: the command's test below, e2e)."""
     folder, exportable, fp32, int8 = exports
     fused = {"fp32": tmp_path / "fp32.fused.onnx", "int8": tmp_path / "int8.fused.onnx"}
     assert fuse_export(fp32.path, fused["fp32"]) == fuse_export(int8.path, fused["int8"]) == LAYERS
@@ -113,7 +114,6 @@ def test_fused_attention_answers_the_same_with_the_weights_once(exports, tmp_pat
         assert ops.count("MultiHeadAttention") == LAYERS and "Softmax" not in ops
         assert onnxruntime.InferenceSession(str(path)).get_modelmeta().custom_metadata_map[RECORD]
     assert max_abs_difference(exportable, fused["fp32"]) < 1e-4
-    assert prediction_agreement(exportable, fused["int8"]) >= 0.95
     matrices = layer_matrices(folder)
     model = onnx.load(str(fused["fp32"]))
     assert {name: copies(model, m) for name, m in matrices.items()} == dict.fromkeys(matrices, 1)
