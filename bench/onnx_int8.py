@@ -1,7 +1,10 @@
 """int8 ONNX on CPU (issue #46 item 5): one classifier as torch fp32, onnxruntime fp32 (`albert-ray
 export onnx`), our int8 (`--quantize int8`, pipelines/export/quantize.py) and optimum's dynamic
 int8 of the same fp32 export, side by side in one run: file size, accuracy on the same eval rows,
-and latency at batch 1 and 32, sequence 128. And QA predict through the onnx backend (fp32 and
+and latency at batch 1 and 32, sequence 128; the fp32 and our int8 file also in a session with
+onnxruntime's default options (its SkipLayerNormalization fusion, which the product's sessions leave
+out: onnx_runner.SLOWER_FUSIONS), and with `--profile N` where each onnxruntime side's batch-1 time
+goes, per op type (onnxruntime's own profiler). And QA predict through the onnx backend (fp32 and
 int8) against bench/qa_predict_speed.py's plain transformers loop (issue #44's goal: >= 2x).
 
 The model: `--run-dir`, a run whose finetune stage fine-tuned the embedded BBC News task (its
@@ -17,19 +20,24 @@ itself cannot be imported beside transformers 5 (optimum-onnx 0.1.0 imports
 
 Accuracy and agreement: each file run by the product's Predictor (predict.backend=onnx: the same
 encode, collate and decode as torch's), at the length the model records. Latency: the model alone
-(torch's module; an onnxruntime session on `--threads` threads), random token ids, no padding, the
-median of `--rounds` calls of each, the four interleaved (a change in the machine's load falls on
-all), after a warm-up. QA: bench/qa_predict_speed.py's random QA export of `--qa-preset`, its
-questions, its transformers loop; ours is the Predictor with the QA export's ONNX files.
+(torch's module; an onnxruntime session on `--threads` threads, the product's `cpu_session` unless
+the side says onnxruntime's defaults), random token ids, no padding, the median of `--rounds` calls
+of each (`--batch32-rounds` at batch 32), the sides interleaved (a change in the machine's load falls
+on all), after a warm-up. Progress goes to stderr (a base-sized model takes minutes). QA:
+bench/qa_predict_speed.py's random QA export of `--qa-preset`, its questions, its transformers loop;
+ours is the Predictor with the QA export's ONNX files.
 
     python bench/onnx_int8.py --run-dir /tmp/run            # make run's model (finetune/best)
     python bench/onnx_int8.py --preset tiny --rows 40 --rounds 3 --qa-rows 8   # a smoke run
+    python bench/onnx_int8.py --preset base --rows 40 --rounds 20 --batch32-rounds 2 --qa-rows 0 --profile 10
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import os
 import sys
 import tempfile
 import time
@@ -42,7 +50,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/'s modules, as a script sees them
 
 SIDES = ("torch fp32", "ORT fp32", "ORT int8 (ours)", "ORT int8 (optimum)")
+FUSED = ", attention fused"
+"""The suffix of a copy of a file whose attention is onnxruntime's MultiHeadAttention op (`export onnx
+--fuse-attention`: pipelines/export/fuse.py)."""
+FUSED_SIDES = ("ORT fp32", "ORT int8 (ours)")
+DEFAULT_SESSION = ", onnxruntime's defaults"
+"""The suffix of a side timed in a session of onnxruntime's default options (its fusions all on)."""
+DEFAULT_SESSION_SIDES = ("ORT fp32", "ORT int8 (ours)")
 SEQ = 128
+_START = time.perf_counter()
+
+
+def progress(message: str) -> None:
+    print(f"[{time.perf_counter() - _START:6.1f} s] {message}", file=sys.stderr, flush=True)
 
 
 def eval_rows(run_dir: Path) -> tuple[list[dict], list[str]]:
@@ -116,11 +136,18 @@ def optimum_int8(fp32: Path, output: Path) -> None:
     quantizer.model.save_model_to_file(str(output))
 
 
-def session(path: Path, threads: int):
+def session(path: Path, threads: int, defaults: bool = False, profile: str | None = None):
+    """A session of `path` with the product's options (onnx_runner.session_options), or with
+    `defaults` onnxruntime's default options, on `threads` threads either way; `profile`:
+    onnxruntime's profiler on, its file named from this prefix."""
     import onnxruntime
 
-    options = onnxruntime.SessionOptions()
+    from pipelines.inference.onnx_runner import session_options
+
+    options = onnxruntime.SessionOptions() if defaults else session_options(threads)
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    if profile is not None:
+        options.enable_profiling, options.profile_file_prefix = True, profile
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -129,24 +156,48 @@ def latencies(calls: dict[str, Callable[[], object]], rounds: int) -> dict[str, 
     for call in calls.values():
         call()
     seconds: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
+    for done in range(rounds):
         for name, call in calls.items():
             start = time.perf_counter()
             call()
             seconds[name].append(time.perf_counter() - start)
+        if (done + 1) % max(1, rounds // 4) == 0:
+            progress(f"  round {done + 1} of {rounds}")
     return {name: float(np.median(s)) for name, s in seconds.items()}
 
 
-def classifier_figures(model: Path, files: dict[str, Path | None], rows, gold, args) -> dict:
+def op_profile(path: Path, defaults: bool, inputs: dict, calls: int, threads: int, root: Path) -> dict[str, float]:
+    """Microseconds per call spent in each op type's kernels (onnxruntime's profiler), over `calls`
+    calls after a warm-up of as many (the first calls allocate and are slower)."""
+    s = session(path, threads, defaults, profile=str(root / "profile"))
+    for _ in range(2 * calls):
+        s.run(None, inputs)
+    trace = Path(s.end_profiling())
+    events = [e for e in json.loads(trace.read_text()) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    trace.unlink()
+    per_node: dict[str, list[float]] = collections.defaultdict(list)
+    op_of = {}
+    for event in events:
+        per_node[event["name"]].append(event["dur"])
+        op_of[event["name"]] = event["args"]["op_name"]
+    per_op: dict[str, float] = collections.Counter()
+    for node, durations in per_node.items():
+        per_op[op_of[node]] += sum(durations[-calls:]) / calls
+    return dict(sorted(per_op.items(), key=lambda kv: -kv[1]))
+
+
+def classifier_figures(model: Path, files: dict[str, Path | None], rows, gold, args, root: Path) -> dict:
+    """Each side's size, accuracy and agreement with torch on `rows`, and its latency; the sides of
+    onnxruntime's default options (DEFAULT_SESSION_SIDES) latency only, their files being the same."""
     from pipelines.export.onnx import check_inputs
     from pipelines.inference.predictor import Predictor
 
-    predictions = {
-        side: [p["prediction"] for p in Predictor.load(str(model), onnx=path and str(path)).predict(rows)]
-        for side, path in files.items()
-    }
+    predictions = {}
+    for side, path in files.items():
+        progress(f"predicting {len(rows)} rows: {side}")
+        predictions[side] = [p["prediction"] for p in Predictor.load(str(model), onnx=path and str(path)).predict(rows)]
     net = Predictor.load(str(model), device="cpu").model
-    figures: dict = {side: {} for side in files}
+    figures: dict = {side: {} for side in files} | {side + DEFAULT_SESSION: {} for side in DEFAULT_SESSION_SIDES}
     for side, path in files.items():
         figures[side]["bytes"] = (
             path.stat().st_size if path else sum(f.stat().st_size for f in model.glob("*.safetensors"))
@@ -155,9 +206,14 @@ def classifier_figures(model: Path, files: dict[str, Path | None], rows, gold, a
         figures[side]["agreement_with_torch"] = float(
             np.mean([p == q for p, q in zip(predictions[side], predictions["torch fp32"])])
         )
-    sessions = {side: session(path, args.threads) for side, path in files.items() if path}
+    sessions = {side: session(path, args.threads) for side, path in files.items() if path} | {
+        side + DEFAULT_SESSION: session(files[side], args.threads, defaults=True) for side in DEFAULT_SESSION_SIDES
+    }
     config = net.config
-    for batch in (1, 32):
+    batch32_rounds = max(1, args.rounds // 4) if args.batch32_rounds is None else args.batch32_rounds
+    for batch, rounds in ((1, args.rounds), (32, batch32_rounds)):
+        if not rounds:
+            continue
         inputs = check_inputs(config, batch, SEQ, seed=1)
         inputs["attention_mask"][:] = 1
         tensors = {k: torch.from_numpy(v) for k, v in inputs.items()}
@@ -169,8 +225,17 @@ def classifier_figures(model: Path, files: dict[str, Path | None], rows, gold, a
         calls = {"torch fp32": run_torch} | {
             side: (lambda s=s, i=inputs: s.run(None, i)) for side, s in sessions.items()
         }
-        for side, s in latencies(calls, args.rounds if batch == 1 else max(1, args.rounds // 4)).items():
+        progress(f"timing batch {batch} x {SEQ}: {rounds} rounds of {len(calls)} sides")
+        for side, s in latencies(calls, rounds).items():
             figures[side][f"ms_batch{batch}"] = s * 1e3
+    if args.profile:
+        inputs = check_inputs(config, 1, SEQ, seed=1)
+        inputs["attention_mask"][:] = 1
+        for side in sessions:
+            progress(f"profiling batch 1: {side}")
+            defaults = side.endswith(DEFAULT_SESSION)
+            path = files[side.removesuffix(DEFAULT_SESSION)]
+            figures[side]["us_per_op_batch1"] = op_profile(path, defaults, inputs, args.profile, args.threads, root)
     return figures
 
 
@@ -222,13 +287,37 @@ def table(figures: dict) -> str:
         "| | size | vs ORT fp32 | accuracy | agreement with torch | batch 1 ms | speedup vs ORT fp32 | batch 32 ms |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for side in SIDES:
-        f = figures[side]
-        lines.append(
-            f"| {side} | {f['bytes'] / 1e6:.2f} MB | {f['bytes'] / fp32['bytes']:.3f}x | {f['accuracy']:.4f} | "
-            f"{f['agreement_with_torch']:.4f} | {f['ms_batch1']:.2f} | {fp32['ms_batch1'] / f['ms_batch1']:.2f}x | "
-            f"{f['ms_batch32']:.1f} |"
+    for side, f in figures.items():
+        size = (
+            f"{f['bytes'] / 1e6:.2f} MB | {f['bytes'] / fp32['bytes']:.3f}x | {f['accuracy']:.4f} | "
+            f"{f['agreement_with_torch']:.4f}"
+            if "bytes" in f
+            else "(the file above) | | |"
         )
+        batch32 = f"{f['ms_batch32']:.1f}" if "ms_batch32" in f else ""
+        lines.append(
+            f"| {side} | {size} | {f['ms_batch1']:.2f} | {fp32['ms_batch1'] / f['ms_batch1']:.2f}x | {batch32} |"
+        )
+    return "\n".join(lines)
+
+
+def profile_table(figures: dict, top: int = 12) -> str:
+    """Microseconds per batch-1 call by op type, the sides as columns; the op types that cost most."""
+    sides = [side for side, f in figures.items() if "us_per_op_batch1" in f]
+    totals: dict[str, float] = collections.Counter()
+    for side in sides:
+        totals.update(figures[side]["us_per_op_batch1"])
+    ops = [op for op, _ in totals.most_common(top)]
+    lines = ["| op type | " + " | ".join(sides) + " |", "|---|" + "---:|" * len(sides)]
+    for op in ops:
+        lines.append(
+            f"| {op} | " + " | ".join(f"{figures[s]['us_per_op_batch1'].get(op, 0):.0f}" for s in sides) + " |"
+        )
+    rest = [sum(v for op, v in figures[s]["us_per_op_batch1"].items() if op not in ops) for s in sides]
+    lines.append("| the other op types | " + " | ".join(f"{v:.0f}" for v in rest) + " |")
+    lines.append(
+        "| all kernels | " + " | ".join(f"{sum(figures[s]['us_per_op_batch1'].values()):.0f}" for s in sides) + " |"
+    )
     return "\n".join(lines)
 
 
@@ -239,14 +328,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rows", type=int, default=200, help="without --run-dir: BBC articles")
     parser.add_argument("--spiece", help="without --run-dir: a folder with spiece.model (default: one trained here)")
     parser.add_argument("--threads", type=int, default=1, help="torch's and each onnxruntime session's")
-    parser.add_argument("--rounds", type=int, default=100, help="timed calls at batch 1 (a quarter at batch 32)")
+    parser.add_argument("--rounds", type=int, default=100, help="timed calls at batch 1")
+    parser.add_argument(
+        "--batch32-rounds", type=int, help="timed calls at batch 32 (default: a quarter of --rounds; 0: none)"
+    )
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="profile N batch-1 calls of each onnxruntime side"
+    )
     parser.add_argument("--qa-preset", default="tiny")
     parser.add_argument("--qa-rows", type=int, default=100, help="QA questions (0: no QA timing)")
     parser.add_argument("--qa-rounds", type=int, default=3)
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from pipelines.export.onnx import export_onnx, load_exportable, quantize_export
+    from pipelines.export.onnx import export_onnx, fuse_export, load_exportable, quantize_export
 
     with tempfile.TemporaryDirectory() as work:
         root = Path(work)
@@ -256,19 +351,28 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             model, rows, gold = random_classifier(root, spiece_dir(args, root), args.preset, args.rows)
         files = {side: root / f"{i}.onnx" for i, side in enumerate(SIDES) if i}
+        progress(f"exporting {model}: fp32, our int8, optimum's int8, the attention fused")
         export_onnx(load_exportable(model), files["ORT fp32"])
         quantize_export(files["ORT fp32"], files["ORT int8 (ours)"])
         optimum_int8(files["ORT fp32"], files["ORT int8 (optimum)"])
-        figures = classifier_figures(model, {"torch fp32": None, **files}, rows, gold, args)
+        fusions = {}
+        for side in FUSED_SIDES:
+            files[side + FUSED] = files[side].with_suffix(".fused.onnx")
+            fusions[side] = fuse_export(files[side], files[side + FUSED])
+        figures = classifier_figures(model, {"torch fp32": None, **files}, rows, gold, args, root)
         result = {
             "model": str(model) if args.run_dir else f"random {args.preset}",
             "eval_rows": len(rows),
             "threads": args.threads,
             "rounds": args.rounds,
+            "load_average": os.getloadavg(),
+            "attention_fusions": fusions,
             "classifier": figures,
             "qa": qa_figures(args, root) if args.qa_rows else None,
         }
     print(table(figures))
+    if args.profile:
+        print(profile_table(figures))
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 
-import onnxruntime
 import torch
 
 from ..inference.embedding import pooled
-from ..inference.onnx_runner import ENCODER_OUTPUTS
+from ..inference.onnx_runner import ENCODER_OUTPUTS, cpu_session
 from .onnx import AGREEMENT_ROWS, CHECK_SHAPES, ExportableModel, check_inputs, torch_outputs
 
 
@@ -19,7 +18,7 @@ def embedding_similarity(exportable: ExportableModel, path: str | os.PathLike) -
     hidden state mean-pooled over the mask, embedding.pooled), for `check_inputs` of AGREEMENT_ROWS
     and CHECK_SHAPES: the check of an int8 encoder export (EMBEDDING_EXPORT), whose output has no
     argmax to agree on."""
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = cpu_session(str(path))
     least = 1.0
     for batch, sequence in (AGREEMENT_ROWS, *CHECK_SHAPES):
         inputs = check_inputs(exportable.config, batch, sequence)

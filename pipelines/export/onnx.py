@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx_ir
-import onnxruntime
 import torch
 from onnx_ir.passes.common import ClearMetadataAndDocStringPass
 from torch import nn
@@ -35,8 +34,9 @@ from albert_model.hf import load_hf_encoder, load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
-from ..inference.onnx_runner import ENCODER_OUTPUTS
+from ..inference.onnx_runner import ENCODER_OUTPUTS, cpu_session
 from ..storage.models import USAGE_KEYS
+from .fuse import fuse_attention
 from .quantize import Quantized, quantize_int8
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -109,6 +109,8 @@ class OnnxExport:
     duplicates_removed: int
     seconds: float
     quantized: Quantized | None = None
+    attention_fused: int = 0
+    """MultiHeadAttention nodes (`fuse`: fuse.py)."""
 
     @property
     def ratio(self) -> float:
@@ -151,10 +153,12 @@ def export_onnx(
     opset: int | None = None,
     force: bool = False,
     quantize: str | None = None,
+    fuse: bool = False,
 ) -> OnnxExport:
     """Write the model to `output` (refusing an existing file unless `force`), its shared weights
     stored once and the folder's usage in its metadata; `opset` None is torch's default; `quantize`
-    "int8": its weights int8 (quantize.py). The file appears only once complete."""
+    "int8": its weights int8 (quantize.py); `fuse`: its attention onnxruntime's MultiHeadAttention
+    (fuse.py). The file appears only once complete."""
     output = check_target(output, exportable.directory, opset, force)
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ConfigError(f"--quantize {quantize}: the choices are {', '.join(QUANTIZATIONS)}")
@@ -167,6 +171,7 @@ def export_onnx(
     ClearMetadataAndDocStringPass()(program.model)
     program.model.metadata_props.update(exportable.usage)
     quantized = quantize_int8(program.model) if quantize == "int8" else None
+    fused = fuse_attention(program.model) if fuse else 0
     removed = _deduplicate_initializers(program.model)
     written = _save(program.model, output)
     return OnnxExport(
@@ -177,20 +182,31 @@ def export_onnx(
         duplicates_removed=removed,
         seconds=time.perf_counter() - start,
         quantized=quantized,
+        attention_fused=fused,
     )
 
 
 def quantize_export(fp32: str | os.PathLike, output: str | os.PathLike, force: bool = False) -> Quantized:
     """An fp32 export's int8 copy at `output`, as `export_onnx(quantize="int8")` writes it, without
     tracing the model again (one trace for both files: the benches, the tests)."""
+    return _rewrite_export(fp32, output, force, quantize_int8)
+
+
+def fuse_export(source: str | os.PathLike, output: str | os.PathLike, force: bool = False) -> int:
+    """An export's (fp32 or int8) copy at `output` with its attention fused, as `export_onnx(fuse=True)`
+    writes it, without tracing the model again; its MultiHeadAttention nodes."""
+    return _rewrite_export(source, output, force, fuse_attention)
+
+
+def _rewrite_export(source, output, force: bool, rewrite):
     output = Path(output)
     if output.exists() and not force:
         raise RefusedPath(f"{output} exists; pass --force to replace it")
-    model = onnx_ir.load(fp32)
-    quantized = quantize_int8(model)
+    model = onnx_ir.load(source)
+    result = rewrite(model)
     _deduplicate_initializers(model)
     _save(model, output)
-    return quantized
+    return result
 
 
 def check_target(
@@ -248,9 +264,9 @@ def check_inputs(config: AlbertConfig, batch: int, sequence: int, choices: int |
 def max_abs_difference(
     exportable: ExportableModel, path: str | os.PathLike, shapes: tuple[tuple[int, int], ...] = CHECK_SHAPES
 ) -> float:
-    """The largest |onnxruntime - PyTorch| over every output, on onnxruntime's CPU provider, for
-    `check_inputs` of each (batch, sequence) in `shapes`."""
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    """The largest |onnxruntime - PyTorch| over every output, on onnxruntime's CPU provider as the
+    onnx backend runs it (cpu_session), for `check_inputs` of each (batch, sequence) in `shapes`."""
+    session = cpu_session(str(path))
     worst = 0.0
     for batch, sequence in shapes:
         inputs = check_inputs(exportable.config, batch, sequence, _CHECK_CHOICES if exportable.head.choices else None)
@@ -267,7 +283,7 @@ def prediction_agreement(exportable: ExportableModel, path: str | os.PathLike) -
     output's last axis (a class, a choice, an answer start or end, a position's tag), for
     `check_inputs` of AGREEMENT_ROWS and CHECK_SHAPES; the check of an int8 export, whose outputs
     differ from PyTorch's by ~1e-3, not 1e-6."""
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    session = cpu_session(str(path))
     agreed = total = 0
     for batch, sequence in (AGREEMENT_ROWS, *CHECK_SHAPES):
         inputs = check_inputs(exportable.config, batch, sequence, _CHECK_CHOICES if exportable.head.choices else None)
@@ -380,6 +396,7 @@ __all__ = [
     "check_inputs",
     "check_target",
     "export_onnx",
+    "fuse_export",
     "load_exportable",
     "max_abs_difference",
     "prediction_agreement",

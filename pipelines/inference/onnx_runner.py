@@ -20,6 +20,11 @@ from ..errors import BadInput, MissingInput
 from ..storage import exists, read_bytes
 from ..storage.models import USAGE_KEYS
 
+SLOWER_FUSIONS = ("SkipLayerNormFusion",)
+"""onnxruntime graph fusions every session the product opens leaves out (`disabled_optimizers`, as a
+session config entry): on CPU, onnxruntime 1.32's SkipLayerNormalization kernel is a plain
+per-element loop, several times slower than the Add and LayerNormalization it replaces (make run's
+model: 288 against ~80 µs a call, 27% of its int8 call; docs/BENCHMARKS.md#int8-on-cpu)."""
 ONNX_FILE = "model.onnx"
 """The ONNX file's name in a replica's copy of the model folder (storage.models.materialize)."""
 ENCODER_OUTPUTS = ("last_hidden_state",)
@@ -63,15 +68,28 @@ def check_onnx(
         )
 
 
+def session_options(threads: int | None = None) -> onnxruntime.SessionOptions:
+    """The options of the product's onnxruntime sessions: `threads` intra-op threads (None:
+    onnxruntime's default), one inter-op thread, SLOWER_FUSIONS left out."""
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("optimization.disable_specified_optimizers", ";".join(SLOWER_FUSIONS))
+    return options
+
+
+def cpu_session(path: str, threads: int | None = None) -> onnxruntime.InferenceSession:
+    """An onnxruntime CPU session of the ONNX file at `path` with `session_options(threads)`."""
+    return onnxruntime.InferenceSession(path, session_options(threads), providers=["CPUExecutionProvider"])
+
+
 class OnnxRunner(nn.Module):
-    """The ONNX file in an onnxruntime CPU session on `threads` threads, called as the head is."""
+    """The ONNX file in an onnxruntime CPU session (`cpu_session`) on `threads` threads, called as the head is."""
 
     def __init__(self, path: str, outputs: tuple[str, ...], threads: int):
         super().__init__()
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.session = cpu_session(path, threads)
         self.inputs = [i.name for i in self.session.get_inputs()]  # input_ids, attention_mask, token_type_ids
         self.names = outputs
 
@@ -95,4 +113,14 @@ def read_onnx(
     return data
 
 
-__all__ = ["ENCODER_OUTPUTS", "ONNX_FILE", "OnnxRunner", "check_onnx", "onnx_outputs", "read_onnx"]
+__all__ = [
+    "ENCODER_OUTPUTS",
+    "ONNX_FILE",
+    "SLOWER_FUSIONS",
+    "OnnxRunner",
+    "check_onnx",
+    "cpu_session",
+    "onnx_outputs",
+    "read_onnx",
+    "session_options",
+]

@@ -24,7 +24,7 @@ from albert_model import (
     AlbertForSequenceClassification,
 )
 from albert_model.hf import save_hf_pretrained
-from pipelines.export.onnx import check_inputs, export_onnx, load_exportable, max_abs_difference
+from pipelines.export.onnx import check_inputs, export_onnx, fuse_export, load_exportable, max_abs_difference
 from pipelines.storage.models import RECORD
 
 LAYERS = 4  # 12 says no more, and each application costs the exporter's tracing and optimising time
@@ -123,6 +123,16 @@ def test_onnxruntime_agrees_with_pytorch_at_two_shapes(exported):
         "AlbertForMultipleChoice": (3, 4),
     }
     assert first.shape == expected[exportable.architecture]
+
+
+@pytest.mark.e2e  # a fusion of each head's export, ~2 s a head: make test-e2e
+def test_every_head_s_attention_fused_export_agrees_with_pytorch(exported, tmp_path):
+    """--fuse-attention (pipelines/export/fuse.py): each depth step's attention, the [CLS]-only last
+    one and the multiple-choice rows included, one MultiHeadAttention, within 1e-4 of PyTorch at two
+    shapes with padding. The fp32 and int8 files' weights: test_quantize.py."""
+    _, exportable, done = exported
+    assert fuse_export(done.path, tmp_path / "fused.onnx") == LAYERS
+    assert max_abs_difference(exportable, tmp_path / "fused.onnx", SHAPES) < 1e-4
 
 
 def test_identical_layers_are_stored_once_even_unshared(tmp_path):

@@ -2,10 +2,13 @@
 classifier: the file at most 0.35x the fp32 export's; each of the shared layer's matrices stored
 once, as int8 (its per-channel quantization, no float copy left); the weight MatMuls computed by
 MatMulInteger and the attention's activation x activation MatMuls left float; the same usage
-metadata as fp32; predictions agreeing with PyTorch's; the command's line (e2e: a second export).
+metadata as fp32; predictions agreeing with PyTorch's; with --fuse-attention, fp32 and int8 alike,
+each attention onnxruntime's MultiHeadAttention, the same answers, the weights still once; the
+command's lines (e2e: more exports).
 Agreement on a fine-tuned model's eval rows: tests/pipelines/test_family_paths.py."""
 
 import json
+import os
 import re
 from types import SimpleNamespace
 
@@ -19,10 +22,17 @@ from onnx import numpy_helper
 from albert_model import AlbertConfig, AlbertForSequenceClassification
 from albert_model.hf import save_hf_pretrained
 from pipelines.cli.command import main
-from pipelines.export.onnx import export_onnx, load_exportable, prediction_agreement, quantize_export
+from pipelines.export.onnx import (
+    export_onnx,
+    fuse_export,
+    load_exportable,
+    max_abs_difference,
+    prediction_agreement,
+    quantize_export,
+)
 from pipelines.storage.models import RECORD
 
-from .test_onnx import layer_matrices
+from .test_onnx import LAYERS, copies, layer_matrices
 
 CONFIG = AlbertConfig.from_preset("tiny", vocab_size=1000).replace(num_hidden_layers=4, num_labels=3)
 
@@ -91,6 +101,27 @@ def test_the_int8_file_carries_the_same_usage_and_agrees_with_pytorch(exports):
     assert prediction_agreement(exportable, fp32.path) == 1.0
 
 
+def test_fused_attention_answers_the_same_with_the_weights_once(exports, tmp_path):
+    """--fuse-attention on the fp32 and the int8 export: a MultiHeadAttention a depth step (the
+    [CLS]-only last one too) and no Softmax left; fp32 within 1e-4 of PyTorch at two shapes with
+    padding; the shared layer's matrices stored once in both, the usage kept (the fused int8 file's
+    agreement with PyTorch: the command's test below, e2e)."""
+    folder, exportable, fp32, int8 = exports
+    fused = {"fp32": tmp_path / "fp32.fused.onnx", "int8": tmp_path / "int8.fused.onnx"}
+    assert fuse_export(fp32.path, fused["fp32"]) == fuse_export(int8.path, fused["int8"]) == LAYERS
+    for path in fused.values():
+        ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+        assert ops.count("MultiHeadAttention") == LAYERS and "Softmax" not in ops
+        assert onnxruntime.InferenceSession(str(path)).get_modelmeta().custom_metadata_map[RECORD]
+    assert max_abs_difference(exportable, fused["fp32"]) < 1e-4
+    matrices = layer_matrices(folder)
+    model = onnx.load(str(fused["fp32"]))
+    assert {name: copies(model, m) for name, m in matrices.items()} == dict.fromkeys(matrices, 1)
+    model = onnx.load(str(fused["int8"]))  # as int8, as themselves or transposed (constant folding)
+    assert {name: copies(model, int8_copy(m, 0)) for name, m in matrices.items()} == dict.fromkeys(matrices, 1)
+    assert os.path.getsize(fused["int8"]) <= 0.35 * fp32.onnx_bytes
+
+
 def weights(path) -> list[tuple]:
     """A file's initializers as (type, shape, bytes), sorted."""
     return sorted(
@@ -111,3 +142,12 @@ def test_the_command_quantizes_and_says_the_agreement(exports, tmp_path, capsys)
     with pytest.raises(SystemExit, match="2"):
         main(["export", "onnx", str(folder), str(tmp_path / "x.onnx"), "--quantize", "int4"])
     assert "invalid choice: 'int4'" in capsys.readouterr().err
+
+
+@pytest.mark.e2e
+def test_the_command_fuses_the_attention_of_an_int8_export(exports, tmp_path, capsys):
+    output = tmp_path / "model.int8.fused.onnx"
+    assert main(["export", "onnx", str(exports[0]), str(output), "--quantize", "int8", "--fuse-attention"]) == 0
+    out = capsys.readouterr().out
+    assert f"int8: 8 matrices, 3 tables, {LAYERS} MultiHeadAttention)" in out
+    assert re.search(r"predictions agreeing with PyTorch \(onnxruntime CPU, int8\): (9[5-9]|100)", out)

@@ -56,3 +56,39 @@ def test_early_exit_with_the_onnx_backend_is_refused_by_the_config(tmp_path):
         with pytest.raises(ConfigError, match="predict.backend.*must be torch with predict.exit_patience"):
             load_config(overrides=[*common, exits])
     load_config(overrides=common)  # either alone is a config
+
+
+def test_the_runner_leaves_out_onnxruntime_s_slower_layer_norm_fusion(tmp_path):
+    """onnxruntime fuses a residual Add and its LayerNormalization into SkipLayerNormalization, whose CPU
+    kernel (1.32) is several times slower than the two (docs/BENCHMARKS.md#int8-on-cpu): the runner's session,
+    as onnxruntime optimizes it, keeps them apart, where onnxruntime's default options fuse them."""
+    import collections
+
+    import numpy as np
+    import onnxruntime
+    from onnx import numpy_helper
+
+    from pipelines.inference.onnx_runner import OnnxRunner
+
+    hidden = 8
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "sequence", hidden])
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["residual"]),
+        helper.make_node("LayerNormalization", ["residual", "gamma", "beta"], ["logits"], axis=-1),
+    ]
+    norm = [numpy_helper.from_array(np.full(hidden, v, np.float32), name) for name, v in (("gamma", 1), ("beta", 0))]
+    logits = helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, None)
+    model = helper.make_model(
+        helper.make_graph(nodes, "residual_norm", [x], [logits], norm), opset_imports=[helper.make_opsetid("", 20)]
+    )
+    onnx.save(model, tmp_path / "model.onnx")
+
+    def optimized(options: onnxruntime.SessionOptions) -> collections.Counter:
+        options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+        onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        return collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "optimized.onnx")).graph.node)
+
+    assert optimized(onnxruntime.SessionOptions())["SkipLayerNormalization"] == 1
+    runner = OnnxRunner(str(tmp_path / "model.onnx"), ("logits",), threads=1)
+    ops = optimized(runner.session.get_session_options())
+    assert ops["SkipLayerNormalization"] == 0 and ops["LayerNormalization"] == 1 and ops["Add"] == 1

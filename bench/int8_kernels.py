@@ -1,0 +1,135 @@
+"""The int8 choices of `--quantize int8` at the kernel level (issue #46 item 5): one weight product
+[S, K] x [K, N] (batch 1, sequence S) in onnxruntime on one thread, float32 against int8 computed
+the ways onnxruntime offers, side by side in one run:
+
+- DynamicQuantizeMatMul, int8 weights, a scale per output channel: what the export's
+  DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul becomes in onnxruntime (quantize.py);
+- the same with one scale for the whole matrix (per tensor);
+- the same with uint8 weights (zero point 128): VNNI multiplies uint8 by int8, so uint8 x uint8
+  needs another kernel;
+- static activation quantization, as a calibrated QDQ model runs: QuantizeLinear with a fixed
+  scale, then MatMulIntegerToFloat (the activation's min and max are not searched at run time).
+
+The shapes are make run's model's weight products at sequence 128 (hidden 128, FFN 512: q/k/v
+fused 128 -> 384, FFN 128 -> 512 and 512 -> 128) or ALBERT-base's (`--preset base`: 768 -> 2304,
+768 -> 3072, 3072 -> 768). Each side is the median of `--rounds` rounds of `--calls` calls, the
+sides interleaved (a change in the machine's load falls on all).
+
+    python bench/int8_kernels.py                  # make run's sizes
+    python bench/int8_kernels.py --preset base --rounds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import onnxruntime
+from onnx import TensorProto, helper, numpy_helper
+
+SHAPES = {"make-run": ((128, 384), (128, 512), (512, 128)), "base": ((768, 2304), (768, 3072), (3072, 768))}
+"""(K, N) of each weight product, by model size."""
+SEQ = 128
+ACTIVATION_SCALE = 0.03
+"""A static quantization's activation scale (a calibrated model's would come from its training rows;
+the time does not depend on its value)."""
+
+
+def product_model(nodes, initializers, inputs) -> bytes:
+    values = [
+        helper.make_tensor_value_info(name, TensorProto.FLOAT, list(array.shape)) for name, array in inputs.items()
+    ]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "product", values, [output], initializers)
+    opsets = [helper.make_opsetid("", 20), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets).SerializeToString()
+
+
+def sides(k: int, n: int, rng: np.random.Generator) -> tuple[dict[str, bytes], dict[str, np.ndarray]]:
+    """Each way of computing x [1, SEQ, k] @ w [k, n] as a model of one node (two: static), and x."""
+    w = (rng.standard_normal((k, n)) * 0.05).astype(np.float32)
+    per_channel = (np.abs(w).max(axis=0) / 127).astype(np.float32)
+    per_tensor = np.float32(np.abs(w).max() / 127)
+    x = {"x": rng.standard_normal((1, SEQ, k)).astype(np.float32)}
+
+    def tensor(array, name):
+        return numpy_helper.from_array(np.asarray(array), name)
+
+    int8 = tensor(np.round(w / per_channel).astype(np.int8), "w")
+    int8_tensor = tensor(np.round(w / per_tensor).astype(np.int8), "w")
+    uint8 = tensor((np.round(w / per_tensor) + 128).astype(np.uint8), "w")
+    dynamic = "DynamicQuantizeMatMul"
+    ms = "com.microsoft"
+    static = [
+        helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+        helper.make_node("MatMulIntegerToFloat", ["xq", "w", "xs", "ws", "xz"], ["y"], domain=ms),
+    ]
+    activation = [tensor(np.float32(ACTIVATION_SCALE), "xs"), tensor(np.uint8(128), "xz")]
+    return {
+        "float32 MatMul": product_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor(w, "w")], x),
+        "int8, per channel (ours)": product_model(
+            [helper.make_node(dynamic, ["x", "w", "ws"], ["y"], domain=ms)], [int8, tensor(per_channel, "ws")], x
+        ),
+        "int8, per tensor": product_model(
+            [helper.make_node(dynamic, ["x", "w", "ws"], ["y"], domain=ms)], [int8_tensor, tensor(per_tensor, "ws")], x
+        ),
+        "uint8 weights, per tensor": product_model(
+            [helper.make_node(dynamic, ["x", "w", "ws", "wz"], ["y"], domain=ms)],
+            [uint8, tensor(per_tensor, "ws"), tensor(np.uint8(128), "wz")],
+            x,
+        ),
+        "int8, per channel, static activation": product_model(
+            static, [int8, tensor(per_channel, "ws"), *activation], x
+        ),
+    }, x
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=["make-run", "base"], default="make-run")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--calls", type=int, default=10, help="calls per round")
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(0)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    results = {}
+    for k, n in SHAPES[args.preset]:
+        models, x = sides(k, n, rng)
+        sessions = {
+            name: onnxruntime.InferenceSession(m, options, providers=["CPUExecutionProvider"])
+            for name, m in models.items()
+        }
+        reference = sessions["float32 MatMul"].run(None, x)[0]
+        seconds: dict[str, list[float]] = {name: [] for name in sessions}
+        for _ in range(args.rounds):
+            for name, s in sessions.items():
+                start = time.perf_counter()
+                for _ in range(args.calls):
+                    s.run(None, x)
+                seconds[name].append((time.perf_counter() - start) / args.calls)
+        fp32 = float(np.median(seconds["float32 MatMul"]))
+        shape = f"[{SEQ} x {k}] x [{k} x {n}]"
+        results[shape] = {
+            name: {
+                "us": float(np.median(s)) * 1e6,
+                "speedup": fp32 / float(np.median(s)),
+                "max_relative_error": float(
+                    np.abs(sessions[name].run(None, x)[0] - reference).max() / np.abs(reference).max()
+                ),
+            }
+            for name, s in seconds.items()
+        }
+        print(f"{shape}", flush=True)
+        for name, r in results[shape].items():
+            print(f"  {name:40s} {r['us']:9.1f} us  {r['speedup']:5.2f}x  error {r['max_relative_error']:.1e}")
+    result = {"preset": args.preset, "rounds": args.rounds, "load_average": os.getloadavg(), "products": results}
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
