@@ -12,7 +12,6 @@ unrolled model's copies (docs/model.md#onnx).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -36,13 +35,11 @@ from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
 from ..inference.onnx_runner import ENCODER_OUTPUTS, cpu_session
 from ..storage.models import USAGE_KEYS
+from .files import deduplicate_initializers, save_model
 from .fuse import fuse_attention
 from .quantize import Quantized, quantize_int8
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-# protobuf's 2 GiB limit on one message, less room for the graph itself: heavier weights go beside
-# the file (OUTPUT.data); fp32 ALBERT-xxlarge (~0.9 GB) stays well under it.
-INLINE_WEIGHTS_LIMIT = 2**31 - 2**26
 # (batch, sequence) of the agreement check: neither is the export's example shape (2, 8), so the
 # check also shows that the dynamic axes work.
 CHECK_SHAPES = ((3, 17), (2, 40))
@@ -172,8 +169,8 @@ def export_onnx(
     program.model.metadata_props.update(exportable.usage)
     quantized = quantize_int8(program.model) if quantize == "int8" else None
     fused = fuse_attention(program.model) if fuse else 0
-    removed = _deduplicate_initializers(program.model)
-    written = _save(program.model, output)
+    removed = deduplicate_initializers(program.model)
+    written = save_model(program.model, output)
     return OnnxExport(
         path=output,
         opset=program.model.opset_imports[""],
@@ -204,8 +201,8 @@ def _rewrite_export(source, output, force: bool, rewrite):
         raise RefusedPath(f"{output} exists; pass --force to replace it")
     model = onnx_ir.load(source)
     result = rewrite(model)
-    _deduplicate_initializers(model)
-    _save(model, output)
+    deduplicate_initializers(model)
+    save_model(model, output)
     return result
 
 
@@ -329,40 +326,6 @@ def _torch_export(exportable: ExportableModel, opset: int | None):
             dynamo=True,
             verbose=False,
         )
-
-
-def _deduplicate_initializers(model: onnx_ir.Model) -> int:
-    """Store initializers of identical dtype, shape and bytes once, rewiring their uses; the number
-    removed. (onnx_ir's DeduplicateHashedInitializersPass fails on a transposed torch tensor, and its
-    unhashed twin keeps a copy of every weight.)"""
-    kept: dict[tuple, onnx_ir.Value] = {}
-    removed = 0
-    for value in list(model.graph.initializers.values()):
-        tensor = value.const_value
-        if tensor is None or value.is_graph_input() or value.is_graph_output():
-            continue
-        key = (tensor.dtype, tuple(tensor.shape), hashlib.sha256(tensor.tobytes()).digest())
-        if key in kept:
-            value.replace_all_uses_with(kept[key])
-            model.graph.initializers.pop(value.name)
-            removed += 1
-        else:
-            kept[key] = value
-    return removed
-
-
-def _save(model: onnx_ir.Model, output: Path) -> int:
-    """Write beside `output`, then rename: an existing file is replaced only by a complete one. The
-    bytes written (with OUTPUT.data, where the weights are too heavy for one protobuf message)."""
-    weights = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
-    data = output.with_name(output.name + ".data") if weights > INLINE_WEIGHTS_LIMIT else None
-    partial = output.with_name(f".{output.name}.partial")
-    try:
-        onnx_ir.save(model, partial, external_data=None if data is None else data.name)
-        os.replace(partial, output)
-    finally:
-        partial.unlink(missing_ok=True)
-    return output.stat().st_size + (0 if data is None else data.stat().st_size)
 
 
 def _weight_files(directory: Path) -> list[Path]:

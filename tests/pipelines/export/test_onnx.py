@@ -163,7 +163,7 @@ def _unrolled_state(shared: Path) -> dict[str, torch.Tensor]:
 
 
 def test_weights_over_the_protobuf_limit_go_beside_the_file(tmp_path, monkeypatch):
-    monkeypatch.setattr("pipelines.export.onnx.INLINE_WEIGHTS_LIMIT", 0)
+    monkeypatch.setattr("pipelines.export.files.INLINE_WEIGHTS_LIMIT", 0)
     exportable = load_exportable(save(tmp_path, AlbertForQuestionAnswering, CONFIG.replace(num_hidden_layers=2)))
     done = export_onnx(exportable, tmp_path / "qa.onnx")
     data = tmp_path / "qa.onnx.data"
