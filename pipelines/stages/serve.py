@@ -66,6 +66,11 @@ RETRY_AFTER_S = 1
 """The Retry-After (seconds) of a 503 for a full queue: about a batch's time, after which a slot is likely free."""
 HEALTH = "/health"
 """The health route, under the endpoint's route: GET answers 200 while the replica serves."""
+PROXY_READY_S = 60
+"""How long Serve's controller lets the HTTP proxy start before it stops it as unhealthy (Ray's
+RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S, 5 s by default): serve.start waits 60 s for it, and on a
+busy machine a proxy's process took over 5 s to start, so the controller stopped it and serve.start
+failed on the proxy it was waiting for ("ProxyActor ... killed by ray.kill ... never ran")."""
 
 
 class BodyTooLarge(BadInput):
@@ -333,6 +338,8 @@ def start_endpoint(app_of: Callable[[float], Application], options: ServeOptions
     serve.start(
         proxy_location="HeadOnly",
         http_options={"host": options.host, "port": options.port, "request_timeout_s": options.request_timeout_s},
+        # read where the controller imports Serve: only the controller's own environment sets it
+        controller_options={"runtime_env": {"env_vars": {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_READY_S)}}},
     )
     logging.getLogger("ray.serve").addFilter(OWN_SERVE_NOTE)
     try:
