@@ -34,14 +34,20 @@ async def until(condition) -> None:
         await asyncio.sleep(0.001)
 
 
+async def busy(model: Model) -> tuple[Batcher, asyncio.Future]:
+    """A batcher over `model` (8 rows a batch, 5 ms wait) whose first batch, of row "a", is running."""
+    batcher = Batcher(model.run, max_size=8, wait_s=0.005)
+    first = asyncio.ensure_future(batcher("a"))
+    await model.started.wait()
+    return batcher, first
+
+
 def test_rows_arriving_while_a_batch_runs_are_the_next_batch_together():
     # Serve's serve.batch takes the next batch within its wait after the previous one starts, so of
     # rows that arrive one by one while the model is busy, the next batch holds only the first
     async def scenario():
         model = Model()
-        batcher = Batcher(model.run, max_size=8, wait_s=0.005)
-        first = asyncio.ensure_future(batcher("a"))
-        await model.started.wait()
+        batcher, first = await busy(model)
         later = []
         for i in range(12):  # one at a time, well after the first batch began
             later.append(asyncio.ensure_future(batcher(f"r{i}")))
@@ -83,9 +89,7 @@ def test_a_failed_batch_fails_each_of_its_callers_and_the_next_batch_runs():
 def test_a_caller_that_has_gone_is_left_out_of_the_batch():
     async def scenario():
         model = Model()
-        batcher = Batcher(model.run, max_size=8, wait_s=0.005)
-        first = asyncio.ensure_future(batcher("a"))
-        await model.started.wait()
+        batcher, first = await busy(model)
         gone, stays = asyncio.ensure_future(batcher("gone")), asyncio.ensure_future(batcher("stays"))
         await asyncio.sleep(0.01)
         gone.cancel()
