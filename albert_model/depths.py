@@ -12,8 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .heads import AlbertForTokenClassification
-from .model import AlbertForQuestionAnswering, AlbertForSequenceClassification, AlbertModel, padding_mask
+from .model import AlbertForSequenceClassification, AlbertModel, padding_mask
 
 
 def step_states(
@@ -28,12 +27,10 @@ def step_states(
 
 
 def read_state(head: nn.Module, state: torch.Tensor) -> Any:
-    """The head on one depth's state (B, S, H), as its forward reads the last: a sequence head's
-    pooler over [CLS], dropout, classifier -> (B, labels); a head at every position (token
-    classification, question answering) its `read` of each position."""
-    if isinstance(head, (AlbertForTokenClassification, AlbertForQuestionAnswering)):
-        return head.read(state)
-    return head.classifier(head.dropout(torch.tanh(head.albert.pooler(state[:, 0]))))
+    """The head on one depth's state (B, S, H), as its forward reads the last (each head's `read`):
+    a sequence head's pooled [CLS] -> (B, labels); token classification's and question answering's
+    every position."""
+    return head.read(state)
 
 
 def depth_logits(

@@ -139,8 +139,7 @@ class AlbertTransformer(nn.Module):
 
     sharing="all": `num_hidden_groups` groups hold every parameter. Otherwise each depth step has
     its own group, and under "attention" / "ffn" that sublayer is one module reused by every step
-    of the same sharing group (a module registered under several parents is one set of weights).
-    """
+    of the same sharing group (a module registered under several parents is one set of weights)."""
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
@@ -222,9 +221,8 @@ class AlbertModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
     ) -> AlbertModelOutput:
-        """`positions` ([B, P]): return hidden states only there. The last layer then runs only at
-        [CLS] and those positions (its other outputs feed nothing), which is exact and saves most
-        of one layer's compute when P is the ~15% of masked tokens."""
+        """`positions` ([B, P]): hidden states only there; the last layer runs only at [CLS] and those
+        positions (exact: its other outputs feed nothing), most of a layer saved at ~15% masked."""
         if positions is not None:
             positions = F.pad(positions, (1, 0))  # [CLS] at index 0, for the pooler
         x = self.encoder(self.embeddings(input_ids, token_type_ids), padding_mask(attention_mask), positions)
@@ -321,8 +319,7 @@ class LinearHead(nn.Module):
     def pooled(
         self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None, attention_mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """The pooled [CLS]. No positions beyond it: the last layer runs only there, all the pooler
-        reads (exact)."""
+        """The pooled [CLS]; the last layer runs only there, all the pooler reads (exact)."""
         none = input_ids.new_zeros((input_ids.shape[0], 0))
         return self.albert(input_ids, token_type_ids, attention_mask, positions=none).pooler_output
 
@@ -341,11 +338,14 @@ class AlbertForSequenceClassification(LinearHead):
     ) -> torch.Tensor:
         return self.classifier(self.dropout(self.pooled(input_ids, token_type_ids, attention_mask)))  # (B, labels)
 
+    def read(self, x: torch.Tensor) -> torch.Tensor:
+        """The head on an encoder state (B, S, H): its pooled [CLS], as `forward` reads it -> (B, labels)."""
+        return self.classifier(self.dropout(torch.tanh(self.albert.pooler(x[:, 0]))))
+
 
 class AlbertForQuestionAnswering(nn.Module):
     """ALBERT with a linear start/end scorer at every position (extractive QA), as transformers': no
-    pooler, no dropout before `qa_outputs`, the last layer run everywhere (each position a candidate).
-    Padding gets logits too, unmasked as in transformers: targets and span search stay in the context."""
+    pooler, no dropout, the last layer everywhere; padding's logits unmasked (targets and spans stay in the context)."""
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
