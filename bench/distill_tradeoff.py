@@ -41,7 +41,7 @@ from pipelines.finetuning.families._sequence.task import load_task
 from pipelines.finetuning.trial import encode_task, fit_trial
 from pipelines.inference.predictor import EXIT_DEPTH, Predictor
 from pipelines.prep.text import normalize_text
-from pipelines.storage.models import read_model_config, read_model_files
+from pipelines.storage.models import materialize, read_model_config, read_model_files
 
 
 def random_pretrained(root: str, vocab_size: int, layers: int | None = None) -> str:
@@ -62,14 +62,9 @@ def random_pretrained(root: str, vocab_size: int, layers: int | None = None) -> 
 def deepened(pretrained: str, root: str, layers: int) -> str:
     """A copy of the pretrained folder whose config applies its shared layer `layers` times (the
     same weights: ALBERT's depth is a count, not parameters)."""
-    folder = os.path.join(root, "deepened")
-    os.makedirs(folder)
-    for name, data in read_model_files(pretrained, "--pretrained").items():
-        if name == "config.json":
-            data = json.dumps({**json.loads(data), "num_hidden_layers": layers}).encode()
-        with open(os.path.join(folder, name), "wb") as f:
-            f.write(data)
-    return folder
+    files = read_model_files(pretrained, "--pretrained")
+    files["config.json"] = json.dumps({**json.loads(files["config.json"]), "num_hidden_layers": layers}).encode()
+    return materialize(files, os.path.join(root, "deepened"))
 
 
 def last_checkpoint(cfg: FinetuneSection, data, directory: str, root: str) -> tuple[str, dict]:
