@@ -1,11 +1,14 @@
-"""The encoder's inference on CPU (no autograd): each linear layer one oneDNN call that adds the bias
-and applies the activation in the matrix product's own pass (instead of MKL's GEMM after a copy of
-the bias into the output, then a pass of the activation), and a batch without padding attended
-without a mask. Measured in docs/BENCHMARKS.md ("Question answering predict"). Training, a GPU,
-autocast, and tracing for export or torch.compile take `F.linear` and the mask as before, so
-gradients and pretraining's and fine-tuning's losses are computed exactly as without this module."""
+"""The encoder's inference (no autograd). On CPU: each linear layer one oneDNN call that adds the
+bias and applies the activation in the matrix product's own pass (instead of MKL's GEMM after a copy
+of the bias into the output, then a pass of the activation), and a batch without padding attended
+without a mask. Measured in docs/BENCHMARKS.md ("Question answering predict"). On a GPU: the FFN's
+bias and GELU in cuBLASLt's epilogue of its first product. Training, autocast, and tracing for
+export or torch.compile take `F.linear` and the mask as before, so gradients and pretraining's and
+fine-tuning's losses are computed exactly as without this module."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -49,14 +52,55 @@ def _post_op(activation: nn.Module | None) -> tuple[str, list, str]:
     raise ValueError(f"no oneDNN post-op for {activation!r}")
 
 
+def epilogue_fusable(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: nn.Module | None
+) -> bool:
+    """Whether `linear` takes cuBLASLt's bias + GELU epilogue (torch._addmm_activation): inference
+    on CUDA, plain tensors of one dtype, no autocast or tracer, and GELU's tanh form, ALBERT's
+    gelu_new, which is the epilogue's own (tests/albert_model/test_fused.py checks it on a GPU)."""
+    return (
+        not torch.is_grad_enabled()
+        and x.device.type == "cuda"
+        and isinstance(activation, nn.GELU)
+        and activation.approximate == "tanh"
+        and bias is not None
+        and type(x) in _PLAIN
+        and type(weight) in _PLAIN
+        and x.dtype == weight.dtype == bias.dtype
+        and not torch.is_autocast_enabled("cuda")
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+    )
+
+
 def linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: nn.Module | None = None
 ) -> torch.Tensor:
     """activation(F.linear(x, weight, bias)), `activation` one of model._ACTIVATIONS' modules."""
     if fusable(x, weight):
         return _LINEAR_POINTWISE(x, weight, bias, *_post_op(activation))
+    if epilogue_fusable(x, weight, bias, activation):  # one pass: the GELU in the product's epilogue
+        y = torch._addmm_activation(bias, x.reshape(-1, x.shape[-1]), weight.t(), use_gelu=True)
+        return y.view(*x.shape[:-1], weight.shape[0])
     y = F.linear(x, weight, bias)
     return y if activation is None else activation(y)
+
+
+CUDNN_ATTENTION_AT_INFERENCE = False
+"""Whether inference on CUDA may take cuDNN's attention (torch's first choice on Hopper). It builds
+a plan per new shape, and prediction's batches come in many widths (rows sorted by length, padded
+per batch); training's fixed shapes pay it once."""
+
+
+def inference_attention(device: torch.device) -> contextlib.AbstractContextManager:
+    """SDPA's backends for inference on `device`: on CUDA, without cuDNN's unless
+    CUDNN_ATTENTION_AT_INFERENCE (flash attention, else memory-efficient, else the math one); elsewhere
+    torch's own choice."""
+    if device.type != "cuda" or CUDNN_ATTENTION_AT_INFERENCE:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def without_padding(attention_mask: torch.Tensor) -> bool:
@@ -72,4 +116,4 @@ def without_padding(attention_mask: torch.Tensor) -> bool:
     )
 
 
-__all__ = ["fusable", "linear", "without_padding"]
+__all__ = ["epilogue_fusable", "fusable", "inference_attention", "linear", "without_padding"]

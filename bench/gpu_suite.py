@@ -6,8 +6,9 @@ step alone, and with one part changed at a time: bench/gpu_loop.py), pretrain (a
 at its checkpoint and resumed), speed (ours vs transformers' AlbertForPreTraining per model size),
 finetune (our fine-tuning step vs transformers' Trainer step: bench/finetune_speed.py), predict
 (the predict stage's replica code against transformers' pipeline on the GPU, no Ray:
-bench/predict_throughput.py's replica_vs_pipeline), loader (the loader alone), profile (where a
-step's time goes).
+bench/predict_throughput.py's replica_vs_pipeline), serve (the serve replica's batching of
+concurrent requests against the pipeline per request: bench/serve_replica.py), loader (the loader
+alone), profile (where a step's time goes).
 
     python bench/gpu_suite.py --out /tmp/gpu                  # every phase (make gpu-suite)
     python bench/gpu_suite.py --phases speed --configs large-512:32 --variants large-512:32
@@ -65,13 +66,15 @@ from pipelines.train.plan import PretrainPlan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_FILES = (
+    "tests/albert_model/test_fused.py",
     "tests/albert_model/test_model.py",
     "tests/pipelines/train/test_gpu.py",
     "tests/pipelines/finetuning/test_gpu.py",
 )
 DEFAULT_CONFIGS = "base-128:256,base-512:64,large-512:32,xxlarge-512:16"
 PHASES = (
-    "env", "tests", "collectives", "lamb", "loop", "pretrain", "speed", "finetune", "predict", "loader", "profile",
+    "env", "tests", "collectives", "lamb", "loop", "pretrain", "speed", "finetune", "predict", "serve", "loader",
+    "profile",
 )  # fmt: skip
 
 
@@ -295,6 +298,16 @@ def print_table(results: dict) -> None:
             f"predict {spec}: ours {r['ours_rows_per_s']:.0f} rows/s (encode {r['ours_encode_s']:.2f} s), "
             f"pipeline {r['transformers_rows_per_s']:.0f} rows/s, {r['speedup']:.2f}x, same class {r['agreement']:.4f}"
         )
+    for spec, r in results.get("serve", {}).items():
+        if "error" in r or "speedup" not in r:
+            print(f"serve {spec}: {str(r)[:200]}")
+            continue
+        o, t = r["ours"], r["transformers"]
+        print(
+            f"serve {spec}: ours {o['rows_per_s']:.0f} rows/s (p99 {o['p99_ms']:.0f} ms, {o['rows_per_batch']:.1f} "
+            f"rows a pass), pipeline {t['rows_per_s']:.0f} rows/s (p99 {t['p99_ms']:.0f} ms), {r['speedup']:.2f}x, "
+            f"same class {r['agreement']:.4f}"
+        )
     for text, r in results.get("profile", {}).items():
         print(
             f"profile {text}: step {r['step_ms']:.1f} ms, kernels {r['kernel_ms_per_step']:.1f} ms "
@@ -326,6 +339,8 @@ def main() -> None:
     p.add_argument("--profile", default="base-128:256,large-512:32", help="configs to profile")
     p.add_argument("--predict", default="base-128:64:fp32,base-128:64:bf16", help="preset-seq:batch:dtype, ...")
     p.add_argument("--predict-rows", type=int, default=20_000)
+    p.add_argument("--serve", default="base-128:64:bf16", help="preset-seq:clients:dtype, ... (bench/serve_replica.py)")
+    p.add_argument("--serve-requests", type=int, default=4000)
     p.add_argument(
         "--predict-spiece",
         default=".gpudata/predict-spiece.model",
@@ -372,6 +387,10 @@ def main() -> None:
                 import predict_throughput
 
                 results["predict"] = predict_throughput.suite_phase(args, speed.DEVICE.type)
+            elif phase == "serve":
+                import serve_replica
+
+                results["serve"] = serve_replica.suite_phase(args, speed.DEVICE.type)
             elif phase == "speed":
                 results["speed"] = speed.speed_phase(args, results.get("env", {}).get("bf16_matmul_tflops"))
             elif phase == "loader":

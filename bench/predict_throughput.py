@@ -176,11 +176,32 @@ def run_transformers(model: str, rows: Path, seq: int, batch: int) -> tuple[floa
     return seconds, {r["id"]: o["label"] for r, o in zip(records, outputs)}
 
 
+@contextlib.contextmanager
+def same_attention(device: str):
+    """transformers' model under the attention backends ours takes at inference
+    (albert_model/kernels.py inference_attention: no cuDNN attention on CUDA, whose plan per new
+    shape costs ~0.1 s on an H200), set globally so the pipeline's own threads see it too."""
+    if not device.startswith("cuda"):
+        yield
+        return
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, device: str, dtype: str) -> dict:
     """Without Ray: the predict stage's replica code (`Predictor`, what each actor of the stage runs
     on its block of rows: encode, sort by length, pad per batch, the model) against
     `pipeline("text-classification")` on the same device, rows and dtype, both in this process.
-    For a machine without Ray (the GPU image); the whole stage adds Ray Data's read and write."""
+    For a machine without Ray (the GPU image); the whole stage adds Ray Data's read and write.
+
+    Each side goes over the rows twice: the first pass pays each padded width's first call (kernels,
+    cuDNN's attention plans), the second is the steady state the speedup compares. The pipeline runs
+    once more under ours' attention backends (same_attention); its faster steady pass is the one
+    compared."""
     import transformers
 
     from pipelines.inference.predictor import Predictor
@@ -195,30 +216,37 @@ def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, devi
         print(f"predict {dtype} on {device}: {what} at {time.perf_counter() - begun:.1f} s", flush=True)
 
     begun = time.perf_counter()
-    predictor = Predictor.load(model, seq, batch, device)
-    predictor.model.to(torch_dtype)
+    predictor = Predictor.load(model, seq, batch, device, precision=dtype)  # predict.precision
+    assert next(predictor.model.parameters()).dtype == torch_dtype
     rows = [{"text": text} for text in texts]
-    predictor.predict(rows[: batch * 2])  # warm-up: kernels, allocator
-    sync()
-    started = time.perf_counter()
-    encoded = predictor.encode(rows)
-    encode_s = time.perf_counter() - started
-    ours = predictor.answers(rows, encoded, predictor.outputs(encoded))
-    sync()
-    ours_s = time.perf_counter() - started
-    say(f"ours done ({len(texts) / ours_s:.0f} rows/s)")
+
+    def ours_pass() -> tuple[list, float, float]:
+        started = time.perf_counter()
+        encoded = predictor.encode(rows)
+        encode_s = time.perf_counter() - started
+        answers = predictor.answers(rows, encoded, predictor.outputs(encoded))
+        sync()
+        return answers, encode_s, time.perf_counter() - started
+
+    _, _, ours_cold_s = ours_pass()
+    ours, encode_s, ours_s = ours_pass()
+    say(f"ours done ({len(texts) / ours_cold_s:.0f} rows/s first, {len(texts) / ours_s:.0f} after)")
     pipe = transformers.pipeline(
         "text-classification", model=model, tokenizer=model, device=torch.device(device), dtype=torch_dtype
     )
-    say("pipeline loaded")
-    pipe(texts[: batch * 2], batch_size=batch, truncation=True, max_length=seq)
-    sync()
-    say("pipeline warmed up")
-    started = time.perf_counter()
-    outputs = pipe(texts, batch_size=batch, truncation=True, max_length=seq)
-    sync()
-    theirs_s = time.perf_counter() - started
-    say(f"pipeline done ({len(texts) / theirs_s:.0f} rows/s)")
+
+    def their_pass() -> tuple[list, float]:
+        started = time.perf_counter()
+        outputs = pipe(texts, batch_size=batch, truncation=True, max_length=seq)
+        sync()
+        return outputs, time.perf_counter() - started
+
+    _, theirs_cold_s = their_pass()
+    outputs, theirs_default_s = their_pass()
+    with same_attention(device):
+        _, theirs_same_s = their_pass()
+    say(f"pipeline done ({len(texts) / theirs_default_s:.0f} rows/s; {len(texts) / theirs_same_s:.0f} as ours attends)")
+    theirs_s = min(theirs_default_s, theirs_same_s)
     agreement = float(np.mean([o["prediction"] == t["label"] for o, t in zip(ours, outputs)]))
     return {
         "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
@@ -227,9 +255,13 @@ def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, devi
         "seq": seq,
         "batch_size": batch,
         "ours_rows_per_s": len(texts) / ours_s,
+        "ours_first_pass_rows_per_s": len(texts) / ours_cold_s,
         "ours_encode_s": encode_s,
         "ours_total_s": ours_s,
         "transformers_rows_per_s": len(texts) / theirs_s,
+        "transformers_first_pass_rows_per_s": len(texts) / theirs_cold_s,
+        "transformers_default_rows_per_s": len(texts) / theirs_default_s,
+        "transformers_same_attention_rows_per_s": len(texts) / theirs_same_s,
         "transformers_total_s": theirs_s,
         "speedup": theirs_s / ours_s,
         "agreement": agreement,

@@ -7,7 +7,7 @@ one deployment, by name (`--model NAME=DIR` repeated, `--models DIR`: its sub-fo
         [--replicas N | --min-replicas A --max-replicas B [--target-ongoing-requests T]]
         [--gpus-per-replica G] [--cpus-per-replica C] [--max-batch-size 32] [--max-batch-tokens 8192]
         [--batch-wait-ms 10] [--max-queued-requests 256] [--request-timeout-s 60] [--max-seq-length L]
-        [--backend onnx --onnx FILE] [--exit-patience N | --exit-entropy H]
+        [--backend onnx --onnx FILE] [--precision auto|fp32|bf16] [--exit-patience N | --exit-entropy H]
 """
 
 from __future__ import annotations
@@ -172,6 +172,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "replica's CPUs) (default: %(default)s)",
     )
     add(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        default=DEFAULTS.precision,
+        help="what --backend torch computes in: auto (bf16 on a GPU that has it, fp32 on a CPU), fp32 or bf16 "
+        "(default: %(default)s)",
+    )
+    add(
         "--onnx",
         metavar="FILE",
         help="--backend onnx: an ONNX export of MODEL_DIR (`albert-ray export onnx MODEL_DIR FILE [--quantize int8]`), "
@@ -257,6 +264,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             parser.error(f"--batch-wait-ms {args.batch_wait_ms:g}: must be 0 or more")
         if (args.onnx is not None) != (args.backend == "onnx"):
             raise BadInput("--backend onnx runs an ONNX file: give it as --onnx FILE (and --onnx only with it)")
+        if args.backend == "onnx" and args.precision != "auto":
+            raise BadInput(f"--precision {args.precision}: --backend onnx runs the export in its own precision")
         if args.backend == "onnx" and args.gpus_per_replica:
             raise BadInput(f"--gpus-per-replica {args.gpus_per_replica:g}: --backend onnx runs on CPU")
         check_replicas(args)
@@ -280,6 +289,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             batch_wait_ms=args.batch_wait_ms,
             max_seq_length=args.max_seq_length,
             backend=args.backend,
+            precision=args.precision,
             exit_patience=args.exit_patience,
             exit_entropy=args.exit_entropy,
             models_per_replica=args.models_per_replica or DEFAULTS.models_per_replica,

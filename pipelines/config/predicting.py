@@ -11,6 +11,7 @@ from pydantic.dataclasses import dataclass
 from .base import STRICT, Section, neutral_at, setting
 
 BACKENDS = ("torch", "onnx")
+PRECISIONS = ("auto", "fp32", "bf16")  # pipelines/inference/predictor.py's
 OUTPUT_KINDS = ("prediction", "embedding")
 POOLINGS = ("mean", "cls")
 """A sentence vector from the last hidden layer: the mean over the text's tokens, or the [CLS] state."""
@@ -66,6 +67,10 @@ class PredictSection(Section):
     """Tokens per row, [CLS] and [SEP]s included; null: the length the model was fine-tuned at, as
     its config.json records it (albert_ray.max_seq_length); without that record, the run's
     finetune.max_seq_length for the run's own model, else 512 capped by the model's positions."""
+    precision: str = "auto"
+    """What predict.backend=torch computes in: auto (bf16 on a GPU that has it, fp32 on a CPU), fp32
+    or bf16. bf16's scores differ from fp32's by its rounding (a label can flip where two classes
+    score within it); onnx runs the export's own precision (fp32, or int8)."""
     exit_patience: int | None = field(default=None, metadata=neutral_at(None))
     """Early exit (a model fine-tuned with finetune.exit_heads): a row stops once its prediction has
     not changed for this many more applications of the shared layer (PABEE); its depth is the
@@ -92,6 +97,12 @@ class PredictSection(Section):
         for name in ("input", "model", "onnx", "output", "text_pair_column", "id_column", "label_column"):
             self.require(name, getattr(self, name) != "", "must not be empty (use null)")
         self.require("backend", self.backend in BACKENDS, f"must be one of {', '.join(BACKENDS)}")
+        self.require("precision", self.precision in PRECISIONS, f"must be one of {', '.join(PRECISIONS)}")
+        self.require(
+            "precision",
+            self.backend == "torch" or self.precision == "auto",
+            "applies to predict.backend=torch (an ONNX export runs in its own precision)",
+        )
         self.require(
             "onnx",
             (self.onnx is not None) == (self.backend == "onnx"),

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from albert_model import kernels
 from albert_model.config import AlbertConfig
 from albert_model.hf import load_hf_pretrained
 from albert_model.model import AlbertModel
@@ -285,7 +286,7 @@ def predict(
     mine = mine[np.argsort([example_width(encoded[i]) for i in mine], kind="stable")]  # less padding
     batches = [mine[run] for run in length_batches([example_tokens(encoded[i]) for i in mine], batch_size, max_tokens)]
     pin = device.type == "cuda"
-    with autocast(precision, device):
+    with autocast(precision, device), kernels.inference_attention(device):
         outputs = [
             scores_of(model(**to_device(collate_fn(encoded, batch, pad_id, pin=pin), device))).float().cpu().numpy()
             for batch in batches

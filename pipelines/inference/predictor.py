@@ -109,15 +109,36 @@ def use_of_files(files: Mapping[str, bytes], config: Mapping[str, Any], max_seq_
         return model_use(config, PairTokenizer(scratch), max_seq_length, where)
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+"""What a model computes in (predict.precision, serve --precision): auto is bf16 on a GPU that has
+it, fp32 on a CPU."""
+
+
+def model_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """The dtype of `precision` on `device`. auto: bf16 on a GPU with bf16 (its matrix units' rate and
+    half the bytes of fp32; transformers' pipeline is given the same dtype in the benchmarks), fp32
+    on a CPU (without AMX its bf16 is no faster, and fp32 answers match the ONNX exports')."""
+    if precision not in PRECISIONS:
+        raise BadInput(f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if precision == "bf16" else torch.float32
+
+
 def placed(
-    onnx: str | None, outputs: tuple[str, ...], device: str | None, load: Callable[[], nn.Module]
+    onnx: str | None,
+    outputs: tuple[str, ...],
+    device: str | None,
+    load: Callable[[], nn.Module],
+    precision: str = "auto",
 ) -> tuple[nn.Module, torch.device]:
     """What runs a model and where: the ONNX file `onnx` in onnxruntime on CPU (its `outputs`),
-    else `load()`'s module on `device` (by default a GPU where there is one), in eval mode."""
+    else `load()`'s module on `device` (by default a GPU where there is one), in eval mode, its
+    weights in `precision`'s dtype (model_dtype)."""
     if onnx is not None:
         return OnnxRunner(onnx, outputs, torch.get_num_threads()), torch.device("cpu")
     target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    return load().to(target).eval(), target
+    return load().to(target, model_dtype(precision, target)).eval(), target
 
 
 EXIT_DEPTH = "exit_depth"
@@ -167,18 +188,20 @@ class Predictor:
         exit_patience: int | None = None,
         exit_entropy: float | None = None,
         max_batch_tokens: int | None = None,
+        precision: str = "auto",
     ) -> Predictor:
         """The local folder's model; `max_seq_length` None: storage.models.applied_length's default;
         `onnx`: a local ONNX export of it (onnx_runner.check_onnx), run instead of its weights, on CPU.
         `exit_patience` or `exit_entropy`: early exit, where the family's prediction can settle
-        before the last depth (its inference's `exit_rule`; the torch model only)."""
+        before the last depth (its inference's `exit_rule`; the torch model only). `precision`: what
+        the torch model computes in (PRECISIONS; auto: bf16 on a GPU, fp32 on a CPU)."""
         config = read_model_config(model_dir, "model")
         family = family_of(config, model_dir)
         inference = inference_of(family, model_dir)
         length = applied_length(config, max_seq_length, "max_seq_length", model_dir)
         training = family.load_training()
         model, target = placed(
-            onnx, family.outputs, device, lambda: load_hf_pretrained(model_dir, training.model_class)
+            onnx, family.outputs, device, lambda: load_hf_pretrained(model_dir, training.model_class), precision
         )
         use = model_use(config, PairTokenizer(model_dir), length, model_dir)
         rule = exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
@@ -231,6 +254,8 @@ class Predictor:
 
 __all__ = [
     "placed",
+    "PRECISIONS",
+    "model_dtype",
     "exit_rule_of",
     "EXIT_DEPTH",
     "EarlyExit",

@@ -77,6 +77,7 @@ class PredictRows:
         cpus: float,
         exit_rule: tuple[int | None, float | None] = (None, None),
         embedding: tuple[str, bool] | None = None,
+        precision: str = "auto",
     ):
         torch.set_num_threads(max(1, int(cpus)))
         # the files are written to be loaded, then removed: everything is in memory once loaded, and
@@ -92,7 +93,13 @@ class PredictRows:
                 )
             else:
                 self.predictor = Predictor.load(
-                    folder, max_seq_length, batch_size, onnx=onnx, exit_patience=patience, exit_entropy=entropy
+                    folder,
+                    max_seq_length,
+                    batch_size,
+                    onnx=onnx,
+                    exit_patience=patience,
+                    exit_entropy=entropy,
+                    precision=precision,
                 )
         self.root = root
 
@@ -153,7 +160,9 @@ def predict_here(
     `kind`: the family's name, or EMBEDDING."""
     inference = rows_inference(kind)
     exits = (pc.exit_patience, pc.exit_entropy)
-    actor = PredictRows(files, length, pc.batch_size, tables.root, torch.get_num_threads(), exits, embedding_of(pc))
+    actor = PredictRows(
+        files, length, pc.batch_size, tables.root, torch.get_num_threads(), exits, embedding_of(pc), pc.precision
+    )
     out_fs.create_dir(out)
     schema = output_schema(output_columns(inference, pc))
     with pq.ParquetWriter(f"{out}/rows.parquet", schema, filesystem=out_fs) as writer:
@@ -198,6 +207,7 @@ def predict_on_ray(
             "cpus": cpus,
             "exit_rule": (pc.exit_patience, pc.exit_entropy),
             "embedding": embedding_of(pc),
+            "precision": pc.precision,
         },
         batch_format="pyarrow",
         batch_size=READ_BLOCK,

@@ -115,6 +115,7 @@ def load_predictor(local: str, options: ServeOptions) -> Predictor:
         exit_patience=options.exit_patience,
         exit_entropy=options.exit_entropy,
         max_batch_tokens=options.max_batch_tokens,
+        precision=options.precision,
     )
 
 

@@ -52,6 +52,8 @@ class ServeOptions:
     backend: str = "torch"
     """What runs the model: torch (the folder's weights) or onnx (an ONNX export of it, the
     ServedModel's, in onnxruntime on the replica's CPUs)."""
+    precision: str = "auto"
+    """What --backend torch computes in: auto (bf16 on a GPU that has it, fp32 on a CPU), fp32 or bf16."""
     exit_patience: int | None = None
     """Early exit: a row stops once its prediction has held for this many more depths (PABEE)."""
     exit_entropy: float | None = None

@@ -343,6 +343,9 @@ def test_onnx_backend_refusals_are_one_line_before_serve_starts(classifier, tmp_
     assert refused("--backend", "onnx", "--onnx", str(file), "--gpus-per-replica", "1") == (
         "--gpus-per-replica 1: --backend onnx runs on CPU"
     )
+    assert refused("--backend", "onnx", "--onnx", str(file), "--precision", "bf16") == (
+        "--precision bf16: --backend onnx runs the export in its own precision"
+    )
     assert refused("--backend", "onnx", "--onnx", str(file)) == (
         f"--onnx: {file} does not exist (write it with `albert-ray export onnx {classifier} {file}`)"
     )

@@ -101,3 +101,27 @@ def test_a_token_budget_changes_how_rows_are_batched_not_their_answers(chooser):
     for a, b in zip(bounded, unbounded):
         assert a["prediction"] == b["prediction"]
         np.testing.assert_allclose(a["probabilities"], b["probabilities"], atol=1e-5)
+
+
+def test_precision_is_bf16_on_a_gpu_fp32_on_a_cpu_unless_asked(chooser):
+    """predict.precision / serve --precision: auto resolves by device; the weights are cast to it and
+    bf16's answers are fp32's but for its rounding."""
+    import torch
+
+    from pipelines.inference.predictor import model_dtype
+
+    cpu = torch.device("cpu")
+    assert model_dtype("auto", cpu) == torch.float32 and model_dtype("bf16", cpu) == torch.bfloat16
+    assert model_dtype("fp32", torch.device("cuda")) == torch.float32
+    with pytest.raises(BadInput, match="precision: 'fp16' is not one of auto, fp32, bf16"):
+        model_dtype("fp16", cpu)
+    rows = [
+        {"question": "The dog", "choices": ["barks.", "meows.", "moos."]},
+        {"question": "A cat", "choices": ["a", "b"]},
+    ]
+    fp32 = Predictor.load(chooser, device="cpu")
+    bf16 = Predictor.load(chooser, device="cpu", precision="bf16")
+    assert {p.dtype for p in fp32.model.parameters()} == {torch.float32}
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.bfloat16}
+    for a, b in zip(fp32.predict(rows), bf16.predict(rows)):
+        np.testing.assert_allclose(a["probabilities"], b["probabilities"], atol=0.05)
