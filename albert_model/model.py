@@ -240,11 +240,8 @@ class AlbertMLMHead(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def transform(self, x: torch.Tensor) -> torch.Tensor:  # (.., H) -> (.., E): the decoder's input
-        return self.LayerNorm(self.activation(self.dense(x)))
-
     def forward(self, x: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.transform(x), word_embeddings, self.bias)
+        return F.linear(self.LayerNorm(self.activation(self.dense(x))), word_embeddings, self.bias)
 
 
 class AlbertSOPHead(nn.Module):
@@ -260,10 +257,9 @@ class AlbertSOPHead(nn.Module):
 
 @dataclass
 class AlbertPreTrainingOutput:
-    mlm_logits: torch.Tensor | None  # (B, P, V) with masked_positions, else (B, S, V); None: fused_mlm_loss
+    mlm_logits: torch.Tensor  # (B, P, V) with masked_positions, else (B, S, V)
     sop_logits: torch.Tensor  # (B, 2)
     last_hidden_state: torch.Tensor  # (B, P, H) with masked_positions, else (B, S, H)
-    mlm_hidden: torch.Tensor | None = None  # fused_mlm_loss: the decoder's input, (B, P, E)
 
 
 @dataclass(frozen=True)
@@ -272,16 +268,16 @@ class AlbertQuestionAnsweringOutput:
     end_logits: torch.Tensor  # (B, S)
 
 
-# Pytree nodes, so FSDP2 finds the outputs' tensors for its pre-backward hook: on torch 2.11 one FSDP2 unit
-# otherwise never ran its post-backward and the model did not learn (tests/pipelines/train/test_gpu.py, H100).
+# The outputs are pytree nodes, so that what walks a module's outputs finds their tensors: FSDP2
+# registers its pre-backward hook on them, and on torch 2.11 (which walks pytrees, not dataclasses)
+# a model wrapped as one FSDP2 unit otherwise never ran its post-backward: no gradient reached the
+# sharded parameters and the model did not learn (tests/pipelines/train/test_gpu.py, on an H100).
 for _output in (AlbertModelOutput, AlbertPreTrainingOutput, AlbertQuestionAnsweringOutput):
     torch.utils._pytree.register_dataclass(_output)
 
 
 class AlbertForPreTraining(nn.Module):
     """ALBERT with the MLM and SOP heads used in pretraining."""
-
-    fused_mlm_loss = False  # True: the logits are left to losses.fused_pretraining_sums, which never stores them
 
     def __init__(self, config: AlbertConfig):
         super().__init__()
@@ -300,11 +296,11 @@ class AlbertForPreTraining(nn.Module):
     ) -> AlbertPreTrainingOutput:
         # With masked_positions the head sees (B, P, H): [B, P, V] logits instead of [B, S, V].
         out = self.albert(input_ids, token_type_ids, attention_mask, positions=masked_positions)
-        x, sop_logits = out.last_hidden_state, self.sop_classifier(out.pooler_output)
-        if self.fused_mlm_loss:
-            return AlbertPreTrainingOutput(None, sop_logits, x, self.predictions.transform(x))
+        mlm_logits = self.predictions(out.last_hidden_state, self.albert.embeddings.word_embeddings.weight)
         return AlbertPreTrainingOutput(
-            self.predictions(x, self.albert.embeddings.word_embeddings.weight), sop_logits, x
+            mlm_logits=mlm_logits,
+            sop_logits=self.sop_classifier(out.pooler_output),
+            last_hidden_state=out.last_hidden_state,
         )
 
 

@@ -16,7 +16,7 @@ from model_step import Batch, build_models, make_batch  # bench/ beside this fil
 from pretrain_throughput import make_step
 from torch.distributed.device_mesh import init_device_mesh
 
-from albert_model import AlbertConfig, AlbertForPreTraining, losses
+from albert_model import AlbertConfig, AlbertForPreTraining
 from albert_model.flops import training_flops_per_token
 from pipelines.train import step as step_module
 from pipelines.train.distributed import local_tensor
@@ -83,16 +83,14 @@ class Ours:
         sync: bool = False,
         torch_clip: bool = False,
         fsdp: bool = True,
-        fused_mlm: bool = False,
         compiled_loss: bool = False,
     ):
         torch.manual_seed(0)
         self.model = AlbertForPreTraining(config).to(DEVICE)
-        self.model.fused_mlm_loss = fused_mlm
         self.sums = None
         if compiled_loss:  # the MLM head and the loss in Inductor's kernels: upcast, softmax, gather fused
             self.model.predictions.compile()
-            self.sums = torch.compile(losses.pretraining_sums)
+            self.sums = torch.compile(step_module.pretraining_sums)
         if compile:
             scope, _, mode = ("layers" if compile is True else compile).partition(":")
             apply_compile(self.model, scope, mode or None)
@@ -110,16 +108,16 @@ class Ours:
     def step(self) -> None:
         if self.graphs:
             torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are not read again
-        clip, sums = step_module.clip_gradients, losses.pretraining_sums
+        clip, sums = step_module.clip_gradients, step_module.pretraining_sums
         if self.torch_clip:
             step_module.clip_gradients = torch_clip_gradients
         if self.sums is not None:
-            losses.pretraining_sums = self.sums
+            step_module.pretraining_sums = self.sums
         try:
             with contextlib.nullcontext() if self.fsdp else torch.autocast(DEVICE.type, dtype=torch.bfloat16):
                 pending = train_step(self.model, self.optimizer, self.scheduler, self.micro_batches, 1.0)
         finally:
-            step_module.clip_gradients, losses.pretraining_sums = clip, sums
+            step_module.clip_gradients, step_module.pretraining_sums = clip, sums
         if self.sync:
             pending.get()
 
@@ -144,9 +142,6 @@ VARIANTS = {
     # One GPU without FSDP2 (its hooks and per-step all-gather buffers defeat CUDA graphs): the
     # encoder's forward and backward each replayed as one graph.
     "ours_no_fsdp_encoder_graphs": dict(fsdp=False, compile="encoder:reduce-overhead"),
-    # The MLM decoder and its cross-entropy in one op that never stores the logits (Liger Kernel's
-    # fused linear cross-entropy: albert_model/losses.py fused_pretraining_sums).
-    "ours_fused_mlm": dict(fused_mlm=True),
     # The MLM head and the loss compiled (Inductor fuses the fp32 upcast, log-softmax and gather).
     "ours_compiled_loss": dict(compiled_loss=True),
 }

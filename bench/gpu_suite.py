@@ -1,14 +1,13 @@
-"""The GPU path in one command. Phases (--phases, in this order by default):
-env (the device and its two ceilings), tests (the `gpu` tests), collectives (2 ranks as threads
-on the one GPU, every collective's tensors audited: bench/collective_audit.py), lamb (the fused
-LAMB step against the multi-tensor one), loop (the real pretraining loop on real data against the
-step alone, and with one part changed at a time: bench/gpu_loop.py), pretrain (a short run stopped
-at its checkpoint and resumed), speed (ours vs transformers' AlbertForPreTraining per model size),
-finetune (our fine-tuning step vs transformers' Trainer step: bench/finetune_speed.py), predict
-(the predict stage's replica code against transformers' pipeline on the GPU, no Ray:
-bench/predict_throughput.py's replica_vs_pipeline), serve (the serve replica's batching of
-concurrent requests against the pipeline per request: bench/serve_replica.py), loader (the loader
-alone), profile (where a step's time goes).
+"""The GPU path in one command. Phases (--phases, in this order by default): env (the device and
+its two ceilings), tests (the `gpu` tests), collectives (2 ranks as threads on the one GPU, every
+collective's tensors audited: bench/collective_audit.py), lamb (the fused LAMB step against the
+multi-tensor one), loop (the real pretraining loop on real data against the step alone, and with one
+part changed at a time: bench/gpu_loop.py), pretrain (a short run stopped at its checkpoint and
+resumed), speed (ours vs transformers' AlbertForPreTraining per model size), finetune (our
+fine-tuning step vs transformers' Trainer step: bench/finetune_speed.py), predict and serve (the
+predict stage's replica code, and the serve replica's batching of concurrent requests, against
+transformers' pipeline, no Ray: bench/predict_throughput.py, bench/serve_replica.py), loader (the
+loader alone), profile (where a step's time goes).
 
     python bench/gpu_suite.py --out /tmp/gpu                  # every phase (make gpu-suite)
     python bench/gpu_suite.py --phases speed --configs large-512:32 --variants large-512:32
@@ -290,24 +289,12 @@ def print_table(results: dict) -> None:
                 )
     if results.get("finetune"):
         print(finetune_speed.table(results["finetune"]))
-    for spec, r in results.get("predict", {}).items():
-        if "error" in r or "speedup" not in r:
-            print(f"predict {spec}: {str(r)[:200]}")
-            continue
-        print(
-            f"predict {spec}: ours {r['ours_rows_per_s']:.0f} rows/s (encode {r['ours_encode_s']:.2f} s), "
-            f"pipeline {r['transformers_rows_per_s']:.0f} rows/s, {r['speedup']:.2f}x, same class {r['agreement']:.4f}"
-        )
-    for spec, r in results.get("serve", {}).items():
-        if "error" in r or "speedup" not in r:
-            print(f"serve {spec}: {str(r)[:200]}")
-            continue
-        o, t = r["ours"], r["transformers"]
-        print(
-            f"serve {spec}: ours {o['rows_per_s']:.0f} rows/s (p99 {o['p99_ms']:.0f} ms, {o['rows_per_batch']:.1f} "
-            f"rows a pass), pipeline {t['rows_per_s']:.0f} rows/s (p99 {t['p99_ms']:.0f} ms), {r['speedup']:.2f}x, "
-            f"same class {r['agreement']:.4f}"
-        )
+    if results.get("predict") or results.get("serve"):
+        import predict_throughput
+        import serve_replica
+
+        lines = predict_throughput.suite_lines(results.get("predict", {}))
+        print(*lines, *serve_replica.suite_lines(results.get("serve", {})), sep="\n")
     for text, r in results.get("profile", {}).items():
         print(
             f"profile {text}: step {r['step_ms']:.1f} ms, kernels {r['kernel_ms_per_step']:.1f} ms "
@@ -353,8 +340,7 @@ def main() -> None:
     finetune_speed.add_arguments(p)
     p.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # cpu: a smoke run of this script
     args = p.parse_args()
-    # the device machines reach nothing outside: no library may wait on the Hugging Face Hub
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the device machines reach nothing: nothing may wait on the Hub
     DEVICE = speed.DEVICE = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
     if DEVICE.type == "cuda" and not torch.cuda.is_available():
         sys.exit("bench/gpu_suite.py needs CUDA")

@@ -288,6 +288,22 @@ def suite_phase(args, device: str) -> dict:
     return out
 
 
+def suite_lines(results: dict) -> list[str]:
+    """One line per config of suite_phase's results, for bench/gpu_suite.py's table."""
+    lines = []
+    for spec, r in results.items():
+        if "error" in r or "speedup" not in r:
+            lines.append(f"predict {spec}: {str(r)[:200]}")
+            continue
+        lines.append(
+            f"predict {spec}: ours {r['ours_rows_per_s']:.0f} rows/s (first pass "
+            f"{r['ours_first_pass_rows_per_s']:.0f}, encode {r['ours_encode_s']:.2f} s), pipeline "
+            f"{r['transformers_rows_per_s']:.0f} rows/s (first pass {r['transformers_first_pass_rows_per_s']:.0f}), "
+            f"{r['speedup']:.2f}x, same class {r['agreement']:.4f}"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny")

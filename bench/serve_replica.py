@@ -158,6 +158,22 @@ def suite_phase(args, device: str) -> dict:
     return out
 
 
+def suite_lines(results: dict) -> list[str]:
+    """One line per config of suite_phase's results, for bench/gpu_suite.py's table."""
+    lines = []
+    for spec, r in results.items():
+        if "error" in r or "speedup" not in r:
+            lines.append(f"serve {spec}: {str(r)[:200]}")
+            continue
+        o, t = r["ours"], r["transformers"]
+        lines.append(
+            f"serve {spec}: ours {o['rows_per_s']:.0f} rows/s (p99 {o['p99_ms']:.0f} ms, {o['rows_per_batch']:.1f} "
+            f"rows a pass), pipeline {t['rows_per_s']:.0f} rows/s (p99 {t['p99_ms']:.0f} ms), {r['speedup']:.2f}x, "
+            f"same class {r['agreement']:.4f}"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny")

@@ -71,17 +71,17 @@ def scaled_loss(factor: float) -> Iterator[None]:
     `factor` on this process: its loss, and so its gradients, are NaN or a spike."""
     from pipelines.train import step
 
-    original = step.output_sums
+    original = step.pretraining_sums
 
     def scaled(*args, **kwargs):
         sums = original(*args, **kwargs)
         return dataclasses.replace(sums, mlm_ce=sums.mlm_ce * factor, sop_ce=sums.sop_ce * factor)
 
-    step.output_sums = scaled
+    step.pretraining_sums = scaled
     try:
         yield
     finally:
-        step.output_sums = original
+        step.pretraining_sums = original
 
 
 def install(faults: Faults) -> None:

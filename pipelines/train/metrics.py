@@ -10,7 +10,7 @@ import torch
 
 from albert_model import AlbertConfig
 from albert_model.flops import mfu, training_flops_per_token
-from albert_model.losses import output_sums
+from albert_model.losses import pretraining_sums
 
 from .distributed import all_reduce_sum
 from .step import PendingMetrics, StepMetrics
@@ -102,7 +102,9 @@ def evaluate(model: torch.nn.Module, micro_batches: Iterable[dict[str, torch.Ten
         mb = {k: v.to(device) for k, v in mb.items()}
         sentence = "sentence_order_label" in mb
         out = model(mb["input_ids"], mb["token_type_ids"], mb["attention_mask"], mb["masked_positions"])
-        s = output_sums(model, out, mb)
+        s = pretraining_sums(
+            out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb.get("sentence_order_label")
+        )
         sequences = s.sop_ce.new_full((), float(len(mb["input_ids"])))
         sums += torch.stack([s.mlm_ce, s.sop_ce, s.mlm_correct, s.mlm_weight, s.sop_correct, sequences]).double()
     all_reduce_sum(sums)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch.distributed.tensor.experimental import implicit_replication
 
-from albert_model.losses import output_sums
+from albert_model.losses import pretraining_sums
 
 from .distributed import all_reduce_sum, full_norms, local_tensor, shard_groups, world_size
 from .lamb import Lamb
@@ -158,7 +158,9 @@ def train_step(
     for i, mb in enumerate(micro_batches):
         _set_gradient_sync(model, i == len(micro_batches) - 1)
         out = model(mb["input_ids"], mb["token_type_ids"], mb["attention_mask"], mb["masked_positions"])
-        s = output_sums(model, out, mb)
+        s = pretraining_sums(
+            out.mlm_logits, out.sop_logits, mb["masked_lm_ids"], mb["masked_lm_weights"], mb.get("sentence_order_label")
+        )
         mlm_ce, sop_ce = s.mlm_ce, s.sop_ce
         loss = mlm_ce / mlm_weight + sop_ce / sequences
         # FSDP averages gradients over ranks; the global normalisers above already did.

@@ -398,14 +398,3 @@ def test_cuda_graphs_need_one_worker_per_trial_and_exclude_layer_compile():
         load_config(overrides=["finetune.cuda_graphs=true", "tune.workers_per_trial=2"])
     with pytest.raises(ConfigError, match=r"^finetune.cuda_graphs=True: compiles the whole model"):
         load_config(overrides=["finetune.cuda_graphs=true", "finetune.compile=true"])
-
-
-def test_predict_precision_is_checked_by_name():
-    """predict.precision: one of auto, fp32, bf16, and torch's only (an ONNX export runs its own)."""
-    assert load_config().predict.precision == "auto"
-    assert load_config(overrides=["predict.precision=bf16"]).predict.precision == "bf16"
-    with pytest.raises(ConfigError, match=r"predict.precision='fp16': must be one of auto, fp32, bf16"):
-        load_config(overrides=["predict.precision=fp16"])
-    onnx = ["predict.backend=onnx", "predict.onnx=model.onnx", "predict.precision=fp32"]
-    with pytest.raises(ConfigError, match=r"predict.precision='fp32': applies to predict.backend=torch"):
-        load_config(overrides=onnx)

@@ -12,6 +12,7 @@ from pydantic.dataclasses import dataclass
 from albert_model.config import AlbertConfig
 from pipelines.config import SECTIONS, SETTINGS, Config, ModelSection, field_docs, load_config
 from pipelines.config.base import STRICT, Section, attribute_docs, section_settings, setting
+from pipelines.errors import ConfigError
 
 # model.KEY as users write it -> its type -> a value the tiny preset accepts that differs from its own.
 # A field added to, renamed in or retyped in AlbertConfig changes these keys: update the table on purpose.
@@ -165,3 +166,14 @@ def test_attribute_docs_reads_what_pydantic_reads():
     for cls in SECTIONS.values():
         if cls is not ModelSection:
             assert attribute_docs(cls) == field_docs(cls), cls
+
+
+def test_predict_precision_is_checked_by_name():
+    """predict.precision: one of auto, fp32, bf16, and torch's only (an ONNX export runs its own)."""
+    assert load_config().predict.precision == "auto"
+    assert load_config(overrides=["predict.precision=bf16"]).predict.precision == "bf16"
+    with pytest.raises(ConfigError, match=r"predict.precision='fp16': must be one of auto, fp32, bf16"):
+        load_config(overrides=["predict.precision=fp16"])
+    onnx = ["predict.backend=onnx", "predict.onnx=model.onnx", "predict.precision=fp32"]
+    with pytest.raises(ConfigError, match=r"predict.precision='fp32': applies to predict.backend=torch"):
+        load_config(overrides=onnx)
