@@ -55,3 +55,22 @@ def test_the_gelu_epilogue_matches_linear_then_gelu_tanh_on_cuda(dtype):
             assert error < ((fused.double() - exact).norm() / exact.norm()).item()
     with torch.enable_grad():  # training takes F.linear: autograd needs the pre-activation
         assert not epilogue_fusable(x, w, b, gelu)
+
+
+@pytest.mark.gpu
+def test_inference_attention_answers_as_torchs_default_on_cuda():
+    """Leaving cuDNN's attention out changes the kernels, not the function: a classifier's logits under
+    inference_attention match torch's own backend choice within bf16's rounding, padding included."""
+    from albert_model import AlbertConfig, AlbertForSequenceClassification, kernels
+
+    torch.manual_seed(int(torch.randint(0, 2**31, ())))
+    model = AlbertForSequenceClassification(AlbertConfig.from_preset("tiny", vocab_size=500).replace(num_labels=5))
+    model = model.to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(5, 500, (16, 77), device="cuda")
+    mask = (torch.arange(77, device="cuda") < torch.randint(10, 78, (16, 1), device="cuda")).long()
+    with torch.no_grad():
+        default = model(ids, attention_mask=mask).float()
+        with kernels.inference_attention(torch.device("cuda")):
+            ours = model(ids, attention_mask=mask).float()
+    error = ((ours - default).norm() / default.norm()).item()
+    assert torch.isfinite(ours).all() and error < 2e-2, error
