@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -386,14 +387,13 @@ def main() -> None:
             else:
                 raise ValueError(f"unknown phase {phase!r}; choose from {PHASES}")
         except Exception as error:
-            import traceback
-
             results[phase] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
             print(results[phase]["traceback"], flush=True)
         print(f"phase {phase}: {time.perf_counter() - started:.0f} s", flush=True)
         path.write_text(json.dumps(results, indent=2, default=str))
     print_table(results)
     dist.destroy_process_group()
+    shutil.rmtree(store.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
