@@ -28,6 +28,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -268,40 +269,54 @@ def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, devi
     }
 
 
-def suite_phase(args, device: str) -> dict:
-    """bench/gpu_suite.py's predict phase. Per `preset-seq:batch:dtype` of args.predict: a
-    random-weight classification export of the preset (5 classes, the args.predict_spiece
-    vocabulary), args.predict_rows synthetic rows, replica_vs_pipeline on `device`."""
+def suite_configs(args, specs: str, name: str, run: Callable[[str, int, int, str], dict]) -> dict:
+    """Per `preset-seq:N:dtype` of the comma-separated `specs`: a random-weight classification export
+    of the preset (5 classes, the args.predict_spiece vocabulary) and `run(model, seq, N, dtype)`; a
+    config's failure is recorded as its result, not raised (it must not hide the others)."""
     out = {}
-    rows = args.out / "predict-rows.csv"
-    texts = write_rows(rows, args.predict_rows)
-    for spec in args.predict.split(","):
-        config, batch, dtype = spec.split(":")
+    for spec in specs.split(","):
+        config, n, dtype = spec.split(":")
         preset, seq = config.rsplit("-", 1)
         try:
             with tempfile.TemporaryDirectory() as work:
-                model = make_model(Path(work) / "model", preset, args.predict_spiece)
-                out[spec] = replica_vs_pipeline(model, texts, int(seq), int(batch), device, dtype)
-        except Exception as error:  # one config's failure must not hide the others
+                out[spec] = run(make_model(Path(work) / "model", preset, args.predict_spiece), int(seq), int(n), dtype)
+        except Exception as error:
             out[spec] = {"error": f"{type(error).__name__}: {error}"}
-        print(f"predict {spec}: {out[spec]}", flush=True)
+        print(f"{name} {spec}: {json.dumps(out[spec], default=str)}", flush=True)
     return out
 
 
+def result_lines(name: str, results: dict, line: Callable[[dict], str]) -> list[str]:
+    """One line per config of suite_configs' `results` (`line` of a result; an error as it is)."""
+    return [
+        f"{name} {spec}: " + (str(r)[:200] if "error" in r or "speedup" not in r else line(r))
+        for spec, r in results.items()
+    ]
+
+
+def suite_phase(args, device: str) -> dict:
+    """bench/gpu_suite.py's predict phase: replica_vs_pipeline on `device` over args.predict_rows
+    synthetic rows, per `preset-seq:batch:dtype` of args.predict."""
+    texts = write_rows(args.out / "predict-rows.csv", args.predict_rows)
+    return suite_configs(
+        args,
+        args.predict,
+        "predict",
+        lambda model, seq, batch, dtype: replica_vs_pipeline(model, texts, seq, batch, device, dtype),
+    )
+
+
 def suite_lines(results: dict) -> list[str]:
-    """One line per config of suite_phase's results, for bench/gpu_suite.py's table."""
-    lines = []
-    for spec, r in results.items():
-        if "error" in r or "speedup" not in r:
-            lines.append(f"predict {spec}: {str(r)[:200]}")
-            continue
-        lines.append(
-            f"predict {spec}: ours {r['ours_rows_per_s']:.0f} rows/s (first pass "
-            f"{r['ours_first_pass_rows_per_s']:.0f}, encode {r['ours_encode_s']:.2f} s), pipeline "
-            f"{r['transformers_rows_per_s']:.0f} rows/s (first pass {r['transformers_first_pass_rows_per_s']:.0f}), "
-            f"{r['speedup']:.2f}x, same class {r['agreement']:.4f}"
-        )
-    return lines
+    """suite_phase's results, a line each, for bench/gpu_suite.py's table."""
+    return result_lines(
+        "predict",
+        results,
+        lambda r: (
+            f"ours {r['ours_rows_per_s']:.0f} rows/s (first pass {r['ours_first_pass_rows_per_s']:.0f}, encode "
+            f"{r['ours_encode_s']:.2f} s), pipeline {r['transformers_rows_per_s']:.0f} rows/s (first pass "
+            f"{r['transformers_first_pass_rows_per_s']:.0f}), {r['speedup']:.2f}x, same class {r['agreement']:.4f}"
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:

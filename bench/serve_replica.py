@@ -32,7 +32,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, where it is not installed
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/'s modules, as a script sees them
 
-from predict_throughput import default_spiece, make_model, same_attention, write_rows  # noqa: E402  (bench/)
+from predict_throughput import (  # noqa: E402  (bench/ beside this file)
+    default_spiece,
+    make_model,
+    result_lines,
+    same_attention,
+    suite_configs,
+    write_rows,
+)
 
 from pipelines.inference.predictor import Predictor  # noqa: E402
 from pipelines.stages.serve_batching import Batcher  # noqa: E402
@@ -141,37 +148,28 @@ def replica_vs_pipeline(
 
 
 def suite_phase(args, device: str) -> dict:
-    """bench/gpu_suite.py's serve phase: per `preset-seq:clients:dtype` of args.serve, a random-weight
-    classification export of the preset (args.predict_spiece's vocabulary), args.serve_requests rows."""
-    out = {}
+    """bench/gpu_suite.py's serve phase: replica_vs_pipeline on `device` over args.serve_requests
+    synthetic rows, per `preset-seq:clients:dtype` of args.serve."""
     texts = write_rows(args.out / "serve-rows.csv", args.serve_requests, seed=1)
-    for spec in args.serve.split(","):
-        config, clients, dtype = spec.split(":")
-        preset, seq = config.rsplit("-", 1)
-        try:
-            with tempfile.TemporaryDirectory() as work:
-                model = make_model(Path(work) / "model", preset, args.predict_spiece)
-                out[spec] = replica_vs_pipeline(model, texts, int(seq), device, dtype, int(clients))
-        except Exception as error:  # one config's failure must not hide the others
-            out[spec] = {"error": f"{type(error).__name__}: {error}"}
-        print(f"serve {spec}: {json.dumps(out[spec])}", flush=True)
-    return out
+    return suite_configs(
+        args,
+        args.serve,
+        "serve",
+        lambda model, seq, clients, dtype: replica_vs_pipeline(model, texts, seq, device, dtype, clients),
+    )
 
 
 def suite_lines(results: dict) -> list[str]:
-    """One line per config of suite_phase's results, for bench/gpu_suite.py's table."""
-    lines = []
-    for spec, r in results.items():
-        if "error" in r or "speedup" not in r:
-            lines.append(f"serve {spec}: {str(r)[:200]}")
-            continue
-        o, t = r["ours"], r["transformers"]
-        lines.append(
-            f"serve {spec}: ours {o['rows_per_s']:.0f} rows/s (p99 {o['p99_ms']:.0f} ms, {o['rows_per_batch']:.1f} "
-            f"rows a pass), pipeline {t['rows_per_s']:.0f} rows/s (p99 {t['p99_ms']:.0f} ms), {r['speedup']:.2f}x, "
-            f"same class {r['agreement']:.4f}"
-        )
-    return lines
+    """suite_phase's results, a line each, for bench/gpu_suite.py's table."""
+    return result_lines(
+        "serve",
+        results,
+        lambda r: (
+            f"ours {r['ours']['rows_per_s']:.0f} rows/s (p99 {r['ours']['p99_ms']:.0f} ms, "
+            f"{r['ours']['rows_per_batch']:.1f} rows a pass), pipeline {r['transformers']['rows_per_s']:.0f} rows/s "
+            f"(p99 {r['transformers']['p99_ms']:.0f} ms), {r['speedup']:.2f}x, same class {r['agreement']:.4f}"
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
