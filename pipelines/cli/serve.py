@@ -308,12 +308,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
                 )
                 for name, folder in folders.items()
             }
-            for name, model in models.items():
-                if model.kind is None:  # the deployment's models are applied by their heads (no /embed there)
-                    raise BadInput(
-                        f"model {name}: {folders[name]} is an encoder without a task head; several models on one "
-                        "deployment answer predictions: serve it alone (MODEL_DIR) for its sentence vectors"
-                    )
             app_of = functools.partial(multiplex_app, folders, {n: m.files for n, m in models.items()}, options)
         init_ray()
         url = start_endpoint(app_of, options)
@@ -332,11 +326,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
                 )
             else:
                 first = next(iter(models))
+                head = next((name for name, m in models.items() if m.kind), None)  # a model that predicts
                 print(
                     f"serving {len(models)} models at {url}/<name> (up to {options.models_per_replica} loaded "
                     "per replica, each on first use):\n"
                     + "".join(f"  {name}: {folders[name]} ({summary(m)})\n" for name, m in models.items())
-                    + f"{curl(f'{url}/{first}', models[first])}\n"
+                    + (f"{curl(f'{url}/{head}', models[head])}\n" if head else "")
+                    + f"  curl -s {url}/{first}{EMBED} -d '{EMBED_EXAMPLE}'    # a sentence vector\n"
                     f"  curl -s {url}    # the models, and which the replica that answers has loaded\n"
                     "Ctrl-C stops it.",
                     flush=True,

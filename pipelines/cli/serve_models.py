@@ -13,8 +13,8 @@ from ..storage import exists, join, list_names
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """A model's name: one URL path segment as it is written (no escaping, never `.` or `..`), and an
 HTTP header value."""
-RESERVED = ("health",)
-"""Names the endpoint's own routes take (`<route>/health`)."""
+RESERVED = ("health", "embed")
+"""Names the endpoint's own routes take (`<route>/health`, `<route>/embed` with Serve's header)."""
 
 
 def check_name(name: str, source: str) -> str:

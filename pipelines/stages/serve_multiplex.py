@@ -2,8 +2,10 @@
 model multiplexing: a replica loads a model on its first request and, beyond `models_per_replica`,
 evicts the least recently used one (removing its files). `POST <route>/<name>` predicts with that
 model (or `POST <route>` with Serve's `serve_multiplexed_model_id` header, which also lets the proxy
-prefer a replica that has the model loaded), `GET <route>/<name>` describes it, `GET <route>` lists
-the models and what this replica has loaded. Requests are checked and answered as serve.py's
+prefer a replica that has the model loaded), `POST <route>/<name>/embed` (or `<route>/embed` with the
+header) answers its sentence vectors (serve_embed.py's request and answer), `GET <route>/<name>`
+describes it, `GET <route>` lists the models and what this replica has loaded. A model without a
+task head (an encoder) answers embeddings only. Requests are checked and answered as serve.py's
 single-model endpoint answers them; rows of one model share forward passes."""
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, one_line
+from ..inference.embedding import EMBEDDING, EMBEDDING_ROWS, Embedder, sentence_vector
 from ..inference.predictor import Predictor
-from ..inference.request import parse_request
+from ..inference.request import parse_embed_request, parse_request
 from ..storage.models import materialize
 from .serve import (
     HEALTH,
@@ -40,6 +43,7 @@ from .serve import (
     read_body,
 )
 from .serve_batching import Batcher
+from .serve_embed import EMBED, NO_HEAD, load_embedder, served_parts
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +65,16 @@ class LoadedModel:
     `__del__` when it evicts it: the folder goes, and the replica no longer counts it as loaded."""
 
     def __init__(
-        self, name: str, predictor: Predictor, work: str, info: dict[str, Any], release: Callable[[LoadedModel], None]
+        self,
+        name: str,
+        predictor: Predictor | None,
+        embedder: Embedder,
+        work: str,
+        info: dict[str, Any],
+        release: Callable[[LoadedModel], None],
     ):
-        self.name, self.predictor, self.work, self.info, self.release = name, predictor, work, info, release
+        self.name, self.predictor, self.embedder, self.work = name, predictor, embedder, work
+        self.info, self.release = info, release
         self.batches = self.rows = 0
         self.unloaded = False
 
@@ -87,6 +98,7 @@ class MultiplexEndpoint:
         self.loads: Counter[str] = Counter()
         self.ongoing = 0
         self.predict_rows = Batcher(self.run_rows, options.max_batch_size, options.batch_wait_ms / 1000)
+        self.embed_rows = Batcher(self.embed_batch, options.max_batch_size, options.batch_wait_ms / 1000)
 
         async def load_model(name: str) -> LoadedModel:
             return await self.load(name)
@@ -103,15 +115,21 @@ class MultiplexEndpoint:
         files = await held.files
         work = tempfile.mkdtemp(prefix=f"{name}-", dir=self.work)
         try:
-            predictor = await asyncio.to_thread(lambda: load_predictor(materialize(files, work), self.options))
+            predictor, embedder = await asyncio.to_thread(self.read, materialize(files, work))
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
         self.loads[name] += 1
-        self.loaded[name] = LoadedModel(
-            name, predictor, work, description(held.folder, predictor, self.options), self.release
-        )
+        info = description(held.folder, predictor, self.options, embedder)
+        self.loaded[name] = LoadedModel(name, predictor, embedder, work, info, self.release)
         return self.loaded[name]
+
+    def read(self, local: str) -> tuple[Predictor | None, Embedder]:
+        """A local model folder's Predictor (where it has a task head) and Embedder (its encoder,
+        the predictor's own where there is one), as serve.py's endpoint loads them."""
+        o = self.options
+        predictor = load_predictor(local, o) if served_parts(local, None)[0] else None
+        return predictor, load_embedder(local, predictor, None, o.max_seq_length, o.max_batch_size, o.max_batch_tokens)
 
     def release(self, model: LoadedModel) -> None:
         if self.loaded.get(model.name) is model:  # not a later load of the same name
@@ -135,6 +153,18 @@ class MultiplexEndpoint:
                 results[i] = (outputs[j], rejected.get(j))
         return results
 
+    async def embed_batch(self, items: list[tuple[LoadedModel, dict[str, Any]]]) -> list[Any]:
+        """A batch's rows' vectors by every pooling (embedding.pooled), each model's rows in one pass."""
+        by_model: dict[LoadedModel, list[int]] = {}
+        for i, (model, _) in enumerate(items):
+            by_model.setdefault(model, []).append(i)
+        results: list[Any] = [None] * len(items)
+        for model, indices in by_model.items():
+            vectors = await asyncio.to_thread(model.embedder.vectors, [items[i][1] for i in indices])
+            for j, i in enumerate(indices):
+                results[i] = vectors[j]
+        return results
+
     async def __call__(self, request: Request) -> JSONResponse:
         route = request.scope.get("root_path", "")
         parts = [p for p in request.url.path[len(route) :].split("/") if p]
@@ -143,8 +173,12 @@ class MultiplexEndpoint:
             if request.method != "GET":
                 return error(405, f"method: {request.method} is not served on {HEALTH} (GET)")
             return JSONResponse({"status": "ok", "ongoing": self.ongoing})
+        embed = bool(parts) and parts[-1] == EMBED.strip("/")  # "embed" is no model's name (serve_models.RESERVED)
+        parts = parts[:-1] if embed else parts
         if len(parts) > 1:
-            return error(404, f"path: {request.url.path} is not served ({route}/<model name>)")
+            return error(404, f"path: {request.url.path} is not served ({route}/<model name>[{EMBED}])")
+        if embed and request.method != "POST":
+            return error(405, f"method: {request.method} is not served on {EMBED} (POST)")
         if parts and named and parts[0] != named:
             return error(400, f"model: the path names {parts[0]!r}, the {MODEL_HEADER} header {named!r}")
         name = parts[0] if parts else named
@@ -161,7 +195,7 @@ class MultiplexEndpoint:
             return JSONResponse({**model.info, "name": name, "served": {"batches": model.batches, "rows": model.rows}})
         self.ongoing += 1
         try:
-            return await self.predict(name, request)
+            return await (self.embed(name, request) if embed else self.predict(name, request))
         finally:
             self.ongoing -= 1
 
@@ -177,16 +211,42 @@ class MultiplexEndpoint:
             "loads": dict(self.loads),
         }
 
-    async def predict(self, name: str, request: Request) -> JSONResponse:
+    async def body_and_model(self, name: str, request: Request) -> tuple[bytes, LoadedModel] | JSONResponse:
+        """The request's body and its model, loaded; or the error answer."""
         try:
             body = await read_body(request)
         except BodyTooLarge as e:
             return error(413, one_line(e))
         try:
-            model = await self.model_named(name)
+            return body, await self.model_named(name)
         except Exception as e:  # its folder was checked before Serve started: a fault of ours
             log.exception("loading %s failed", name)
             return error(500, f"loading model {name!r} failed: {one_line(e)}")
+
+    async def embed(self, name: str, request: Request) -> JSONResponse:
+        got = await self.body_and_model(name, request)
+        if isinstance(got, JSONResponse):
+            return got
+        body, model = got
+        try:
+            rows, listed, pooling, normalize = parse_embed_request(body, EMBEDDING_ROWS)
+        except BadInput as e:
+            return error(400, one_line(e))
+        try:
+            vectors = await asyncio.gather(*(self.embed_rows((model, row)) for row in rows))
+        except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
+            log.exception("embedding failed")
+            return error(500, f"embedding failed: {one_line(e)}")
+        answers = [{EMBEDDING: sentence_vector(v, pooling, normalize)} for v in vectors]
+        return JSONResponse(answers if listed else answers[0])
+
+    async def predict(self, name: str, request: Request) -> JSONResponse:
+        got = await self.body_and_model(name, request)
+        if isinstance(got, JSONResponse):
+            return got
+        body, model = got
+        if model.predictor is None:
+            return error(404, f"model {name!r}: {self.models[name].folder} {NO_HEAD}")
         try:
             rows, listed = parse_request(body, model.predictor.inference)
         except BadInput as e:

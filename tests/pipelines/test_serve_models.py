@@ -37,6 +37,7 @@ def test_a_model_flag_is_a_name_then_its_folder():
         ("caf\u00e9=runs/best", "--model caf\u00e9=runs/best: model name 'caf\u00e9' is not URL-safe"),
         (f"{'n' * 65}=runs/best", f"--model {'n' * 65}=runs/best: model name '{'n' * 65}' is not URL-safe"),
         ("health=runs/best", "--model health=runs/best: model name 'health' is taken by the endpoint's <route>/health"),
+        ("embed=runs/best", "--model embed=runs/best: model name 'embed' is taken by the endpoint's <route>/embed"),
     ],
 )
 def test_a_bad_model_flag_is_one_line_naming_it_before_anything_is_read(capsys, flag, message):
@@ -105,9 +106,9 @@ def test_a_cap_below_one_is_refused_by_the_parser(capsys):
     assert "argument --models-per-replica: 0: must be above 0" in capsys.readouterr().err
 
 
-def test_every_model_folder_is_checked_before_ray_starts(classifier, tiny_pretrained, tmp_path, monkeypatch, capsys):
-    """A missing folder, a pickled pytorch_model.bin and an encoder without a task head, each
-    beside a good model: one line naming the model, and Ray never started."""
+def test_every_model_folder_is_checked_before_ray_starts(classifier, tmp_path, monkeypatch, capsys):
+    """A missing folder and a pickled pytorch_model.bin, each beside a good model: one line naming the
+    model, and Ray never started (an encoder without a task head is served: it embeds)."""
     from pipelines.cli import serve as command
 
     monkeypatch.setattr(command, "init_ray", lambda: pytest.fail("Ray started before every folder was checked"))
@@ -120,7 +121,3 @@ def test_every_model_folder_is_checked_before_ray_starts(classifier, tiny_pretra
         f"model bad: {pickled}/pytorch_model.bin: not loaded: it holds "
     )
     assert not (tmp_path / "sentinel").exists()
-    assert refused(capsys, "--model", good, "--model", f"pre={tiny_pretrained}") == (
-        f"model pre: {tiny_pretrained} is an encoder without a task head; several models on one deployment "
-        "answer predictions: serve it alone (MODEL_DIR) for its sentence vectors"
-    )

@@ -1,12 +1,14 @@
 """Several models on one deployment (`albert-ray serve --models DIR`, pipelines/stages/serve_multiplex.py):
-five random models of three families (served_models.py) behind one replica that holds two at a
-time, called over real HTTP while the command waits for Ctrl-C. Each request is answered by its own
-model (equal to that model's Predictor), by path or by Serve's header; A, B, C, A shows A evicted and
+five random models of three families (served_models.py) and an encoder without a head behind one
+replica that holds two at a time, called over real HTTP while the command waits for Ctrl-C. Each
+request is answered by its own model (equal to that model's Predictor; sentence vectors to its
+Embedder's, the encoder's and a classifier's), by path or by Serve's header; A, B, C, A shows A evicted and
 loaded again, never more than two loaded; rows of one model from concurrent callers share batches;
 unknown names and contradicting routes are refused. The six families' models of the shared suite on
 one deployment each answer as their Predictor. An evicted model's folder is removed (without Serve)."""
 
 import json
+import shutil
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pipelines.inference.embedding import Embedder
 from pipelines.inference.predictor import Predictor
 from pipelines.stages.serve_multiplex import MODEL_HEADER, LoadedModel, MultiplexEndpoint
 from tests.conftest import free_port
@@ -64,7 +67,13 @@ def test_five_models_on_one_replica_holding_two_each_answer_as_their_own_and_are
     from pipelines.cli.command import main
 
     folders = save_models(tiny_pretrained, tmp_path / "models")
+    shutil.copytree(tiny_pretrained, tmp_path / "models" / "encoder")  # the pretrain stage's hf/: no task head
+    folders = {**folders, "encoder": str(tmp_path / "models" / "encoder")}
     expected = {name: Predictor.load(folders[name], None, device="cpu").predict(rows_for(name)) for name in NAMES}
+    pairs = [{"text": TEXTS[0]}, {"text": TEXTS[1], "text_pair": TEXTS[0]}]
+    vectors = {  # every pooling of each row, as predict's embeddings give them
+        name: Embedder.load(folders[name], None, device="cpu").vectors(pairs) for name in ("encoder", "news")
+    }
     # the models tell each other apart: no two classifiers answer alike
     assert len({json.dumps(expected[name][0]["probabilities"]) for name in CLASSIFIERS}) == len(CLASSIFIERS)
     port = free_port()
@@ -84,7 +93,7 @@ def test_five_models_on_one_replica_holding_two_each_answer_as_their_own_and_are
     def serving(seconds: float) -> None:  # the command's wait: the checks while it serves, then Ctrl-C
         status, listing = call(url)
         assert status == 200
-        assert listing == {"models": folders, "models_per_replica": 2, "loaded": [], "loads": {}}
+        assert listing == {"models": dict(sorted(folders.items())), "models_per_replica": 2, "loaded": [], "loads": {}}
 
         a, b, c = "news", "sentiment", "choose"
         for name, now, loads in [
@@ -99,6 +108,17 @@ def test_five_models_on_one_replica_holding_two_each_answer_as_their_own_and_are
         for name in NAMES:  # every model in turn, through two slots
             ask(name)
             assert name in loaded()[0]
+        # sentence vectors: an encoder without a head, and a classifier's own encoder, by path or header
+        for name, route, headers in [("encoder", "/encoder/embed", {}), ("news", "/embed", {MODEL_HEADER: "news"})]:
+            status, answers = call(f"{url}{route}", {"inputs": pairs, "pooling": "cls"}, headers)
+            assert status == 200, answers
+            for answer, own in zip(answers, vectors[name]):
+                assert answer["embedding"] == pytest.approx(own[1].tolist(), abs=1e-5), name  # cls: pooled[1]
+        status, answer = call(f"{url}/encoder/embed", {"text": TEXTS[0]})
+        assert status == 200 and answer["embedding"] == pytest.approx(vectors["encoder"][0][0].tolist(), abs=1e-5)
+        status, answer = call(f"{url}/encoder", {"text": TEXTS[0]})
+        assert status == 404 and answer["error"].startswith(f"model 'encoder': {folders['encoder']} has no task head")
+        assert call(f"{url}/encoder/embed")[0] == 405
         # by Serve's header on the route, one row alone
         status, answer = call(url, {"text": TEXTS[0]}, {MODEL_HEADER: "topics.v2"})
         assert status == 200
@@ -139,7 +159,9 @@ def test_five_models_on_one_replica_holding_two_each_answer_as_their_own_and_are
         capsys.readouterr()
         assert main(["serve", *argv, "--port", str(port), "--batch-wait-ms", "300"]) == 0
         out = capsys.readouterr().out
-        assert out.startswith(f"serving 5 models at {url}/<name> (up to 2 loaded per replica, each on first use):\n")
+        assert out.startswith(f"serving 6 models at {url}/<name> (up to 2 loaded per replica, each on first use):\n")
+        assert f"  encoder: {folders['encoder']} (an encoder without a task head: sentence vectors only; " in out
+        assert f"  curl -s {url}/choose/embed -d " in out
         assert f"  news: {folders['news']} (classification: business, politics, sport; 512 tokens)\n" in out
         assert f"  curl -s {url}/choose -H 'Content-Type: application/json'" in out and out.endswith("stopped\n")
         assert serve.status().applications == {}
@@ -203,7 +225,7 @@ def test_an_evicted_model_leaves_no_folder_and_is_no_longer_counted_loaded(tmp_p
     for work in works:
         work.mkdir()
         (work / "config.json").write_text("{}")
-    first, again = (LoadedModel("news", None, str(w), {}, partial(release, replica)) for w in works)
+    first, again = (LoadedModel("news", None, None, str(w), {}, partial(release, replica)) for w in works)
     replica.loaded["news"] = first
     first.__del__()  # evicted
     assert not works[0].exists() and replica.loaded == {}
