@@ -14,7 +14,8 @@ from .model import LinearHead
 class AlbertForMultipleChoice(LinearHead):
     """ALBERT scoring each of a question's choices: every (context, choice) pair is one sequence,
     dropout (classifier_dropout_prob) and one linear unit on its pooled output; the choices'
-    scores are the logits of a softmax over choices. Inputs are (B, C, S); logits (B, C)."""
+    scores are the logits of a softmax over choices. Inputs are (B, C, S); logits (B, C). `read`
+    (LinearHead's) scores each sequence's state: (B * C, S, H) -> (B * C, 1)."""
 
     def __init__(self, config: AlbertConfig):
         super().__init__(config, 1)

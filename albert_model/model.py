@@ -323,6 +323,10 @@ class LinearHead(nn.Module):
         none = input_ids.new_zeros((input_ids.shape[0], 0))
         return self.albert(input_ids, token_type_ids, attention_mask, positions=none).pooler_output
 
+    def read(self, x: torch.Tensor) -> torch.Tensor:
+        """The head on an encoder state (B, S, H): its pooled [CLS], as `forward` reads it -> (B, outputs)."""
+        return self.classifier(self.dropout(torch.tanh(self.albert.pooler(x[:, 0]))))
+
 
 class AlbertForSequenceClassification(LinearHead):
     """ALBERT with dropout and a linear classifier (or regressor) on the pooled output."""
@@ -337,10 +341,6 @@ class AlbertForSequenceClassification(LinearHead):
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return self.classifier(self.dropout(self.pooled(input_ids, token_type_ids, attention_mask)))  # (B, labels)
-
-    def read(self, x: torch.Tensor) -> torch.Tensor:
-        """The head on an encoder state (B, S, H): its pooled [CLS], as `forward` reads it -> (B, labels)."""
-        return self.classifier(self.dropout(torch.tanh(self.albert.pooler(x[:, 0]))))
 
 
 class AlbertForQuestionAnswering(nn.Module):

@@ -25,8 +25,7 @@ class DistillSection(Section):
     """Applications of the teacher's shared layer in the student (its num_hidden_layers), fewer than
     the teacher's; `half` for half of them, rounded up. null: no distill stage (the DAG skips it)."""
     teacher: str | None = None
-    """The fine-tuned model to distil (an export of a family that distils: every one but multiple
-    choice); null = {run_dir}/finetune/best."""
+    """The fine-tuned model to distil (an export of any task family); null = {run_dir}/finetune/best."""
     alpha: float = 0.5
     """Share of the task's own (hard-label) loss; the rest is the loss against the teacher's outputs."""
     temperature: float = 2.0

@@ -105,11 +105,6 @@ class Family:
     inference: str | None = None
     """`module:name` of its FamilyInference (predict's and serve's use of its exports), imported when
     a model is applied (load_inference); None: predict and serve refuse its exports by name."""
-    distils: bool = False
-    """Its models distil to fewer layers (distill.layers), where its fine-tuning says the soft-target
-    loss (`soft_loss_sum(outputs, teacher, temperature, targets)`: over what its own loss counts) and
-    whether its targets have a position axis the teacher's logits are packed along
-    (`targets_by_position`: distill.packed_targets)."""
     reads_depths: bool = False
     """Its head can read the state after any application of the shared layer as an answer that can
     settle (the sequence head's [CLS]): it trains the head at every depth (finetune.exit_heads), for

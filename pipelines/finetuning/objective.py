@@ -64,11 +64,17 @@ class HiddenMatched(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> tuple[Any, torch.Tensor]:
-        states = step_states(self.student.albert, input_ids, token_type_ids, attention_mask)
+        # multiple choice's (B, C, S): each choice's sequence is one of B * C, its score read back as (B, C)
+        shape = input_ids.shape
+        inputs = [None if t is None else t.reshape(-1, shape[-1]) for t in (input_ids, token_type_ids, attention_mask)]
+        states = step_states(self.student.albert, *inputs)
         with torch.no_grad():
-            targets = step_states(self.teacher.albert, input_ids, token_type_ids, attention_mask)
-        hidden = hidden_mse_sum(states, [targets[j - 1] for j in self.pairs], attention_mask)
+            targets = step_states(self.teacher.albert, *inputs)
+        hidden = hidden_mse_sum(states, [targets[j - 1] for j in self.pairs], inputs[2])
+        hidden = hidden / shape[1] if len(shape) == 3 else hidden  # a question's: the mean over its choices
         read = [read_state(self.student, s) for s in (states if self.every_depth else states[-1:])]
+        if len(shape) == 3:
+            read = [r.view(*shape[:2]) for r in read]
         return (torch.stack(read) if self.every_depth else read[0]), hidden
 
 

@@ -3,10 +3,11 @@ set fine-tunes a 4-layer teacher on the embedded BBC task, then searches a half-
 with Ray Tune and exports it under distill/best/: a standard ALBERT of 2 layers that transformers
 loads, beside best.json (the student's metrics and the teacher's on the same eval rows) and
 tradeoff.json (teacher, student and early exit scored and timed on those rows), which the report
-shows as a table and a figure. And `albert-ray distill` of the evaluation suite's named-entity and
-question-answering models (distill.teacher, with their tasks' finetune keys): students that
-transformers loads as its token-classification and QA heads and that give predict's tags and
-answer texts, which the stage's own predictions file gives too."""
+shows as a table and a figure. And `albert-ray distill` of the evaluation suite's named-entity,
+question-answering and multiple-choice models (distill.teacher, with their tasks' finetune keys):
+students that transformers loads as its token-classification, QA and multiple-choice heads and
+that give predict's tags, answer texts and choices, which the stage's own predictions file gives
+too."""
 
 import csv
 import json
@@ -74,11 +75,12 @@ def test_the_dag_distils_the_fine_tuned_model_into_a_half_depth_student(ray_sess
     assert (tmp_path / "run" / "report" / "depth_tradeoff.png").read_bytes()[:4] == b"\x89PNG"
 
 
-ANSWER = {"token_classification": "tags", "question_answering": "answer"}
+ANSWER = {"token_classification": "tags", "question_answering": "answer", "multiple_choice": "prediction"}
+METRIC = {"token_classification": "f1", "question_answering": "f1", "multiple_choice": "accuracy"}
 
 
 @pytest.mark.parametrize("family", list(ANSWER))
-def test_a_suites_ner_and_qa_models_distil_into_students_that_answer_as_predict(family, family_suite, tmp_path):
+def test_a_suites_ner_qa_and_choice_models_distil_into_students_that_answer_as_predict(family, family_suite, tmp_path):
     from pipelines.cli.command import main
 
     config_file, run_dir = family_suite
@@ -98,13 +100,14 @@ def test_a_suites_ner_and_qa_models_distil_into_students_that_answer_as_predict(
     out = tmp_path / "run" / "distill"
     best = json.loads((out / "best.json").read_text())
     finetuned = json.loads((teacher.parent / "best.json").read_text())
-    assert (best["student_layers"], best["teacher"]["num_hidden_layers"], best["metric"]) == (2, 4, "f1")
-    assert best["teacher"]["metrics"]["f1"] == pytest.approx(finetuned["metrics"]["f1"])  # the same eval rows
-    assert 0 <= best["metrics"]["f1"] <= 100
+    metric = METRIC[family]
+    assert (best["student_layers"], best["teacher"]["num_hidden_layers"], best["metric"]) == (2, 4, metric)
+    assert best["teacher"]["metrics"][metric] == pytest.approx(finetuned["metrics"][metric])  # the same eval rows
+    assert 0 <= best["metrics"][metric] <= 100
     # early exit is the sequence families': the trade-off is the teacher and the student
     tradeoff = json.loads((out / "tradeoff.json").read_text())
     assert [arm["name"] for arm in tradeoff["arms"]] == ["teacher", "student"]
-    assert tradeoff["arms"][1]["metrics"]["f1"] == pytest.approx(best["metrics"]["f1"])
+    assert tradeoff["arms"][1]["metrics"][metric] == pytest.approx(best["metrics"][metric])
 
     student = out / "best"
     config = json.loads((student / "config.json").read_text())

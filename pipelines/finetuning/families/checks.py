@@ -18,11 +18,6 @@ def check_task(config: Config) -> None:
     family = FAMILIES[finetune.task]
     if family.check is not None:
         family.check(finetune)
-    if config.distill.layers is not None and not family.distils:
-        raise ConfigError(
-            f"distill.layers: the {family.name} family has no soft-target loss to distil with; the families that "
-            f"have: {', '.join(f.name for f in FAMILIES.values() if f.distils)}"
-        )
     if finetune.exit_heads and not family.reads_depths:
         raise ConfigError(
             f"finetune.exit_heads: the {family.name} family's head has no answer to settle between depths (early "

@@ -12,7 +12,6 @@ FAMILY = Family(
     outputs=OUTPUTS,
     training=f"{__name__}.training:CLASSIFICATION",
     keys=KEYS,
-    distils=True,
     reads_depths=True,
     inference=f"{__name__}.inference:INFERENCE",
     unrecorded=claims("single_label_classification"),

@@ -12,7 +12,6 @@ FAMILY = Family(
     outputs=OUTPUTS,
     training=f"{__name__}.training:MULTI_LABEL",
     keys=(*KEYS, "label_delimiter"),
-    distils=True,
     reads_depths=True,
     inference=f"{__name__}.inference:INFERENCE",
     unrecorded=claims("multi_label_classification"),

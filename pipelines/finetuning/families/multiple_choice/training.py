@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from ....config import FinetuneSection
 from ....errors import BadInput
+from ...distill_losses import softmax_kl_sum
 from ...family import Baseline, EncodedTask, Evaluation
 from ...loop import collate as single_collate
 from ...splits import Units, train_and_eval
@@ -106,6 +107,14 @@ class MultipleChoiceFamily:
 
     def scores(self, outputs: torch.Tensor) -> torch.Tensor:
         return outputs  # [B, choices]
+
+    targets_by_position = False
+
+    def soft_loss_sum(
+        self, outputs: torch.Tensor, teacher: torch.Tensor, temperature: float, targets: torch.Tensor
+    ) -> torch.Tensor:
+        """The KL of the choices' softmaxes (every question has the same choices in fine-tuning)."""
+        return softmax_kl_sum(outputs, teacher, temperature)
 
     def evaluate(self, cfg: FinetuneSection, task: EncodedTask, scores: np.ndarray) -> Evaluation:
         logits = torch.from_numpy(np.asarray(scores, dtype=np.float64))

@@ -25,5 +25,4 @@ FAMILY = Family(
     inference=f"{__name__}.inference:INFERENCE",
     keys=("max_query_length", "doc_stride", "n_best_size", "max_answer_length"),
     check=_window_holds_context,
-    distils=True,
 )

@@ -12,5 +12,4 @@ FAMILY = Family(
     training=f"{__name__}.training:TOKEN_CLASSIFICATION",
     inference=f"{__name__}.inference:INFERENCE",
     keys=("tokens_column", "tags_column", "conll_tag_column"),
-    distils=True,
 )

@@ -32,11 +32,6 @@ FAMILY_NAMES = "classification, regression, multi_label, token_classification, m
             "finetune.tasks.x: tune.metric=pearson: not a multi_label metric",
         ),
         (
-            ["finetune.task=multiple_choice", "distill.layers=half"],
-            "distill.layers: the multiple_choice family has no soft-target loss to distil with; the families that "
-            "have: classification, regression, multi_label, token_classification, question_answering",
-        ),
-        (
             ["finetune.task=token_classification", "finetune.exit_heads=true"],
             "finetune.exit_heads: the token_classification family's head has no answer to settle between depths "
             "(early exit is the sequence families'): classification, regression, multi_label",
@@ -61,6 +56,7 @@ def test_a_config_keeping_them_passes():
         ["finetune.task=multi_label"],
         ["finetune.task=token_classification", "distill.layers=half"],
         ["finetune.task=question_answering", "distill.layers=2", "distill.hidden_weight=1.0"],
+        ["finetune.task=multiple_choice", "distill.layers=half"],
     ):
         check_config(load_config(overrides=overrides))
     check_config(load_config(overrides=["finetune.tasks={a: {finetune: {task: regression}}, b: {}}"]))
