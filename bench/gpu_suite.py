@@ -326,9 +326,9 @@ def main() -> None:
     p.add_argument("--loader-batches", type=int, default=200)
     p.add_argument("--profile", default="base-128:256,large-512:32", help="configs to profile")
     p.add_argument("--predict", default="base-128:64:fp32,base-128:64:bf16", help="preset-seq:batch:dtype, ...")
-    p.add_argument("--predict-rows", type=int, default=20_000)
+    p.add_argument("--predict-rows", type=int, default=3000)
     p.add_argument("--serve", default="base-128:64:bf16", help="preset-seq:clients:dtype, ... (bench/serve_replica.py)")
-    p.add_argument("--serve-requests", type=int, default=4000)
+    p.add_argument("--serve-requests", type=int, default=2000)
     p.add_argument(
         "--predict-spiece",
         default=".gpudata/predict-spiece.model",
