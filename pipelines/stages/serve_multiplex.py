@@ -139,31 +139,18 @@ class MultiplexEndpoint:
         self, items: list[tuple[LoadedModel, dict[str, Any]]]
     ) -> list[tuple[dict[str, Any], str | None]]:
         """A batch's outputs (`predict_rows` batches the rows of concurrent requests, whatever their
-        model): each row's output with its model, and the reason where only encoding found it
-        unusable. The rows are grouped by their model: each model's rows share forward passes."""
-        by_model: dict[LoadedModel, list[int]] = {}
-        for i, (model, _) in enumerate(items):
-            by_model.setdefault(model, []).append(i)
-        results: list[Any] = [None] * len(items)
-        for model, indices in by_model.items():
-            model.batches, model.rows = model.batches + 1, model.rows + len(indices)
-            # off the replica's event loop, so requests keep being checked and queued while the model runs
-            outputs, rejected = await asyncio.to_thread(model.predictor.run, [items[i][1] for i in indices])
-            for j, i in enumerate(indices):
-                results[i] = (outputs[j], rejected.get(j))
-        return results
+        model): each row's output with its model, and the reason where only encoding found it unusable."""
+
+        def predicted(model: LoadedModel, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str | None]]:
+            model.batches, model.rows = model.batches + 1, model.rows + len(rows)
+            outputs, rejected = model.predictor.run(rows)
+            return [(out, rejected.get(j)) for j, out in enumerate(outputs)]
+
+        return await per_model(items, predicted)
 
     async def embed_batch(self, items: list[tuple[LoadedModel, dict[str, Any]]]) -> list[Any]:
-        """A batch's rows' vectors by every pooling (embedding.pooled), each model's rows in one pass."""
-        by_model: dict[LoadedModel, list[int]] = {}
-        for i, (model, _) in enumerate(items):
-            by_model.setdefault(model, []).append(i)
-        results: list[Any] = [None] * len(items)
-        for model, indices in by_model.items():
-            vectors = await asyncio.to_thread(model.embedder.vectors, [items[i][1] for i in indices])
-            for j, i in enumerate(indices):
-                results[i] = vectors[j]
-        return results
+        """A batch's rows' vectors by every pooling (embedding.pooled), with their models."""
+        return await per_model(items, lambda model, rows: list(model.embedder.vectors(rows)))
 
     async def __call__(self, request: Request) -> JSONResponse:
         route = request.scope.get("root_path", "")
@@ -258,6 +245,21 @@ class MultiplexEndpoint:
             return error(500, f"prediction failed: {one_line(e)}")
         status, answer = answered(outputs, listed, model.predictor.use.label_names)
         return JSONResponse(answer, status_code=status)
+
+
+async def per_model(items: list[tuple[LoadedModel, dict[str, Any]]], run: Callable[[LoadedModel, list], list]) -> list:
+    """`run(model, rows)` over a batch's (model, row) items grouped by their model, each model's rows
+    in one call (their forward passes shared), off the replica's event loop (so requests keep being
+    checked and queued while a model runs); the results in the items' order."""
+    by_model: dict[LoadedModel, list[int]] = {}
+    for i, (model, _) in enumerate(items):
+        by_model.setdefault(model, []).append(i)
+    results: list[Any] = [None] * len(items)
+    for model, indices in by_model.items():
+        out = await asyncio.to_thread(run, model, [items[i][1] for i in indices])
+        for j, i in enumerate(indices):
+            results[i] = out[j]
+    return results
 
 
 def multiplex_app(
