@@ -20,6 +20,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 
+from ..config.sections import PRECISIONS
 from ..console import guarded, setup_logging
 from ..errors import BadInput
 from ..stages.ray_runtime import init_ray
@@ -173,7 +174,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     add(
         "--precision",
-        choices=["auto", "fp32", "bf16"],
+        choices=PRECISIONS,
         default=DEFAULTS.precision,
         help="what --backend torch computes in: auto (bf16 on a GPU that has it, fp32 on a CPU), fp32 or bf16 "
         "(default: %(default)s)",

@@ -9,9 +9,9 @@ from typing import ClassVar
 from pydantic.dataclasses import dataclass
 
 from .base import STRICT, Section, neutral_at, setting
+from .sections import PRECISIONS
 
 BACKENDS = ("torch", "onnx")
-PRECISIONS = ("auto", "fp32", "bf16")  # pipelines/inference/predictor.py's
 OUTPUT_KINDS = ("prediction", "embedding")
 POOLINGS = ("mean", "cls")
 """A sentence vector from the last hidden layer: the mean over the text's tokens, or the [CLS] state."""

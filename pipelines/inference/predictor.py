@@ -22,6 +22,7 @@ from torch import nn
 from albert_model.depths import ExitRule, early_exit
 from albert_model.hf import load_hf_pretrained
 
+from ..config.sections import PRECISIONS
 from ..errors import BadInput
 from ..finetuning.families import FAMILIES
 from ..finetuning.family import Family, TaskFamily
@@ -107,11 +108,6 @@ def use_of_files(files: Mapping[str, bytes], config: Mapping[str, Any], max_seq_
                 with open(os.path.join(scratch, name), "wb") as f:
                     f.write(files[name])
         return model_use(config, PairTokenizer(scratch), max_seq_length, where)
-
-
-PRECISIONS = ("auto", "fp32", "bf16")
-"""What a model computes in (predict.precision, serve --precision): auto is bf16 on a GPU that has
-it, fp32 on a CPU."""
 
 
 def model_dtype(precision: str, device: torch.device) -> torch.dtype:
@@ -254,7 +250,6 @@ class Predictor:
 
 __all__ = [
     "placed",
-    "PRECISIONS",
     "model_dtype",
     "exit_rule_of",
     "EXIT_DEPTH",

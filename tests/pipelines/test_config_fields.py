@@ -172,7 +172,7 @@ def test_predict_precision_is_checked_by_name():
     """predict.precision: one of auto, fp32, bf16, and torch's only (an ONNX export runs its own)."""
     assert load_config().predict.precision == "auto"
     assert load_config(overrides=["predict.precision=bf16"]).predict.precision == "bf16"
-    with pytest.raises(ConfigError, match=r"predict.precision='fp16': must be one of auto, fp32, bf16"):
+    with pytest.raises(ConfigError, match=r"predict.precision='fp16': must be one of auto, bf16, fp32"):
         load_config(overrides=["predict.precision=fp16"])
     onnx = ["predict.backend=onnx", "predict.onnx=model.onnx", "predict.precision=fp32"]
     with pytest.raises(ConfigError, match=r"predict.precision='fp32': applies to predict.backend=torch"):

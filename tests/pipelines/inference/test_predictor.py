@@ -113,7 +113,7 @@ def test_precision_is_bf16_on_a_gpu_fp32_on_a_cpu_unless_asked(chooser):
     cpu = torch.device("cpu")
     assert model_dtype("auto", cpu) == torch.float32 and model_dtype("bf16", cpu) == torch.bfloat16
     assert model_dtype("fp32", torch.device("cuda")) == torch.float32
-    with pytest.raises(BadInput, match="precision: 'fp16' is not one of auto, fp32, bf16"):
+    with pytest.raises(BadInput, match="precision: 'fp16' is not one of auto, bf16, fp32"):
         model_dtype("fp16", cpu)
     rows = [
         {"question": "The dog", "choices": ["barks.", "meows.", "moos."]},
