@@ -16,6 +16,8 @@ from torch import nn
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # not a DTensor (FSDP2) or another tensor subclass
 
+_ADDMM_ACTIVATION = getattr(torch, "_addmm_activation", None)  # private too: a torch without it takes F.linear
+
 try:  # a private op of torch's oneDNN build (torch 2.13 has it): a build without it takes F.linear
     _LINEAR_POINTWISE = torch.ops.mkldnn._linear_pointwise
 except (AttributeError, RuntimeError):
@@ -59,7 +61,8 @@ def epilogue_fusable(
     on CUDA, plain tensors of one dtype, no autocast or tracer, and GELU's tanh form, ALBERT's
     gelu_new, which is the epilogue's own (tests/albert_model/test_fused.py checks it on a GPU)."""
     return (
-        not torch.is_grad_enabled()
+        _ADDMM_ACTIVATION is not None
+        and not torch.is_grad_enabled()
         and x.device.type == "cuda"
         and isinstance(activation, nn.GELU)
         and activation.approximate == "tanh"
@@ -80,7 +83,7 @@ def linear(
     if fusable(x, weight):
         return _LINEAR_POINTWISE(x, weight, bias, *_post_op(activation))
     if epilogue_fusable(x, weight, bias, activation):  # one pass: the GELU in the product's epilogue
-        y = torch._addmm_activation(bias, x.reshape(-1, x.shape[-1]), weight.t(), use_gelu=True)
+        y = _ADDMM_ACTIVATION(bias, x.reshape(-1, x.shape[-1]), weight.t(), use_gelu=True)
         return y.view(*x.shape[:-1], weight.shape[0])
     y = F.linear(x, weight, bias)
     return y if activation is None else activation(y)
