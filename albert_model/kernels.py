@@ -89,17 +89,13 @@ def linear(
     return y if activation is None else activation(y)
 
 
-CUDNN_ATTENTION_AT_INFERENCE = False
-"""Whether inference on CUDA may take cuDNN's attention (torch's first choice on Hopper). It builds
-a plan per new shape, and prediction's batches come in many widths (rows sorted by length, padded
-per batch); training's fixed shapes pay it once."""
-
-
 def inference_attention(device: torch.device) -> contextlib.AbstractContextManager:
-    """SDPA's backends for inference on `device`: on CUDA, without cuDNN's unless
-    CUDNN_ATTENTION_AT_INFERENCE (flash attention, else memory-efficient, else the math one); elsewhere
-    torch's own choice."""
-    if device.type != "cuda" or CUDNN_ATTENTION_AT_INFERENCE:
+    """SDPA's backends for inference on `device`: on CUDA, without cuDNN's (torch's first choice on
+    Hopper), which builds a plan per new shape while prediction's batches come in many widths (rows
+    sorted by length, padded per batch); flash attention, else memory-efficient, else the math one.
+    Elsewhere torch's own choice. torch's backend flags are global: the context holds for every
+    thread while it lasts."""
+    if device.type != "cuda":
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

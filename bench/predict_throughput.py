@@ -35,7 +35,7 @@ import numpy as np
 import psutil
 import torch
 
-from albert_model import AlbertConfig
+from albert_model import AlbertConfig, kernels
 from albert_model.hf import save_hf_pretrained
 from albert_model.model import AlbertForSequenceClassification
 
@@ -177,22 +177,6 @@ def run_transformers(model: str, rows: Path, seq: int, batch: int) -> tuple[floa
     return seconds, {r["id"]: o["label"] for r, o in zip(records, outputs)}
 
 
-@contextlib.contextmanager
-def same_attention(device: str):
-    """transformers' model under the attention backends ours takes at inference
-    (albert_model/kernels.py inference_attention: no cuDNN attention on CUDA, whose plan per new
-    shape costs ~0.1 s on an H200), set globally so the pipeline's own threads see it too."""
-    if not device.startswith("cuda"):
-        yield
-        return
-    before = torch.backends.cuda.cudnn_sdp_enabled()
-    torch.backends.cuda.enable_cudnn_sdp(False)
-    try:
-        yield
-    finally:
-        torch.backends.cuda.enable_cudnn_sdp(before)
-
-
 def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, device: str, dtype: str) -> dict:
     """Without Ray: the predict stage's replica code (`Predictor`, what each actor of the stage runs
     on its block of rows: encode, sort by length, pad per batch, the model) against
@@ -201,7 +185,7 @@ def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, devi
 
     Each side goes over the rows twice: the first pass pays each padded width's first call (kernels,
     cuDNN's attention plans), the second is the steady state the speedup compares. The pipeline runs
-    once more under ours' attention backends (same_attention); its faster steady pass is the one
+    once more under ours' attention backends (kernels.inference_attention); its faster steady pass is the one
     compared."""
     import transformers
 
@@ -244,7 +228,7 @@ def replica_vs_pipeline(model: str, texts: list[str], seq: int, batch: int, devi
 
     _, theirs_cold_s = their_pass()
     outputs, theirs_default_s = their_pass()
-    with same_attention(device):
+    with kernels.inference_attention(torch.device(device)):
         _, theirs_same_s = their_pass()
     say(f"pipeline done ({len(texts) / theirs_default_s:.0f} rows/s; {len(texts) / theirs_same_s:.0f} as ours attends)")
     theirs_s = min(theirs_default_s, theirs_same_s)

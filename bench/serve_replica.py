@@ -3,7 +3,7 @@ time; ours answers them as `albert-ray serve`'s replica does (pipelines/stages/s
 Batcher gathers the rows of concurrent requests, up to --max-batch-size, and the Predictor runs each
 batch in a thread: PredictEndpoint.run_rows), against transformers' `pipeline("text-classification")`
 behind the same clients, one call per request in the same thread pool (a server that hands each
-request to the pipeline), under ours' attention backends (predict_throughput.same_attention). Ours
+request to the pipeline), under ours' attention backends (albert_model/kernels.py inference_attention). Ours
 is timed on a second pass over the rows (the first pays each width's first call). The same model,
 rows, device and dtype on both sides; the replica's precision is serve's `--precision`. For the GPU
 machine, which has no Ray (bench/gpu_suite.py's `serve` phase); bench/serve_load.py times the whole
@@ -36,13 +36,17 @@ from predict_throughput import (  # noqa: E402  (bench/ beside this file)
     default_spiece,
     make_model,
     result_lines,
-    same_attention,
     suite_configs,
     write_rows,
 )
 
+from albert_model import kernels  # noqa: E402
 from pipelines.inference.predictor import Predictor  # noqa: E402
 from pipelines.stages.serve_batching import Batcher  # noqa: E402
+from pipelines.stages.serve_options import ServeOptions  # noqa: E402
+
+SERVE_DEFAULTS = ServeOptions()
+"""`albert-ray serve`'s batching unless told otherwise."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -83,19 +87,20 @@ def replica_vs_pipeline(
     device: str,
     dtype: str,
     clients: int,
-    max_batch_size: int = 32,
-    batch_wait_ms: float = 10.0,
-    max_batch_tokens: int = 8192,
+    options: ServeOptions = SERVE_DEFAULTS,
 ) -> dict:
-    """Both sides over `texts` (one row per request) with `clients` concurrent callers; serve's
-    defaults for the batch bounds and wait."""
+    """Both sides over `texts` (one row per request) with `clients` concurrent callers; the replica
+    batches as `options` say (serve's defaults: its batch bounds and wait)."""
+    max_batch_size, batch_wait_ms = options.max_batch_size, options.batch_wait_ms
     import transformers
 
     def sync() -> None:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    predictor = Predictor.load(model, seq, max_batch_size, device, max_batch_tokens=max_batch_tokens, precision=dtype)
+    predictor = Predictor.load(
+        model, seq, max_batch_size, device, max_batch_tokens=options.max_batch_tokens, precision=dtype
+    )
 
     async def run_rows(rows: list[dict]) -> list[dict]:  # PredictEndpoint.run_rows
         outputs, _ = await asyncio.to_thread(predictor.run, rows)
@@ -130,7 +135,7 @@ def replica_vs_pipeline(
         sync()
         return answers, latencies, seconds
 
-    with same_attention(device):  # ours' attention backends: no cuDNN plan per new width on CUDA
+    with kernels.inference_attention(torch.device(device)):  # ours' backends: no cuDNN plan per new width
         their_answers, their_latencies, their_s = asyncio.run(theirs())
     return {
         "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",

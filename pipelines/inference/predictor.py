@@ -22,7 +22,7 @@ from torch import nn
 from albert_model.depths import ExitRule, early_exit
 from albert_model.hf import load_hf_pretrained
 
-from ..config.sections import PRECISIONS
+from ..config.sections import PRECISIONS, resolved_precision
 from ..errors import BadInput
 from ..finetuning.families import FAMILIES
 from ..finetuning.family import Family, TaskFamily
@@ -111,14 +111,12 @@ def use_of_files(files: Mapping[str, bytes], config: Mapping[str, Any], max_seq_
 
 
 def model_dtype(precision: str, device: torch.device) -> torch.dtype:
-    """The dtype of `precision` on `device`. auto: bf16 on a GPU with bf16 (its matrix units' rate and
-    half the bytes of fp32; transformers' pipeline is given the same dtype in the benchmarks), fp32
-    on a CPU (without AMX its bf16 is no faster, and fp32 answers match the ONNX exports')."""
+    """The dtype of `precision` on `device`, auto resolved as pretraining and fine-tuning resolve it
+    (config.sections.resolved_precision): bf16 on a GPU (its matrix units' rate, half the bytes of
+    fp32), fp32 on a CPU (without AMX its bf16 is no faster, and fp32 answers match the ONNX exports')."""
     if precision not in PRECISIONS:
         raise BadInput(f"precision: {precision!r} is not one of {', '.join(PRECISIONS)}")
-    if precision == "auto":
-        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if precision == "bf16" else torch.float32
+    return torch.bfloat16 if resolved_precision(precision, device.type == "cuda") == "bf16" else torch.float32
 
 
 def placed(

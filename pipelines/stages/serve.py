@@ -19,7 +19,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,20 +194,28 @@ class PredictEndpoint(EmbedRoute):
             return error(404, f"{self.info['model']} {NO_HEAD}")
         try:
             body = await read_body(request)
-            if embed:
-                return await self.embed(body)
-            rows, listed = parse_request(body, self.predictor.inference)
         except BodyTooLarge as e:
             return error(413, one_line(e))
-        except BadInput as e:
-            return error(400, one_line(e))
-        try:
-            outputs = await asyncio.gather(*(self.predict_rows(row) for row in rows))
-        except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
-            log.exception("prediction failed")
-            return error(500, f"prediction failed: {one_line(e)}")
-        status, answer = answered(outputs, listed, self.predictor.use.label_names)
-        return JSONResponse(answer, status_code=status)
+        return await (self.embed(body) if embed else predicted(body, self.predictor, self.predict_rows))
+
+
+async def predicted(
+    body: bytes, predictor: Predictor, predict_row: Callable[[dict[str, Any]], Awaitable[tuple[dict, str | None]]]
+) -> JSONResponse:
+    """The answer to a prediction request's `body` for `predictor`'s family, each row run through
+    `predict_row` (a replica's batching queue): 400 for a malformed request or an unusable row, 500
+    where the model failed."""
+    try:
+        rows, listed = parse_request(body, predictor.inference)
+    except BadInput as e:
+        return error(400, one_line(e))
+    try:
+        outputs = await asyncio.gather(*(predict_row(row) for row in rows))
+    except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
+        log.exception("prediction failed")
+        return error(500, f"prediction failed: {one_line(e)}")
+    status, answer = answered(outputs, listed, predictor.use.label_names)
+    return JSONResponse(answer, status_code=status)
 
 
 @dataclass(frozen=True)
@@ -373,6 +381,7 @@ __all__ = [
     "endpoint_app",
     "error",
     "load_predictor",
+    "predicted",
     "read_model",
     "read_body",
     "start_endpoint",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -76,17 +77,23 @@ class EmbedRoute:
                 f"{EMBED}: this ONNX export has no last_hidden_state; serve an encoder export "
                 "(`albert-ray export onnx MODEL_DIR FILE --embedding`) for embeddings",
             )
-        try:
-            rows, listed, pooling, normalize = parse_embed_request(body, EMBEDDING_ROWS)
-        except BadInput as e:
-            return error(400, one_line(e))
-        try:
-            vectors = await asyncio.gather(*(self.embed_rows(row) for row in rows))
-        except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
-            log.exception("embedding failed")
-            return error(500, f"embedding failed: {one_line(e)}")
-        answers = [{EMBEDDING: sentence_vector(v, pooling, normalize)} for v in vectors]
-        return JSONResponse(answers if listed else answers[0])
+        return await embedded(body, self.embed_rows)
+
+
+async def embedded(body: bytes, embed_row: Callable[[dict[str, Any]], Awaitable[np.ndarray]]) -> JSONResponse:
+    """The answer to an embedding request's `body`, each row's vectors by every pooling from
+    `embed_row` (a replica's batching queue): 400 for a malformed request, 500 where embedding failed."""
+    try:
+        rows, listed, pooling, normalize = parse_embed_request(body, EMBEDDING_ROWS)
+    except BadInput as e:
+        return error(400, one_line(e))
+    try:
+        vectors = await asyncio.gather(*(embed_row(row) for row in rows))
+    except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
+        log.exception("embedding failed")
+        return error(500, f"embedding failed: {one_line(e)}")
+    answers = [{EMBEDDING: sentence_vector(v, pooling, normalize)} for v in vectors]
+    return JSONResponse(answers if listed else answers[0])
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -94,4 +101,4 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-__all__ = ["EMBED", "NO_HEAD", "EmbedRoute", "load_embedder", "served_parts"]
+__all__ = ["EMBED", "NO_HEAD", "EmbedRoute", "embedded", "load_embedder", "served_parts"]

@@ -26,24 +26,23 @@ from ray.serve import Application
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ..errors import BadInput, one_line
-from ..inference.embedding import EMBEDDING, EMBEDDING_ROWS, Embedder, sentence_vector
+from ..errors import one_line
+from ..inference.embedding import Embedder
 from ..inference.predictor import Predictor
-from ..inference.request import parse_embed_request, parse_request
 from ..storage.models import materialize
 from .serve import (
     HEALTH,
     BodyTooLarge,
     ServeOptions,
-    answered,
     deployment_options,
     description,
     error,
     load_predictor,
+    predicted,
     read_body,
 )
 from .serve_batching import Batcher
-from .serve_embed import EMBED, NO_HEAD, load_embedder, served_parts
+from .serve_embed import EMBED, NO_HEAD, embedded, load_embedder, served_parts
 
 log = logging.getLogger(__name__)
 
@@ -215,17 +214,7 @@ class MultiplexEndpoint:
         if isinstance(got, JSONResponse):
             return got
         body, model = got
-        try:
-            rows, listed, pooling, normalize = parse_embed_request(body, EMBEDDING_ROWS)
-        except BadInput as e:
-            return error(400, one_line(e))
-        try:
-            vectors = await asyncio.gather(*(self.embed_rows((model, row)) for row in rows))
-        except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
-            log.exception("embedding failed")
-            return error(500, f"embedding failed: {one_line(e)}")
-        answers = [{EMBEDDING: sentence_vector(v, pooling, normalize)} for v in vectors]
-        return JSONResponse(answers if listed else answers[0])
+        return await embedded(body, lambda row: self.embed_rows((model, row)))
 
     async def predict(self, name: str, request: Request) -> JSONResponse:
         got = await self.body_and_model(name, request)
@@ -234,17 +223,7 @@ class MultiplexEndpoint:
         body, model = got
         if model.predictor is None:
             return error(404, f"model {name!r}: {self.models[name].folder} {NO_HEAD}")
-        try:
-            rows, listed = parse_request(body, model.predictor.inference)
-        except BadInput as e:
-            return error(400, one_line(e))
-        try:
-            outputs = await asyncio.gather(*(self.predict_rows((model, row)) for row in rows))
-        except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
-            log.exception("prediction failed")
-            return error(500, f"prediction failed: {one_line(e)}")
-        status, answer = answered(outputs, listed, model.predictor.use.label_names)
-        return JSONResponse(answer, status_code=status)
+        return await predicted(body, model.predictor, lambda row: self.predict_rows((model, row)))
 
 
 async def per_model(items: list[tuple[LoadedModel, dict[str, Any]]], run: Callable[[LoadedModel, list], list]) -> list:
