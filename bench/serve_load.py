@@ -64,13 +64,20 @@ class Server:
     """An `albert-ray serve` process on a free local port and a Ray head of its own, up until `stop`."""
 
     def __init__(
-        self, name: str, model: str, args: list[str], root: Path, timeout: float = 600.0, source: Path | None = None
+        self,
+        name: str,
+        model: str,
+        args: list[str],
+        root: Path,
+        timeout: float = 600.0,
+        source: Path | None = None,
+        env: dict[str, str] | None = None,
     ):
         self.name, self.port = name, free_port()
         state = root / f"head-{name}"
         # another checkout's code (`source`): first on the path of the command and of its head's workers
         code = {"PYTHONPATH": str(source)} if source else {}
-        self.head = start_head(state, num_cpus=4, extra_env=code)
+        self.head = start_head(state, num_cpus=4, extra_env={**code, **(env or {})})
         self.log = (root / f"serve-{name}.log").open("w+")
         program = [str(BIN / "albert-ray")]
         if source:
@@ -95,6 +102,7 @@ class Server:
         deadline = time.monotonic() + timeout
         while not self.healthy():
             if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()  # the caller holds no Server to stop: its head would outlive the bench
                 self.log.seek(0)
                 raise RuntimeError(f"{name}: serve did not come up: {self.log.read()[-3000:]}")
             time.sleep(0.5)
@@ -214,6 +222,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seconds", type=float, default=20.0, help="the longest a cell runs")
     parser.add_argument("--new-args", default="", help="options the new server adds to its defaults")
     parser.add_argument(
+        "--new-env", nargs="*", default=[], metavar="KEY=VALUE", help="environment of the new server's Ray head"
+    )
+    parser.add_argument(
         "--today",
         default=TODAY_REVISION,
         help="the revision whose serve is today's, or `options`: this checkout with today's options",
@@ -232,7 +243,8 @@ def main(argv: list[str] | None = None) -> dict:
             else:
                 source = extract(args.today, root / f"serve-{args.today}")
                 servers.append(Server("today", model, seq, root, source=source))
-            servers.append(Server("new", model, [*seq, *args.new_args.split()], root))
+            env = dict(item.split("=", 1) for item in args.new_env)
+            servers.append(Server("new", model, [*seq, *args.new_args.split()], root, env=env))
             rows = []
             for kind in args.texts:
                 bodies = text_bodies(kind)

