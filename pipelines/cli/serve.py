@@ -24,7 +24,15 @@ from ..config.sections import PRECISIONS
 from ..console import guarded, setup_logging
 from ..errors import BadInput
 from ..stages.ray_runtime import init_ray
-from ..stages.serve import ServedModel, ServeOptions, endpoint_app, read_model, start_endpoint, stop_endpoint
+from ..stages.serve import (
+    ServedModel,
+    ServeOptions,
+    endpoint_app,
+    loopback_across_nodes,
+    read_model,
+    start_endpoint,
+    stop_endpoint,
+)
 from ..stages.serve_embed import EMBED
 from ..stages.serve_multiplex import multiplex_app
 from ..stages.serve_options import INGRESSES, resolved_ingress
@@ -78,7 +86,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     add(
         "--host",
         default=DEFAULTS.host,
-        help="the HTTP proxy's address, on the Ray head node (0.0.0.0: every one) (default: %(default)s)",
+        help="the address the endpoint listens on, on the Ray head node (0.0.0.0: every one) (default: %(default)s)",
     )
     add("--port", type=int, default=DEFAULTS.port, help="the HTTP port (default: %(default)s)")
     add(
@@ -127,7 +135,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="Q",
         type=positive(int),
         default=DEFAULTS.max_queued_requests,
-        help="requests the proxy holds while every replica is full; beyond them a 503 with Retry-After "
+        help="requests held (by each replica behind HAProxy, by the proxy behind Serve's proxy) while every replica "
+        "is full; beyond them a 503 with Retry-After "
         "(default: %(default)s)",
     )
     add(
@@ -283,7 +292,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         options = ServeOptions(
             host=args.host,
             port=args.port,
-            ingress=resolved_ingress(args.ingress, several=args.model_dir is None),
+            ingress=resolved_ingress(args.ingress),  # refused here without a binary; chosen once Ray is up
             route=args.route,
             replicas=args.replicas or DEFAULTS.replicas,
             min_replicas=args.min_replicas or DEFAULTS.min_replicas,
@@ -310,7 +319,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         if args.model_dir is not None:
             model = read_model(args.model_dir, options.max_seq_length, args.onnx, args.exit_patience, args.exit_entropy)
             options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
-            app_of = functools.partial(endpoint_app, args.model_dir, model.files, options)
+            app_of = functools.partial(endpoint_app, args.model_dir, model.files)
         else:
             folders = named_models(args.model or [], args.models or [])
             models = {
@@ -319,9 +328,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
                 )
                 for name, folder in folders.items()
             }
-            app_of = functools.partial(multiplex_app, folders, {n: m.files for n, m in models.items()}, options)
+            app_of = functools.partial(multiplex_app, folders, {n: m.files for n, m in models.items()})
         init_ray()
-        url = start_endpoint(app_of, options)
+        several, beyond = args.model_dir is None, loopback_across_nodes(options.host)
+        options = dataclasses.replace(options, ingress=resolved_ingress(args.ingress, several, beyond))
+        url = start_endpoint(functools.partial(app_of, options), options)
         previous = signal.signal(signal.SIGTERM, interrupt)
         try:
             if args.model_dir is not None:

@@ -5,7 +5,7 @@ it reaches the model (a body over the limit is a 413 before it is read whole, a 
 naming the field); its rows then join the replica's batching queue (serve_batching.py: a batch is
 taken when the model is free), so rows from concurrent callers, and a list request's rows, share
 forward passes (bounded by rows and by padded tokens); each is answered with the family's output.
-Under load Serve scales the replicas between bounds, a request beyond the proxy's queue bound is a
+Under load Serve scales the replicas between bounds, a request beyond the queue bound is a
 503 with Retry-After, one over the timeout a 408, and stopping drains the requests in flight.
 POST {route}/embed answers sentence vectors (serve_embed.py), alone for an encoder. Several models
 on one deployment, by name: serve_multiplex.py, on these parts."""
@@ -13,6 +13,7 @@ on one deployment, by name: serve_multiplex.py, on these parts."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import os
@@ -317,6 +318,17 @@ def replica_gpus(options: ServeOptions) -> float:
     return gpus
 
 
+def loopback_across_nodes(host: str) -> bool:
+    """Whether `host` is a loopback address (127.0.0.1, ::1, localhost) and the Ray cluster has a
+    node besides the head: behind HAProxy a replica listens at `host` on its own node, so one on
+    another node could not be reached from the head's HAProxy."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: not known to be loopback
+        loopback = False
+    return loopback and sum(1 for n in ray.nodes() if n["Alive"]) > 1
+
+
 def check_port(options: ServeOptions) -> None:
     """Where the head node is this machine, the port must be free: Serve's proxy binds with
     SO_REUSEPORT, so on a port another Serve holds it would share the traffic instead of failing."""
@@ -353,7 +365,8 @@ def deployment_options(options: ServeOptions, gpus: float) -> dict[str, Any]:
         **replica_count(options),
         # a batch can fill while the one before it runs
         "max_ongoing_requests": 2 * options.max_batch_size,
-        # Serve's own bound, at the proxy: a full queue is its 503 with Retry-After before any replica is asked
+        # Serve's own bound, at each replica behind HAProxy, at the proxy behind Serve's proxy: a full queue
+        # is its 503 with Retry-After before the model sees the request
         "max_queued_requests": options.max_queued_requests,
         "backpressure_config": BackpressureConfig(status_code=503, retry_after_s=RETRY_AFTER_S),
         # a replica being stopped answers what it holds, for as long as a request may take
@@ -376,9 +389,10 @@ def endpoint_app(model: str, files: dict[str, bytes], options: ServeOptions, gpu
 
 
 def start_endpoint(app_of: Callable[[float], Application], options: ServeOptions) -> str:
-    """Start Serve's HTTP proxy on the head node and on it the app `app_of(gpus per replica)` makes
-    (endpoint_app's, serve_multiplex.multiplex_app's); returns the endpoint's URL. Serve must not be
-    running on the cluster already: what this starts, `stop_endpoint` shuts down whole."""
+    """Start Serve's ingress on the head node (serve_options.INGRESSES) and behind it the app
+    `app_of(gpus per replica)` makes (endpoint_app's, serve_multiplex.multiplex_app's); returns the
+    endpoint's URL. Serve must not be running on the cluster already: what this starts,
+    `stop_endpoint` shuts down whole."""
     running = serve.status()
     if running.proxies or running.applications:
         raise UserError(
@@ -425,6 +439,7 @@ __all__ = [
     "endpoint_app",
     "error",
     "load_predictor",
+    "loopback_across_nodes",
     "predicted",
     "read_model",
     "read_body",

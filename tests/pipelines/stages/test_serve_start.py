@@ -61,6 +61,8 @@ def test_auto_ingress_is_haproxy_where_a_binary_is_found_and_an_explicit_one_wit
     assert resolved_ingress("auto") == "haproxy" and resolved_ingress("proxy") == "proxy"
     # several models: Serve's proxy routes a request to a replica holding its model, HAProxy does not
     assert resolved_ingress("auto", several=True) == "proxy" and resolved_ingress("haproxy", several=True) == "haproxy"
+    # a loopback address on a cluster of several nodes: replicas elsewhere would be out of HAProxy's reach
+    assert resolved_ingress("auto", loopback_across_nodes=True) == "proxy"
     # Ray takes the binary this names before any other: where it is not an executable, Serve fails
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", str(tmp_path / "no-haproxy"))
     assert not haproxy_found() and resolved_ingress("auto") == "proxy"
@@ -68,3 +70,20 @@ def test_auto_ingress_is_haproxy_where_a_binary_is_found_and_an_explicit_one_wit
         resolved_ingress("haproxy")
     env = started_with(monkeypatch, ServeOptions(port=8123))["controller_options"]["runtime_env"]["env_vars"]
     assert "RAY_SERVE_ENABLE_HA_PROXY" not in env
+
+
+@pytest.mark.parametrize(
+    ("host", "alive", "expected"),
+    [
+        ("127.0.0.1", [True, True], True),
+        ("::1", [True, True], True),
+        ("localhost", [True, True], True),
+        ("127.0.0.1", [True, False], False),  # a dead node is no replica's
+        ("0.0.0.0", [True, True], False),
+        ("10.0.0.5", [True, True], False),
+        ("head.example", [True, True], False),
+    ],
+)
+def test_a_loopback_address_across_nodes_is_told(monkeypatch, host, alive, expected):
+    monkeypatch.setattr(stage.ray, "nodes", lambda: [{"Alive": a} for a in alive])
+    assert stage.loopback_across_nodes(host) is expected
