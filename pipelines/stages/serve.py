@@ -13,12 +13,10 @@ on one deployment, by name: serve_multiplex.py, on these parts."""
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import os
 import shutil
-import socket
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,7 +39,8 @@ from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
 from .serve_batching import Batcher
 from .serve_embed import EMBED, NO_HEAD, EmbedRoute, error, load_embedder, served_parts
-from .serve_options import ServeOptions, resolved_ingress
+from .serve_ingress import check_port, controller_env, replica_env
+from .serve_options import ServeOptions
 
 log = logging.getLogger(__name__)
 
@@ -67,50 +66,6 @@ RETRY_AFTER_S = 1
 """The Retry-After (seconds) of a 503 for a full queue: about a batch's time, after which a slot is likely free."""
 HEALTH = "/health"
 """The health route, under the endpoint's route: GET answers 200 while the replica serves."""
-PROXY_READY_S = 60
-"""How long Serve's controller lets the HTTP proxy start before it stops it as unhealthy (Ray's
-RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S, 5 s by default): serve.start waits 60 s for it, and on a
-busy machine a proxy's process took over 5 s to start, so the controller stopped it and serve.start
-failed on the proxy it was waiting for ("ProxyActor ... killed by ray.kill ... never ran")."""
-HAPROXY_DRAIN_S = 2
-"""With --ingress haproxy, how long a stopping replica keeps answering before it closes (Ray's
-RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S, 30 s by default, for load balancers in front to
-notice): HAProxy's own health checks and the controller's update take it out sooner, and the
-requests it holds are answered whatever this is."""
-
-
-def free_port(host: str) -> int:
-    """A port free on this machine now (the HAProxy's stats and metrics ports, next to the command's own)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def replica_env(options: ServeOptions) -> dict[str, str]:
-    """What a replica reads where it imports Serve: for --ingress haproxy, that it answers HTTP on a
-    port of its own (behind Serve's HAProxy) and how long it drains when stopped."""
-    if resolved_ingress(options.ingress) != "haproxy":
-        return {}
-    return {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": str(HAPROXY_DRAIN_S)}
-
-
-def controller_env(options: ServeOptions) -> dict[str, str]:
-    """What Serve's controller (and the proxy it starts) reads where it imports Serve: the proxy's
-    start-up limit and, for --ingress haproxy, Serve's HAProxy, with its stats, its metrics and the
-    fallback proxy behind it (which answers while no replica is up) on free ports rather than Ray's
-    fixed ones: the proxies of two endpoints on one machine would share a fixed port (SO_REUSEPORT),
-    and one's requests reach the other's model."""
-    env = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_READY_S), **replica_env(options)}
-    if resolved_ingress(options.ingress) != "haproxy":
-        return env
-    # its files are under a folder of the node's own already (Ray's HAProxyManager)
-    return {
-        **env,
-        "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port(options.host)),
-        "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port(options.host)),
-        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port(options.host)),
-        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port(options.host)),
-    }
 
 
 class BodyTooLarge(BadInput):
@@ -318,32 +273,6 @@ def replica_gpus(options: ServeOptions) -> float:
     return gpus
 
 
-def loopback_across_nodes(host: str) -> bool:
-    """Whether `host` is a loopback address (127.0.0.1, ::1, localhost) and the Ray cluster has a
-    node besides the head: behind HAProxy a replica listens at `host` on its own node, so one on
-    another node could not be reached from the head's HAProxy."""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name: not known to be loopback
-        loopback = False
-    return loopback and sum(1 for n in ray.nodes() if n["Alive"]) > 1
-
-
-def check_port(options: ServeOptions) -> None:
-    """Where the head node is this machine, the port must be free: Serve's proxy binds with
-    SO_REUSEPORT, so on a port another Serve holds it would share the traffic instead of failing."""
-    me = ray.get_runtime_context().get_node_id()
-    if not any(n["NodeID"] == me and "node:__internal_head__" in n["Resources"] for n in ray.nodes() if n["Alive"]):
-        return
-    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
-    with socket.socket(family) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the proxy's: past TIME_WAIT
-        try:
-            probe.bind((options.host, options.port))
-        except OSError as e:
-            raise BadInput(f"--host {options.host} --port {options.port}: cannot listen there ({e.strerror})") from None
-
-
 def replica_count(options: ServeOptions) -> dict[str, Any]:
     """Serve's options for the number of replicas: a fixed count, or its autoscaler between bounds."""
     if options.max_replicas is None:
@@ -439,7 +368,6 @@ __all__ = [
     "endpoint_app",
     "error",
     "load_predictor",
-    "loopback_across_nodes",
     "predicted",
     "read_model",
     "read_body",

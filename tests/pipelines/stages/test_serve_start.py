@@ -1,4 +1,4 @@
-"""How `albert-ray serve` starts Serve (pipelines/stages/serve.py start_endpoint): Serve's controller
+"""How `albert-ray serve` starts Serve (pipelines/stages/serve.py start_endpoint, serve_ingress.py): Serve's controller
 gets a proxy start-up limit of PROXY_READY_S. At Ray's 5 s the controller stopped a proxy still
 starting on a busy 2-vCPU machine and serve.start failed on it ("ProxyActor ... killed by
 ray.kill ... never ran", seen in the command's e2e test); the limit is read where the controller
@@ -12,7 +12,9 @@ import pytest
 
 from pipelines.errors import BadInput
 from pipelines.stages import serve as stage
-from pipelines.stages.serve_options import ServeOptions, haproxy_found, resolved_ingress
+from pipelines.stages import serve_ingress as ingress
+from pipelines.stages.serve_ingress import haproxy_found, resolved_ingress
+from pipelines.stages.serve_options import ServeOptions
 
 
 def started_with(monkeypatch, options: ServeOptions) -> dict:
@@ -33,7 +35,7 @@ def started_with(monkeypatch, options: ServeOptions) -> dict:
 def test_serve_starts_with_the_proxy_given_a_minute_to_come_up(monkeypatch):
     started = started_with(monkeypatch, ServeOptions(port=8123, ingress="proxy"))
     env = started["controller_options"]["runtime_env"]["env_vars"]
-    assert env == {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(stage.PROXY_READY_S)} and stage.PROXY_READY_S >= 60
+    assert env == {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(ingress.PROXY_READY_S)} and ingress.PROXY_READY_S >= 60
     assert started["run"]["route_prefix"] == "/predict" and started["url"] == "http://127.0.0.1:8123/predict"
 
 
@@ -48,11 +50,12 @@ def test_haproxy_ingress_reaches_the_controller_and_the_replicas_with_ports_of_i
     options = ServeOptions(port=8123, ingress="haproxy")
     env = started_with(monkeypatch, options)["controller_options"]["runtime_env"]["env_vars"]
     assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
-    assert env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == str(stage.PROXY_READY_S)
+    assert env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == str(ingress.PROXY_READY_S)
     ports = [int(env[f"RAY_SERVE_{k}_PORT"]) for k in ("HAPROXY_STATS", "HAPROXY_METRICS", "FALLBACK_PROXY_HTTP")]
     assert len(set(ports)) == 3 and not {8404, 9101, 8500, 8123} & set(ports)
     replica = stage.deployment_options(options, 0.0)["ray_actor_options"]["runtime_env"]["env_vars"]
-    assert replica == {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2"}
+    drain = str(ingress.HAPROXY_DRAIN_S)
+    assert replica == {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": drain}
     assert "runtime_env" not in stage.deployment_options(ServeOptions(ingress="proxy"), 0.0)["ray_actor_options"]
 
 
@@ -85,5 +88,5 @@ def test_auto_ingress_is_haproxy_where_a_binary_is_found_and_an_explicit_one_wit
     ],
 )
 def test_a_loopback_address_across_nodes_is_told(monkeypatch, host, alive, expected):
-    monkeypatch.setattr(stage.ray, "nodes", lambda: [{"Alive": a} for a in alive])
-    assert stage.loopback_across_nodes(host) is expected
+    monkeypatch.setattr(ingress.ray, "nodes", lambda: [{"Alive": a} for a in alive])
+    assert ingress.loopback_across_nodes(host) is expected
