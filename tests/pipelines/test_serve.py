@@ -15,7 +15,6 @@ import json
 import logging
 import shutil
 import socket
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ from tests.conftest import free_port
 from tests.pickled_weights import pickled_model_dir
 
 from .family_tasks import GLUE
+from .listening import listeners, refuses_connections
 
 MNLI = ["contradiction", "entailment", "neutral"]
 """The served model's labels."""
@@ -98,33 +98,6 @@ def check_limits(url: str, port: int, model: str) -> None:
 def assert_same(answer: dict, expected: dict) -> None:
     assert answer["prediction"] == expected["prediction"] and answer["labels"] == MNLI
     assert answer["probabilities"] == pytest.approx(expected["probabilities"], abs=1e-6)
-
-
-def listeners(port: int) -> set[str]:
-    """The names of the processes listening on `port` (HAProxy in front, or Serve's proxy actor); a
-    process that exits meanwhile (HAProxy hands its socket to a new process when it reloads its
-    configuration, as replicas come up) is left out."""
-    import psutil
-
-    names = set()
-    for c in psutil.net_connections("tcp"):
-        if c.status == "LISTEN" and c.laddr.port == port and c.pid is not None:
-            try:
-                names.add(psutil.Process(c.pid).name())
-            except psutil.NoSuchProcess:
-                continue
-    return names
-
-
-def refuses_connections(port: int, wait_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        except OSError:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def check_endpoint(url: str, model: str) -> None:
