@@ -130,6 +130,7 @@ def description(
         "max_seq_length": (predictor or embedder).use.max_seq_length,
         "embedding_dimension": embedder.dimension if embedder is not None else None,
         "backend": options.backend,
+        "ingress": options.ingress,
         "max_batch_size": options.max_batch_size,
         "max_batch_tokens": options.max_batch_tokens,
         "max_inputs": MAX_INPUTS,

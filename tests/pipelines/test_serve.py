@@ -149,7 +149,8 @@ def check_endpoint(url: str, model: str) -> None:
     status, info = call(url)
     assert status == 200
     assert {
-        k: info[k] for k in ("model", "kind", "fields", "outputs", "labels", "max_seq_length", "max_batch_size")
+        k: info[k]
+        for k in ("model", "kind", "fields", "outputs", "labels", "max_seq_length", "max_batch_size", "ingress")
     } == {
         "model": model,
         "kind": "classification",
@@ -158,6 +159,7 @@ def check_endpoint(url: str, model: str) -> None:
         "labels": MNLI,
         "max_seq_length": 32,
         "max_batch_size": 8,
+        "ingress": "haproxy",  # --ingress auto, resolved by the command
     }
 
     rows = [line.split("\t") for line in (GLUE / "MNLI" / "dev_matched.tsv").read_text().splitlines()]
