@@ -5,6 +5,7 @@ starts, and the port checks made before it starts."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import ipaddress
 import os
@@ -22,17 +23,21 @@ RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S, 5 s by default): serve.start waits 60 s f
 busy machine a proxy's process took over 5 s to start, so the controller stopped it and serve.start
 failed on the proxy it was waiting for ("ProxyActor ... killed by ray.kill ... never ran")."""
 HAPROXY_DRAIN_S = 2
-"""With --ingress haproxy, how long a stopping replica keeps answering before it closes (Ray's
+"""With --ingress haproxy, the least a stopping replica keeps its port open before it closes (Ray's
 RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S, 30 s by default, for load balancers in front to
 notice): HAProxy's own health checks and the controller's update take it out sooner, and the
 requests it holds are answered whatever this is."""
 
 
-def free_port(host: str) -> int:
-    """A port free on this machine now (the HAProxy's stats and metrics ports, next to the command's own)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """`n` distinct ports free on every interface of this machine now (HAProxy's stats and metrics
+    ports, which it binds on every interface, and the fallback proxy's): the head node's where the
+    command runs on it, as where it starts its own Ray; on another machine's head, likely free there too."""
+    with contextlib.ExitStack() as held:  # all bound at once: no port twice
+        sockets = [held.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind(("", 0))
+        return [s.getsockname()[1] for s in sockets]
 
 
 def replica_env(options: ServeOptions) -> dict[str, str]:
@@ -53,13 +58,8 @@ def controller_env(options: ServeOptions) -> dict[str, str]:
     if resolved_ingress(options.ingress) != "haproxy":
         return env
     # its files are under a folder of the node's own already (Ray's HAProxyManager)
-    return {
-        **env,
-        "RAY_SERVE_HAPROXY_STATS_PORT": str(free_port(options.host)),
-        "RAY_SERVE_HAPROXY_METRICS_PORT": str(free_port(options.host)),
-        "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(free_port(options.host)),
-        "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(free_port(options.host)),
-    }
+    names = ("HAPROXY_STATS", "HAPROXY_METRICS", "FALLBACK_PROXY_HTTP", "FALLBACK_PROXY_GRPC")
+    return {**env, **{f"RAY_SERVE_{name}_PORT": str(port) for name, port in zip(names, free_ports(len(names)))}}
 
 
 def haproxy_found() -> bool:
