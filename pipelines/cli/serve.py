@@ -95,7 +95,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=DEFAULTS.ingress,
         help="what takes the requests: haproxy (Serve's HAProxy, replicas answering HTTP themselves), proxy "
         "(Serve's Python HTTP proxy, which routes several models' requests to the replicas holding them), or auto: "
-        "haproxy for one model where its binary is found (default: %(default)s)",
+        "haproxy for one model where its binary is found and it can reach every replica (not a loopback --host on "
+        "a cluster of several nodes) (default: %(default)s)",
     )
     add(
         "--route",
