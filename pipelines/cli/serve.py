@@ -293,7 +293,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         options = ServeOptions(
             host=args.host,
             port=args.port,
-            ingress=resolved_ingress(args.ingress),  # refused here without a binary; chosen once Ray is up
+            ingress=args.ingress,  # chosen once Ray is up
             route=args.route,
             replicas=args.replicas or DEFAULTS.replicas,
             min_replicas=args.min_replicas or DEFAULTS.min_replicas,
@@ -315,6 +315,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             exit_entropy=args.exit_entropy,
             models_per_replica=args.models_per_replica or DEFAULTS.models_per_replica,
         )
+        resolved_ingress(args.ingress)  # an explicit haproxy without a binary is refused before anything is read
         if args.exit_entropy is not None and args.exit_entropy <= 0:
             parser.error(f"--exit-entropy {args.exit_entropy:g}: must be more than 0")
         if args.model_dir is not None:

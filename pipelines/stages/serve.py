@@ -38,7 +38,7 @@ from ..inference.request import MAX_INPUTS, parse_request
 from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
 from .serve_batching import Batcher
-from .serve_embed import EMBED, NO_HEAD, EmbedRoute, error, load_embedder, served_parts
+from .serve_embed import EMBED, NO_HEAD, EmbedRoute, each_row, error, load_embedder, served_parts
 from .serve_ingress import check_port, controller_env, replica_env
 from .serve_options import ServeOptions
 
@@ -205,11 +205,9 @@ async def predicted(
         rows, listed = parse_request(body, predictor.inference)
     except BadInput as e:
         return error(400, one_line(e))
-    try:
-        outputs = await asyncio.gather(*(predict_row(row) for row in rows))
-    except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
-        log.exception("prediction failed")
-        return error(500, f"prediction failed: {one_line(e)}")
+    outputs = await each_row(rows, predict_row, "prediction")
+    if isinstance(outputs, JSONResponse):
+        return outputs
     status, answer = answered(outputs, listed, predictor.use.label_names)
     return JSONResponse(answer, status_code=status)
 

@@ -87,13 +87,22 @@ async def embedded(body: bytes, embed_row: Callable[[dict[str, Any]], Awaitable[
         rows, listed, pooling, normalize = parse_embed_request(body, EMBEDDING_ROWS)
     except BadInput as e:
         return error(400, one_line(e))
-    try:
-        vectors = await asyncio.gather(*(embed_row(row) for row in rows))
-    except Exception as e:  # a fault of ours, not the request's: answered, and the replica serves on
-        log.exception("embedding failed")
-        return error(500, f"embedding failed: {one_line(e)}")
+    vectors = await each_row(rows, embed_row, "embedding")
+    if isinstance(vectors, JSONResponse):
+        return vectors
     answers = [{EMBEDDING: sentence_vector(v, pooling, normalize)} for v in vectors]
     return JSONResponse(answers if listed else answers[0])
+
+
+async def each_row(rows: list[dict[str, Any]], run_row: Callable[[dict[str, Any]], Awaitable[Any]], what: str) -> Any:
+    """`run_row` over a request's rows at once (each joins the replica's batching queue): their
+    results in order, or where it failed a 500 naming `what`, a fault of ours and not the request's
+    (logged; the replica serves on)."""
+    try:
+        return await asyncio.gather(*(run_row(row) for row in rows))
+    except Exception as e:
+        log.exception(f"{what} failed")
+        return error(500, f"{what} failed: {one_line(e)}")
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -101,4 +110,4 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-__all__ = ["EMBED", "NO_HEAD", "EmbedRoute", "embedded", "load_embedder", "served_parts"]
+__all__ = ["EMBED", "NO_HEAD", "EmbedRoute", "each_row", "embedded", "load_embedder", "served_parts"]

@@ -54,8 +54,9 @@ def controller_env(options: ServeOptions) -> dict[str, str]:
     fallback proxy behind it (which answers while no replica is up) on free ports rather than Ray's
     fixed ones: the proxies of two endpoints on one machine would share a fixed port (SO_REUSEPORT),
     and one's requests reach the other's model."""
-    env = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_READY_S), **replica_env(options)}
-    if resolved_ingress(options.ingress) != "haproxy":
+    replicas = replica_env(options)
+    env = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": str(PROXY_READY_S), **replicas}
+    if not replicas:  # Serve's proxy
         return env
     # its files are under a folder of the node's own already (Ray's HAProxyManager)
     names = ("HAPROXY_STATS", "HAPROXY_METRICS", "FALLBACK_PROXY_HTTP", "FALLBACK_PROXY_GRPC")

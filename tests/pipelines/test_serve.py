@@ -378,3 +378,19 @@ def test_fixed_replicas_and_autoscaling_bounds_that_contradict_are_one_line_befo
     assert main(["serve", str(tmp_path / "nothing"), *flags]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"albert-ray serve: error: {message}\n" and not captured.out
+
+
+def test_a_row_that_fails_in_the_model_is_a_500_naming_what_failed_and_the_rows_answer_in_order():
+    import asyncio
+
+    from pipelines.stages.serve_embed import each_row
+
+    async def doubled(row):
+        return 2 * row["n"]
+
+    async def broken(row):
+        raise RuntimeError("out of memory")
+
+    assert asyncio.run(each_row([{"n": 1}, {"n": 2}], doubled, "prediction")) == [2, 4]
+    failed = asyncio.run(each_row([{"n": 1}], broken, "embedding"))
+    assert failed.status_code == 500 and json.loads(failed.body) == {"error": "embedding failed: out of memory"}

@@ -16,10 +16,9 @@ from pipelines.finetuning.distill import Teacher, packed_targets, teacher_scores
 from pipelines.finetuning.distill_losses import depth_map, mixed_loss
 from pipelines.finetuning.families.multiple_choice.training import MULTIPLE_CHOICE
 from pipelines.finetuning.family import EncodedTask
-from pipelines.finetuning.objective import HiddenMatched, build_objective
 from tests.conftest import VOCAB_SIZE
 
-from .test_distill_positions import kl_by_hand
+from .test_distill_positions import assert_only_the_student_learns, kl_by_hand, student_step
 
 WIDTH = 8
 QUESTIONS = [  # three choices each, of different lengths (padded in a batch)
@@ -74,18 +73,12 @@ def objective_soft(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def test_a_multiple_choice_students_loss_is_the_choices_kl_and_each_choices_states_by_hand(teacher_dir):
     cfg = FinetuneSection(task="multiple_choice", max_seq_length=WIDTH, classifier_dropout=0.0, eval_batch_size=2)
     task = EncodedTask(QUESTIONS, RIGHT, [], np.zeros((0,)), num_labels=1)
-    settings = DistillSection(layers=2, alpha=0.3, temperature=2.0, hidden_weight=0.5)
     logits = teacher_scores(cfg, MULTIPLE_CHOICE, QUESTIONS, 0, teacher_dir)
     assert logits.shape == (3, 3)
-    objective = build_objective(cfg, MULTIPLE_CHOICE, task, teacher_dir, Teacher(logits, 2, 4, settings))
-    assert isinstance(objective.trained, HiddenMatched) and objective.model.config.num_hidden_layers == 2
-    objective.trained.eval()
-    batch = MULTIPLE_CHOICE.collate(QUESTIONS, [0, 1, 2], 0, objective.targets)
-    packed = batch.pop("labels")
-    outputs, hidden = objective.trained(**batch)
+    step = student_step(cfg, MULTIPLE_CHOICE, task, QUESTIONS, teacher_dir, logits)
+    objective, outputs, hidden, packed, loss = step.objective, step.outputs, step.hidden, step.packed, step.loss
     with torch.no_grad():
-        assert torch.allclose(outputs, objective.model(**batch), atol=1e-5)  # the student's own head, (B, C)
-    loss = objective.loss_of((outputs, hidden), packed)
+        assert torch.allclose(outputs, objective.model(**step.batch), atol=1e-5)  # the student's own head, (B, C)
 
     teacher = load_hf_pretrained(teacher_dir, AlbertForMultipleChoice).eval()
     soft = sum(kl_by_hand(alone(objective.model, q).numpy(), alone(teacher, q).numpy(), 2.0) for q in QUESTIONS)
@@ -98,6 +91,4 @@ def test_a_multiple_choice_students_loss_is_the_choices_kl_and_each_choices_stat
     hard = MULTIPLE_CHOICE.loss_sum(outputs, torch.as_tensor(RIGHT))
     expected = mixed_loss(hard, torch.tensor(soft), 0.3) + 0.5 * hidden
     assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
-    loss.backward()
-    assert all(p.grad is None for p in objective.trained.teacher.parameters())
-    assert all(torch.isfinite(p.grad).all() for p in objective.model.parameters() if p.grad is not None)
+    assert_only_the_student_learns(step)

@@ -5,6 +5,8 @@ each feature's own tokens, and a student's loss on a batch against the teacher's
 feature computed alone, the soft-target part by hand (numpy) over the positions the family's loss
 counts; with hidden-state matching through the head at every position."""
 
+from typing import Any, NamedTuple
+
 import numpy as np
 import pytest
 import torch
@@ -85,6 +87,38 @@ def own_logits(model, feature) -> torch.Tensor:
     return out[0] if isinstance(out, torch.Tensor) else torch.stack([out.start_logits[0], out.end_logits[0]], -1)
 
 
+class StudentStep(NamedTuple):
+    """A half-depth student's objective on its teacher's logits, and one forward of it in eval mode
+    over the first three features: the student's outputs, its hidden-state loss and the mixed loss."""
+
+    objective: Any
+    batch: dict[str, torch.Tensor]
+    packed: torch.Tensor
+    outputs: torch.Tensor
+    hidden: torch.Tensor
+    loss: torch.Tensor
+
+
+def student_step(cfg, family, task, features, folder, logits) -> StudentStep:
+    """build_objective's HiddenMatched student (2 of the teacher's 4 depths; alpha 0.3, temperature 2,
+    hidden weight 0.5) on `logits`, and its loss over features 0-2."""
+    settings = DistillSection(layers=2, alpha=0.3, temperature=2.0, hidden_weight=0.5)
+    objective = build_objective(cfg, family, task, folder, Teacher(logits, 2, 4, settings))
+    assert isinstance(objective.trained, HiddenMatched) and objective.model.config.num_hidden_layers == 2
+    objective.trained.eval()
+    batch = family.collate(features, [0, 1, 2], 0, objective.targets)
+    packed = batch.pop("labels")
+    outputs, hidden = objective.trained(**batch)
+    return StudentStep(objective, batch, packed, outputs, hidden, objective.loss_of((outputs, hidden), packed))
+
+
+def assert_only_the_student_learns(step: StudentStep) -> None:
+    """Backward from the loss: no gradient reaches the frozen teacher, finite ones reach the student."""
+    step.loss.backward()
+    assert all(p.grad is None for p in step.objective.trained.teacher.parameters())
+    assert all(torch.isfinite(p.grad).all() for p in step.objective.model.parameters() if p.grad is not None)
+
+
 @pytest.mark.parametrize(
     "family, head, targets",
     [
@@ -98,15 +132,9 @@ def test_a_students_loss_is_the_hard_loss_mixed_with_the_kl_over_the_counted_pos
     folder = saved_teacher(head, tiny_pretrained, tmp_path / "teacher")
     cfg = FinetuneSection(max_seq_length=WIDTH, classifier_dropout=0.0, eval_batch_size=2)
     task = task_of(targets)
-    settings = DistillSection(layers=2, alpha=0.3, temperature=2.0, hidden_weight=0.5)
     logits = teacher_scores(cfg, family, FEATURES, 0, folder)  # batched: zero-padded past a batch's width
-    objective = build_objective(cfg, family, task, folder, Teacher(logits, 2, 4, settings))
-    assert isinstance(objective.trained, HiddenMatched) and objective.model.config.num_hidden_layers == 2
-    objective.trained.eval()
-    batch = family.collate(FEATURES, [0, 1, 2], 0, objective.targets)
-    packed = batch.pop("labels")
-    outputs, hidden = objective.trained(**batch)
-    loss = objective.loss_of((outputs, hidden), packed)
+    step = student_step(cfg, family, task, FEATURES, folder, logits)
+    objective, batch, outputs, hidden, loss = step.objective, step.batch, step.outputs, step.hidden, step.loss
 
     teacher = load_hf_pretrained(folder, head).eval()
     soft = 0.0
@@ -121,6 +149,4 @@ def test_a_students_loss_is_the_hard_loss_mixed_with_the_kl_over_the_counted_pos
     hard = family.loss_sum(outputs, torch.as_tensor(targets[:, :width] if family is TOKEN_CLASSIFICATION else targets))
     expected = mixed_loss(hard, torch.tensor(soft), 0.3) + 0.5 * hidden
     assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
-    loss.backward()
-    assert all(p.grad is None for p in objective.trained.teacher.parameters())
-    assert all(torch.isfinite(p.grad).all() for p in objective.model.parameters() if p.grad is not None)
+    assert_only_the_student_learns(step)
