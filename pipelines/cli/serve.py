@@ -334,8 +334,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         init_ray()
         several, beyond = args.model_dir is None, loopback_across_nodes(options.host)
         options = dataclasses.replace(options, ingress=resolved_ingress(args.ingress, several, beyond))
-        url = start_endpoint(functools.partial(app_of, options), options)
         previous = signal.signal(signal.SIGTERM, interrupt)
+        try:
+            url = start_endpoint(functools.partial(app_of, options), options)
+        except BaseException as e:  # start_endpoint has shut down what it started
+            signal.signal(signal.SIGTERM, previous)
+            if not isinstance(e, KeyboardInterrupt):
+                raise
+            print("stopped before the endpoint came up", flush=True)
+            return 130
         try:
             if args.model_dir is not None:
                 print(

@@ -119,19 +119,18 @@ def start_own_ray() -> None:
         ) from None
 
 
-def gpu_capacity() -> tuple[int, int | None]:
-    """The cluster's GPUs now, and the most it can have: the limit of the autoscaler's node types
-    where the autoscaler reports them (Ray's v2 autoscaler, KubeRay's), None where an autoscaler runs
-    without reporting them (Ray's v1, which the cluster launcher starts), the count now where nothing
-    autoscales. Ray Train reads the same limits (through Ray's private state API, as here)."""
+def autoscaler_limits() -> tuple[bool, dict[str, float] | None]:
+    """Whether an autoscaler may add nodes to the cluster, and the most resources it can have where
+    the autoscaler reports them: the limit of its node types (Ray's v2 autoscaler, KubeRay's), None
+    where an autoscaler runs without reporting them (Ray's v1, which the cluster launcher starts) or
+    nothing autoscales. Ray Train reads the same limits (through Ray's private state API, as here)."""
     from ray._private import state
     from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
     from ray.experimental.internal_kv import _internal_kv_get
 
-    now = int(ray.cluster_resources().get("GPU", 0))
     limits = state.state.get_max_resources_from_cluster_config()
     if limits is not None:
-        return now, max(now, int(limits.get("GPU", 0)))
+        return True, limits
     # The v1 monitor's report. Every head runs that monitor; without an autoscaling config it mirrors
     # the nodes there are (a read-only provider: each node its own type, "node_<id>"), and that cluster
     # cannot grow.
@@ -139,7 +138,17 @@ def gpu_capacity() -> tuple[int, int | None]:
     report = json.loads(status).get("autoscaler_report") if status is not None else None
     types = (report or {}).get("node_type_mapping") or {}
     read_only = all(kind == f"node_{node}" for node, kind in types.items())
-    return now, None if report is not None and not read_only else now
+    return report is not None and not read_only, None
+
+
+def gpu_capacity() -> tuple[int, int | None]:
+    """The cluster's GPUs now, and the most it can have (autoscaler_limits): the limit its autoscaler
+    reports, None where an autoscaler runs without reporting one, the count now where nothing autoscales."""
+    now = int(ray.cluster_resources().get("GPU", 0))
+    grows, limits = autoscaler_limits()
+    if limits is not None:
+        return now, max(now, int(limits.get("GPU", 0)))
+    return now, None if grows else now
 
 
 def resolve_num_workers(configured: int | None) -> int:

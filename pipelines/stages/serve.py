@@ -39,7 +39,7 @@ from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
 from .serve_batching import Batcher
 from .serve_embed import EMBED, NO_HEAD, EmbedRoute, each_row, error, load_embedder, served_parts
-from .serve_ingress import check_port, controller_env, replica_env
+from .serve_ingress import check_placement, check_port, controller_env, replica_env
 from .serve_options import ServeOptions
 
 log = logging.getLogger(__name__)
@@ -329,6 +329,7 @@ def start_endpoint(app_of: Callable[[float], Application], options: ServeOptions
             "cluster"
         )
     gpus = replica_gpus(options)
+    check_placement(options, gpus)
     check_port(options)
     env = controller_env(options)
     serve.start(

@@ -121,3 +121,25 @@ def test_every_model_folder_is_checked_before_ray_starts(classifier, tmp_path, m
         f"model bad: {pickled}/pytorch_model.bin: not loaded: it holds "
     )
     assert not (tmp_path / "sentinel").exists()
+
+
+def test_ctrl_c_before_the_endpoint_is_up_is_a_clean_stop(classifier, monkeypatch, capsys):
+    """Ctrl-C (or SIGTERM) while Serve starts (a replica loading, or waiting for room): what the
+    start began is shut down (start_endpoint's own cleanup), and the command ends with one line and
+    status 130, not a traceback; its SIGTERM handler is put back."""
+    import signal
+
+    from pipelines.cli import serve as command
+    from pipelines.cli.command import main
+
+    def interrupted(app_of, options):
+        assert signal.getsignal(signal.SIGTERM) is command.interrupt  # SIGTERM stops a start as Ctrl-C does
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "init_ray", lambda: None)
+    monkeypatch.setattr(command, "loopback_across_nodes", lambda host: False)
+    monkeypatch.setattr(command, "start_endpoint", interrupted)
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["serve", classifier]) == 130
+    assert capsys.readouterr().out.endswith("stopped before the endpoint came up\n")
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -28,6 +28,7 @@ def started_with(monkeypatch, options: ServeOptions) -> dict:
     monkeypatch.setattr(stage, "serve", fake)
     monkeypatch.setattr(stage, "replica_gpus", lambda options: 0.0)
     monkeypatch.setattr(stage, "check_port", lambda options: None)
+    monkeypatch.setattr(stage, "check_placement", lambda options, gpus: None)
     started["url"] = stage.start_endpoint(lambda gpus: "app", options)
     return started
 
@@ -93,3 +94,38 @@ def test_auto_ingress_is_haproxy_where_a_binary_is_found_and_an_explicit_one_wit
 def test_a_loopback_address_across_nodes_is_told(monkeypatch, host, alive, expected):
     monkeypatch.setattr(ingress.ray, "nodes", lambda: [{"Alive": a} for a in alive])
     assert ingress.loopback_across_nodes(host) is expected
+
+
+@pytest.mark.ray
+def test_replicas_that_no_node_of_a_fixed_cluster_can_hold_are_refused_before_serve_starts(ray_session, monkeypatch):
+    """Serve would wait for ever for a replica no node can hold (a warning every 30 s); on a cluster
+    nothing adds nodes to, start_endpoint refuses it first, naming the flag and the nodes. The test's
+    Ray: one node of 4 CPUs, no GPU."""
+    started = []
+    monkeypatch.setattr(stage.serve, "start", lambda **kwargs: started.append(kwargs))
+    with pytest.raises(
+        BadInput,
+        match=r"^--cpus-per-replica 8: a replica runs on one node, and no node of this Ray "
+        r"cluster has 8 CPUs \(its nodes: 1 with 4 CPUs; nothing adds nodes to it\)$",
+    ):
+        stage.start_endpoint(lambda gpus: "app", ServeOptions(port=8123, cpus_per_replica=8))
+    with pytest.raises(BadInput, match=r"^--replicas 5: this Ray cluster's nodes hold 4 replicas of 1 CPU each"):
+        stage.start_endpoint(lambda gpus: "app", ServeOptions(port=8123, replicas=5))
+    autoscaled = ServeOptions(port=8123, min_replicas=3, max_replicas=4, cpus_per_replica=1.5)
+    with pytest.raises(
+        BadInput, match=r"^--min-replicas 3: .* hold 2 replicas of 1.5 CPUs each .*\(--cpus-per-replica 1.5\)$"
+    ):
+        stage.start_endpoint(lambda gpus: "app", autoscaled)
+    with pytest.raises(BadInput, match=r"has 1 CPU and 1 GPU \(its nodes: 1 with 4 CPUs and 0 GPUs;"):
+        ingress.check_placement(ServeOptions(), 1.0)
+    assert not started  # refused before Serve started
+    # what fits passes: fractions of a CPU add up on a node, and four replicas of one CPU fill it
+    for fits in (
+        ServeOptions(replicas=8, cpus_per_replica=0.5),
+        ServeOptions(replicas=4),
+        ServeOptions(cpus_per_replica=4),
+    ):
+        ingress.check_placement(fits, 0.0)
+    # where an autoscaler may add nodes, Serve waits for them (and says so): nothing is refused
+    monkeypatch.setattr(ingress, "autoscaler_limits", lambda: (True, None))
+    ingress.check_placement(ServeOptions(cpus_per_replica=64, replicas=9), 0.0)
