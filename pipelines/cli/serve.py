@@ -33,7 +33,7 @@ from ..stages.serve import (
     stop_endpoint,
 )
 from ..stages.serve_embed import EMBED
-from ..stages.serve_ingress import loopback_across_nodes, resolved_ingress
+from ..stages.serve_ingress import host_across_nodes, resolved_ingress
 from ..stages.serve_multiplex import multiplex_app
 from ..stages.serve_options import INGRESSES
 from .serve_models import named_models
@@ -95,8 +95,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=DEFAULTS.ingress,
         help="what takes the requests: haproxy (Serve's HAProxy, replicas answering HTTP themselves), proxy "
         "(Serve's Python HTTP proxy, which routes several models' requests to the replicas holding them), or auto: "
-        "haproxy for one model where its binary is found and it can reach every replica (not a loopback --host on "
-        "a cluster of several nodes) (default: %(default)s)",
+        "haproxy for one model where its binary is found and it can reach every replica (--host 0.0.0.0, or a "
+        "cluster of one node that nothing adds nodes to) (default: %(default)s)",
     )
     add(
         "--route",
@@ -332,7 +332,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             }
             app_of = functools.partial(multiplex_app, folders, {n: m.files for n, m in models.items()})
         init_ray()
-        several, beyond = args.model_dir is None, loopback_across_nodes(options.host)
+        several, beyond = args.model_dir is None, host_across_nodes(options.host)
         options = dataclasses.replace(options, ingress=resolved_ingress(args.ingress, several, beyond))
         previous = signal.signal(signal.SIGTERM, interrupt)
         try:

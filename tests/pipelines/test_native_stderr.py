@@ -78,3 +78,36 @@ def test_ctrl_c_reaches_the_process_and_its_traceback_still_comes_out(tmp_path):
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == -signal.SIGINT  # Python's exit on an uncaught KeyboardInterrupt
     assert stderr.splitlines()[0] == "before" and stderr.rstrip().endswith("KeyboardInterrupt"), stderr
+
+
+# Serve's lines as the driver printed them in an `albert-ray serve` run (Ray 2.60, a terminal's colours)
+SERVE_DROPPED = [
+    "\x1b[36m(ServeController pid=18497)\x1b[0m INFO 2026-11-27 18:56:06,476 controller 18497 -- HAProxy is enabled in "
+    "ServeController, replacing Serve proxy with HAProxy.",
+    "\x1b[36m(ServeController pid=18497)\x1b[0m WARNING 2026-11-27 18:56:06,476 controller 18497 -- "
+    "HTTPOptions.host='127.0.0.1' won't accept connections from HAProxy on other nodes; cross-node routing will fail "
+    "with connection refused.",
+    "\x1b[36m(HAProxyManager pid=18541)\x1b[0m INFO 2026-11-27 18:56:12,365 proxy 192.0.2.2 -- HAProxy started "
+    "successfully.",
+    "(ProxyActor pid=18538, ip=10.0.0.5) INFO 2026-11-27 18:56:11,902 proxy 10.0.0.5 -- Got updated endpoints: {}.",
+    "\x1b[36m(ServeReplica:albert-ray:PredictEndpoint pid=20280)\x1b[0m INFO 2026-11-27 18:58:51,754 "
+    "albert-ray_PredictEndpoint ycqvotdq b801-50e7 -- POST /predict 200 41.6ms",
+]
+SERVE_KEPT = [
+    # a replica's warning, a Serve warning of another kind, a non-Serve actor's INFO line in the same format
+    "\x1b[36m(ServeReplica:albert-ray:PredictEndpoint pid=20280)\x1b[0m WARNING 2026-11-27 18:58:50,506 "
+    "albert-ray_PredictEndpoint ycqvotdq -- Failed to start RequestProtocol.HTTP server on port 30000",
+    "\x1b[36m(ServeController pid=17586)\x1b[0m WARNING 2026-11-27 18:54:11,477 controller 17586 -- Deployment "
+    "'PredictEndpoint' in application 'albert-ray' has 1 replicas that have taken more than 30s to be scheduled.",
+    "\x1b[36m(TrainController pid=29259)\x1b[0m INFO 2026-11-27 02:11:04,226 controller 29259 -- a line of Train's",
+    # a line of the replica's own code (Ray's worker format) and one that only mentions INFO
+    "\x1b[36m(ServeReplica:albert-ray:PredictEndpoint pid=20280)\x1b[0m 2026-11-27 18:58:50,506\tINFO serve.py:10 -- "
+    "ours",
+    'INFO 2026-11-27 19:36:40,315 serve 11008 -- Started Serve in namespace "serve".',
+]
+
+
+def test_serves_info_lines_and_its_false_host_warning_go_and_its_other_lines_stay():
+    done = run(f"for line in {SERVE_DROPPED + SERVE_KEPT!r}:\n    os.write(2, (line + '\\n').encode())\n")
+    assert done.returncode == 0
+    assert done.stderr.splitlines() == ["before", *SERVE_KEPT]

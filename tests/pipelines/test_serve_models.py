@@ -137,7 +137,7 @@ def test_ctrl_c_before_the_endpoint_is_up_is_a_clean_stop(classifier, monkeypatc
         raise KeyboardInterrupt
 
     monkeypatch.setattr(command, "init_ray", lambda: None)
-    monkeypatch.setattr(command, "loopback_across_nodes", lambda host: False)
+    monkeypatch.setattr(command, "host_across_nodes", lambda host: False)
     monkeypatch.setattr(command, "start_endpoint", interrupted)
     before = signal.getsignal(signal.SIGTERM)
     assert main(["serve", classifier]) == 130

@@ -68,8 +68,10 @@ def test_auto_ingress_is_haproxy_where_a_binary_is_found_and_an_explicit_one_wit
     assert resolved_ingress("auto") == "haproxy" and resolved_ingress("proxy") == "proxy"
     # several models: Serve's proxy routes a request to a replica holding its model, HAProxy does not
     assert resolved_ingress("auto", several=True) == "proxy" and resolved_ingress("haproxy", several=True) == "haproxy"
-    # a loopback address on a cluster of several nodes: replicas elsewhere would be out of HAProxy's reach
-    assert resolved_ingress("auto", loopback_across_nodes=True) == "proxy"
+    # a --host replicas on other nodes would not be reached at: auto takes the proxy, an explicit haproxy is refused
+    assert resolved_ingress("auto", across_nodes=True) == "proxy"
+    with pytest.raises(BadInput, match=r"^--ingress haproxy: behind HAProxy each replica listens at --host .* or use"):
+        resolved_ingress("haproxy", across_nodes=True)
     # Ray takes the binary this names before any other: where it is not an executable, Serve fails
     monkeypatch.setenv("RAY_SERVE_HAPROXY_BINARY_PATH", str(tmp_path / "no-haproxy"))
     assert not haproxy_found() and resolved_ingress("auto") == "proxy"
@@ -80,20 +82,24 @@ def test_auto_ingress_is_haproxy_where_a_binary_is_found_and_an_explicit_one_wit
 
 
 @pytest.mark.parametrize(
-    ("host", "alive", "expected"),
+    ("host", "alive", "grows", "expected"),
     [
-        ("127.0.0.1", [True, True], True),
-        ("::1", [True, True], True),
-        ("localhost", [True, True], True),
-        ("127.0.0.1", [True, False], False),  # a dead node is no replica's
-        ("0.0.0.0", [True, True], False),
-        ("10.0.0.5", [True, True], False),
-        ("head.example", [True, True], False),
+        ("127.0.0.1", [True, True], False, True),
+        ("::1", [True, True], False, True),
+        ("localhost", [True, True], False, True),
+        ("10.0.0.5", [True, True], False, True),  # the head's address is not on the other node
+        ("head.example", [True, True], False, True),
+        ("127.0.0.1", [True, False], False, False),  # a dead node is no replica's
+        ("127.0.0.1", [True], True, True),  # one node now, and an autoscaler may add more
+        ("127.0.0.1", [True], False, False),
+        ("0.0.0.0", [True, True], True, False),  # every interface: reachable on every node
+        ("::", [True, True], False, False),
     ],
 )
-def test_a_loopback_address_across_nodes_is_told(monkeypatch, host, alive, expected):
+def test_a_host_other_than_every_interface_across_nodes_is_told(monkeypatch, host, alive, grows, expected):
     monkeypatch.setattr(ingress.ray, "nodes", lambda: [{"Alive": a} for a in alive])
-    assert ingress.loopback_across_nodes(host) is expected
+    monkeypatch.setattr(ingress, "autoscaler_limits", lambda: (grows, None))
+    assert ingress.host_across_nodes(host) is expected
 
 
 @pytest.mark.ray
