@@ -86,7 +86,9 @@ class PredictSection(Section):
     """Rows per forward pass (rows are sorted by length within a block to limit padding)."""
     workers: int | None = field(default=None, metadata=setting("parallelism"))
     """Model replicas (Ray Data actors); null: one per GPU where the cluster has GPUs, else one per
-    CPU, or none for an input of at most predict.in_process_bytes. Set, predict always runs on Ray."""
+    CPU but one, or none for an input of at most predict.in_process_bytes. Set, predict always runs on
+    Ray; more than a cluster nothing adds nodes to can hold (half a CPU each on CPUs, and a CPU for
+    Ray Data's read and write tasks beside them) is refused."""
     in_process_bytes: int = field(default=4 * 1024 * 1024, metadata=setting("parallelism"))
     """An input whose files total at most this many bytes (as stored) is predicted in the command's
     own process, without Ray, unless predict.workers is set: starting or joining a cluster and its

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import torch
 
 from ..config import Config, PredictSection
+from ..errors import BadInput
 from ..finetuning.inference import FamilyInference
 from ..inference.columns import Columns, table_columns
 from ..inference.embedding import EMBEDDING, EMBEDDING_ROWS, ENCODER_OUTPUTS, Embedder, has_task_head, rows_inference
@@ -174,6 +175,31 @@ def predict_here(
                         writer.write_table(actor(pa.Table.from_batches([block])))
 
 
+TASK_CPUS = 1.0
+"""What Ray Data's read and write tasks need beside the replicas: a CPU (theirs by default)."""
+
+
+def check_pool(workers: int, cpus: float, gpu: bool) -> None:
+    """On a cluster that nothing adds nodes to, `workers` replicas of `cpus` CPUs (and a GPU each
+    where `gpu`) and a CPU for Ray Data's read and write tasks beside them must fit its nodes:
+    otherwise the pool waits for room for ever (Ray Data's wait_for_min_actors_s is unbounded by
+    default), one read task starved of its CPU, and predict never ends."""
+    from .ray_runtime import fixed_nodes, held, nodes_described, resources
+
+    nodes = fixed_nodes()
+    if nodes is None:
+        return
+    placed = sum(held(node, {"CPU": cpus, "GPU": float(gpu)}) for node in nodes)
+    beside = math.floor((sum(node.get("CPU", 0) for node in nodes) - TASK_CPUS) / cpus + 1e-9)
+    most = max(0, min(placed, beside))
+    if workers > most:
+        raise BadInput(
+            f"predict.workers={workers}: this Ray cluster holds {most} model replica{'s' * (most != 1)} of "
+            f"{resources(cpus, 1.0 if gpu else None)} each beside a CPU for reading and writing (its nodes: "
+            f"{nodes_described(nodes, gpu)}; nothing adds nodes to it): ask for fewer"
+        )
+
+
 def predict_on_ray(
     tables: InputTables,
     columns: Columns,
@@ -196,6 +222,7 @@ def predict_on_ray(
     gpus = int(cluster.get("GPU", 0)) if pc.backend == "torch" else 0  # onnxruntime runs on CPU here
     workers = pc.workers or (gpus or max(1, int(cluster.get("CPU", 1)) - 1))
     cpus = 1.0 if gpus else 0.5  # fractional: Ray Data's read tasks need a CPU beside the replicas
+    check_pool(workers, cpus, bool(gpus))
     source = TableRows(tables.files, columns, kind, tables.own, filesystem=tables.filesystem)
     predicted = ray.data.read_datasource(source).map_batches(
         PredictRows,

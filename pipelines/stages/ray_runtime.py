@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import secrets
 import socket
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,6 +141,31 @@ def autoscaler_limits() -> tuple[bool, dict[str, float] | None]:
     types = (report or {}).get("node_type_mapping") or {}
     read_only = all(kind == f"node_{node}" for node, kind in types.items())
     return report is not None and not read_only, None
+
+
+def fixed_nodes() -> list[dict[str, float]] | None:
+    """The resources of the cluster's alive nodes where nothing adds nodes to it, None where an
+    autoscaler may (autoscaler_limits): what a pool of actors that must all start can be checked
+    against before Ray waits for ever for room that will not come."""
+    if autoscaler_limits()[0]:
+        return None
+    return [n["Resources"] for n in ray.nodes() if n["Alive"]]
+
+
+def held(node: dict[str, float], need: dict[str, float]) -> int:
+    """How many actors needing `need` (CPU, GPU: those above 0 count) one node of `node`'s resources holds."""
+    return min(math.floor(node.get(k, 0) / v + 1e-9) for k, v in need.items() if v > 0)
+
+
+def resources(cpus: float, gpus: float | None) -> str:
+    """'2 CPUs', '1 CPU and 1 GPU': what an actor needs or a node has (its GPUs where `gpus` is given)."""
+    return f"{cpus:g} CPU{'s' * (cpus != 1)}" + (f" and {gpus:g} GPU{'s' * (gpus != 1)}" if gpus is not None else "")
+
+
+def nodes_described(nodes: list[dict[str, float]], gpus: bool) -> str:
+    """'1 with 2 CPUs', '3 with 8 CPUs and 1 GPU, 1 with 4 CPUs and 0 GPUs': a cluster's nodes by size."""
+    kinds = Counter(resources(r.get("CPU", 0), r.get("GPU", 0) if gpus else None) for r in nodes)
+    return ", ".join(f"{n} with {kind}" for kind, n in kinds.most_common())
 
 
 def gpu_capacity() -> tuple[int, int | None]:

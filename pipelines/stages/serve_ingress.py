@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import math
 import os
 import shutil
 import socket
-from collections import Counter
 
 import ray
 
 from ..errors import BadInput
-from .ray_runtime import autoscaler_limits
+from .ray_runtime import autoscaler_limits, fixed_nodes, held, nodes_described, resources
 from .serve_options import ServeOptions
 
 PROXY_READY_S = 60
@@ -127,27 +125,20 @@ def check_port(options: ServeOptions) -> None:
             raise BadInput(f"--host {options.host} --port {options.port}: cannot listen there ({e.strerror})") from None
 
 
-def resources(cpus: float, gpus: float | None) -> str:
-    """'2 CPUs', '1 CPU and 1 GPU': what a replica needs or a node has (its GPUs where `gpus` is given)."""
-    return f"{cpus:g} CPU{'s' * (cpus != 1)}" + (f" and {gpus:g} GPU{'s' * (gpus != 1)}" if gpus is not None else "")
-
-
 def check_placement(options: ServeOptions, gpus: float) -> None:
     """On a cluster that nothing adds nodes to (autoscaler_limits), the replicas Serve starts with
     (--replicas, or --min-replicas when autoscaling) must fit its nodes, each replica on one node with
     --cpus-per-replica CPUs and `gpus` GPUs: otherwise Serve would wait for them for ever, a warning
     every 30 s. Counted against the nodes' whole resources, so work already running there may still
     make Serve wait; an autoscaling cluster may add the nodes, so there Serve's warning says it waits."""
-    if autoscaler_limits()[0]:
+    nodes = fixed_nodes()
+    if nodes is None:
         return
-    need = {"CPU": options.cpus_per_replica, "GPU": gpus}
-    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
-    held = [min(math.floor(r.get(k, 0) / v + 1e-9) for k, v in need.items() if v > 0) for r in nodes]
+    each = [held(node, {"CPU": options.cpus_per_replica, "GPU": gpus}) for node in nodes]
     flags = f"--cpus-per-replica {options.cpus_per_replica:g}" + (f" --gpus-per-replica {gpus:g}" if gpus else "")
     what = resources(options.cpus_per_replica, gpus if gpus else None)
-    kinds = Counter(resources(r.get("CPU", 0), r.get("GPU", 0) if gpus else None) for r in nodes)
-    sizes = ", ".join(f"{n} with {kind}" for kind, n in kinds.most_common())
-    if max(held, default=0) == 0:
+    sizes = nodes_described(nodes, bool(gpus))
+    if max(each, default=0) == 0:
         raise BadInput(
             f"{flags}: a replica runs on one node, and no node of this Ray cluster has {what} (its nodes: "
             f"{sizes}; nothing adds nodes to it)"
@@ -155,9 +146,9 @@ def check_placement(options: ServeOptions, gpus: float) -> None:
     count, flag = (
         (options.replicas, "--replicas") if options.max_replicas is None else (options.min_replicas, "--min-replicas")
     )
-    if sum(held) < count:
+    if sum(each) < count:
         raise BadInput(
-            f"{flag} {count}: this Ray cluster's nodes hold {sum(held)} replicas of {what} each (its nodes: "
+            f"{flag} {count}: this Ray cluster's nodes hold {sum(each)} replicas of {what} each (its nodes: "
             f"{sizes}; nothing adds nodes to it): ask for fewer replicas, or less for each ({flags})"
         )
 

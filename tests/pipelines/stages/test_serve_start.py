@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from pipelines.errors import BadInput
+from pipelines.stages import ray_runtime
 from pipelines.stages import serve as stage
 from pipelines.stages import serve_ingress as ingress
 from pipelines.stages.serve_ingress import haproxy_found, resolved_ingress
@@ -133,5 +134,5 @@ def test_replicas_that_no_node_of_a_fixed_cluster_can_hold_are_refused_before_se
     ):
         ingress.check_placement(fits, 0.0)
     # where an autoscaler may add nodes, Serve waits for them (and says so): nothing is refused
-    monkeypatch.setattr(ingress, "autoscaler_limits", lambda: (True, None))
+    monkeypatch.setattr(ray_runtime, "autoscaler_limits", lambda: (True, None))
     ingress.check_placement(ServeOptions(cpus_per_replica=64, replicas=9), 0.0)
