@@ -244,7 +244,8 @@ class TuneSection(Section):
     """Training processes per trial: 1 runs the trial in one process, more run it as a Ray Train DDP job."""
     resources_per_trial: dict | None = field(default=None, metadata=setting("resources"))
     """Resources of each training process, e.g. {CPU: 4, GPU: 1}; null = {CPU: 1}, plus GPU: 1 when the
-    cluster has GPUs."""
+    cluster has GPUs. A trial (tune.workers_per_trial of them) that a cluster nothing adds nodes to
+    cannot hold is refused before the search starts."""
     seed: int = 0
     """Seed of the search algorithm's draws."""
     repeats: int = field(default=0, metadata=neutral_at(0))

@@ -19,10 +19,18 @@ import torch
 from ray.tune.integration.ray_train import TuneReportCallback
 
 from ..config import Config, FinetuneSection, TuneSection
+from ..errors import BadInput
 from ..finetuning.trial import TrialData, fit_trial, trial_finetune
 from ..storage import join
 from ..storage.models import materialize
-from .ray_runtime import check_train_snapshot, keep_ray_info_off_the_console, quiet_train_run
+from .ray_runtime import (
+    check_train_snapshot,
+    fixed_nodes,
+    held,
+    keep_ray_info_off_the_console,
+    nodes_described,
+    quiet_train_run,
+)
 from .search_records import CONTINUES, finetune_keys
 
 
@@ -31,6 +39,26 @@ def trial_resources(tune_cfg: TuneSection) -> dict[str, float]:
         return {k: float(v) for k, v in tune_cfg.resources_per_trial.items()}
     gpus = ray.cluster_resources().get("GPU", 0)
     return {"CPU": 1.0, **({"GPU": 1.0} if gpus else {})}
+
+
+def check_trial_fits(tune_cfg: TuneSection, resources: dict[str, float]) -> None:
+    """On a cluster that nothing adds nodes to, one trial's tune.workers_per_trial processes of
+    `resources` each must fit its nodes: otherwise Tune waits for room for ever (a warning every
+    minute that starts "Ignore this message if the cluster is autoscaling")."""
+    nodes = fixed_nodes()
+    if nodes is None:
+        return
+    workers = tune_cfg.workers_per_trial
+    need = {{"cpu": "CPU", "gpu": "GPU"}.get(k, k): v for k, v in resources.items()}  # as with_resources reads them
+    room = sum(held(node, need) for node in nodes) if any(v > 0 for v in need.values()) else workers
+    if room < workers:
+        each = "{" + ", ".join(f"{k}: {v:g}" for k, v in resources.items()) + "}"
+        asked = f"={each}" if tune_cfg.resources_per_trial is not None else f" (null: {each})"
+        raise BadInput(
+            f"tune.resources_per_trial{asked} with tune.workers_per_trial={workers}: this Ray cluster holds "
+            f"{room} training process{'es' * (room != 1)} of that size, and a trial needs {workers} (its nodes: "
+            f"{nodes_described(nodes, 'GPU' in need)}; nothing adds nodes to it)"
+        )
 
 
 Continued = dict[str, "ray.train.Checkpoint | None"]
@@ -138,6 +166,7 @@ def build_trainable(config: Config, data_ref: ray.ObjectRef, storage: str, metri
     whole driver, and an evaluation suite's searches run side by side (suite_tasks.py), each with
     its own task's data."""
     resources = trial_resources(config.tune)
+    check_trial_fits(config.tune, resources)
     workers = config.tune.workers_per_trial
     if workers == 1:
         trainable = ray.tune.with_parameters(
