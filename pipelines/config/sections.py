@@ -192,7 +192,8 @@ class TrainSection(Section):
         metadata=setting("the run is exact for any worker count (tested within 1e-5); a resume may change it"),
     )
     """Ray Train workers (one per GPU, or CPU processes with gloo); [min, max]: an elastic run that
-    starts with what the cluster has (at least min), grows when nodes arrive and shrinks when they are lost."""
+    starts with what the cluster has (at least min), grows when nodes arrive and shrinks when they are lost.
+    More (at least) than a cluster nothing adds nodes to can hold is refused before the run starts."""
     resize_check_s: float = field(default=60.0, metadata=setting("elastic resize cadence"))
     """How often an elastic run asks whether the cluster could hold more workers, in seconds (Ray
     Train's elastic_resize_monitor_interval_s)."""

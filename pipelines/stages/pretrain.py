@@ -27,6 +27,7 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from ..config import config_to_dict
+from ..errors import BadInput
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..storage import arrow_filesystem, exists, join, path_inside
 from ..tracking import flat_params
@@ -35,7 +36,16 @@ from ..train.loader import TrainSplit
 from ..train.loop import StartPoint, pretrain_loop
 from ..train.plan import PretrainPlan, manifest_fields
 from .pretrain_plan import check_resolved, continuation, plan_pretraining
-from .ray_runtime import check_train_snapshot, gpu_capacity, init_ray, keep_ray_info_off_the_console, quiet_train_run
+from .ray_runtime import (
+    check_train_snapshot,
+    fixed_nodes,
+    gpu_capacity,
+    held,
+    init_ray,
+    keep_ray_info_off_the_console,
+    nodes_described,
+    quiet_train_run,
+)
 from .stage_tracking import start_tracking
 
 CHECKPOINTS = "train"  # Ray Train's run name: checkpoints live in {run_dir}/pretrain/train/
@@ -86,11 +96,29 @@ def train_worker(loop_config: dict) -> None:
     pretrain_loop(plan, rank, world, device, RayTrainIO(plan, rank, world))
 
 
+def check_cpu_workers(workers: int, cpus: float) -> None:
+    """On a cluster that nothing adds nodes to, the CPU workers a run starts with (train.num_workers,
+    its least for an elastic run) of train.cpus_per_worker each must fit its nodes: Ray Train would
+    otherwise wait for them for ever. (GPU workers: resolve_gpu.)"""
+    nodes = fixed_nodes()
+    if nodes is None:
+        return
+    room = sum(held(node, {"CPU": cpus}) for node in nodes)
+    if room < workers:
+        raise BadInput(
+            f"train.num_workers: {workers} CPU workers of train.cpus_per_worker={cpus:g} each, and this Ray cluster "
+            f"holds {room} (its nodes: {nodes_described(nodes, False)}; nothing adds nodes to it): ask for fewer "
+            "workers, or fewer CPUs each"
+        )
+
+
 def build_pretrain(run: StageRun) -> dict:
     """Pretrain on {run_dir}/data into the stage's folder; returns the manifest's fields."""
     config, out_dir, train = run.config, run.out, run.config.train
     init_ray()
     plan = plan_pretraining(config, out_dir, gpu_capacity())
+    if not plan.use_gpu:
+        check_cpu_workers(train.min_workers, train.cpus_per_worker)
     plan = dataclasses.replace(plan, initial_checkpoint=continuation(run))
     check_resolved(run, plan)
     # the runs to go on with: the unfinished build's, or those of the complete output this run continues

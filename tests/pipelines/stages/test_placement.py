@@ -66,3 +66,20 @@ def test_a_trial_no_node_set_can_hold_is_refused_by_name(ray_session, monkeypatc
     check_trial_fits(tune("tune.resources_per_trial={cpu: 4}"), {"cpu": 4.0})
     monkeypatch.setattr(ray_runtime, "autoscaler_limits", lambda: (True, None))
     check_trial_fits(tune("tune.workers_per_trial=64"), {"CPU": 1.0})
+
+
+@pytest.mark.ray
+def test_cpu_workers_no_node_set_can_hold_are_refused_by_name(ray_session, monkeypatch):
+    from pipelines.stages.pretrain import check_cpu_workers
+
+    with pytest.raises(
+        BadInput,
+        match=r"^train\.num_workers: 5 CPU workers of train\.cpus_per_worker=1 each, and this Ray cluster holds 4 "
+        r"\(its nodes: 1 with 4 CPUs; nothing adds nodes to it\)",
+    ):
+        check_cpu_workers(5, 1.0)
+    with pytest.raises(BadInput, match=r"cpus_per_worker=1\.5 each, and this Ray cluster holds 2 "):
+        check_cpu_workers(3, 1.5)
+    check_cpu_workers(8, 0.5)  # fractions add up on a node
+    monkeypatch.setattr(ray_runtime, "autoscaler_limits", lambda: (True, None))
+    check_cpu_workers(64, 1.0)
