@@ -239,14 +239,15 @@ def main(argv: list[str] | None = None) -> dict:
         root = Path(tmp)
         model = args.model or make_model(root / "model", args.preset, default_spiece(root))
         seq = ["--max-seq-length", str(args.seq)]
+        today = [*seq, *args.today_args.split()]
         servers = []
         try:
             if args.today == "options":
                 limits = ["--max-batch-tokens", str(32 * args.seq), "--request-timeout-s", "1000000"]
-                servers.append(Server("today", model, [*TODAY, *limits, *seq, *args.today_args.split()], root))
+                servers.append(Server("today", model, [*TODAY, *limits, *today], root))
             else:
                 source = extract(args.today, root / f"serve-{args.today}")
-                servers.append(Server("today", model, [*seq, *args.today_args.split()], root, source=source))
+                servers.append(Server("today", model, today, root, source=source))
             servers.append(Server("new", model, [*seq, *args.new_args.split()], root, env=env))
             rows = []
             for kind in args.texts:

@@ -184,19 +184,18 @@ def check_pool(workers: int, cpus: float, gpu: bool) -> None:
     where `gpu`) and a CPU for Ray Data's read and write tasks beside them must fit its nodes:
     otherwise the pool waits for room for ever (Ray Data's wait_for_min_actors_s is unbounded by
     default), one read task starved of its CPU, and predict never ends."""
-    from .ray_runtime import fixed_nodes, held, nodes_described, resources
+    from .ray_runtime import fixed_room, resources
 
-    nodes = fixed_nodes()
-    if nodes is None:
+    room = fixed_room({"CPU": cpus, "GPU": float(gpu)})
+    if room is None:
         return
-    placed = sum(held(node, {"CPU": cpus, "GPU": float(gpu)}) for node in nodes)
-    beside = math.floor((sum(node.get("CPU", 0) for node in nodes) - TASK_CPUS) / cpus + 1e-9)
-    most = max(0, min(placed, beside))
+    beside = math.floor((room.cpus - TASK_CPUS) / cpus + 1e-9)
+    most = max(0, min(room.total, beside))
     if workers > most:
         raise BadInput(
             f"predict.workers={workers}: this Ray cluster holds {most} model replica{'s' * (most != 1)} of "
-            f"{resources(cpus, 1.0 if gpu else None)} each beside a CPU for reading and writing (its nodes: "
-            f"{nodes_described(nodes, gpu)}; nothing adds nodes to it): ask for fewer"
+            f"{resources(cpus, 1.0 if gpu else None)} each beside a CPU for reading and writing ({room.nodes}): "
+            "ask for fewer"
         )
 
 

@@ -38,12 +38,10 @@ from ..train.plan import PretrainPlan, manifest_fields
 from .pretrain_plan import check_resolved, continuation, plan_pretraining
 from .ray_runtime import (
     check_train_snapshot,
-    fixed_nodes,
+    fixed_room,
     gpu_capacity,
-    held,
     init_ray,
     keep_ray_info_off_the_console,
-    nodes_described,
     quiet_train_run,
 )
 from .stage_tracking import start_tracking
@@ -100,15 +98,11 @@ def check_cpu_workers(workers: int, cpus: float) -> None:
     """On a cluster that nothing adds nodes to, the CPU workers a run starts with (train.num_workers,
     its least for an elastic run) of train.cpus_per_worker each must fit its nodes: Ray Train would
     otherwise wait for them for ever. (GPU workers: resolve_gpu.)"""
-    nodes = fixed_nodes()
-    if nodes is None:
-        return
-    room = sum(held(node, {"CPU": cpus}) for node in nodes)
-    if room < workers:
+    room = fixed_room({"CPU": cpus})
+    if room is not None and room.total < workers:
         raise BadInput(
             f"train.num_workers: {workers} CPU workers of train.cpus_per_worker={cpus:g} each, and this Ray cluster "
-            f"holds {room} (its nodes: {nodes_described(nodes, False)}; nothing adds nodes to it): ask for fewer "
-            "workers, or fewer CPUs each"
+            f"holds {room.total} ({room.nodes}): ask for fewer workers, or fewer CPUs each"
         )
 
 

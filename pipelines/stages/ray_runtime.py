@@ -11,6 +11,7 @@ import secrets
 import socket
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -143,29 +144,40 @@ def autoscaler_limits() -> tuple[bool, dict[str, float] | None]:
     return report is not None and not read_only, None
 
 
-def fixed_nodes() -> list[dict[str, float]] | None:
-    """The resources of the cluster's alive nodes where nothing adds nodes to it, None where an
-    autoscaler may (autoscaler_limits): what a pool of actors that must all start can be checked
-    against before Ray waits for ever for room that will not come."""
-    if autoscaler_limits()[0]:
+@dataclass(frozen=True)
+class Room:
+    """What a cluster that nothing adds nodes to holds of actors needing one `need` each (fixed_room)."""
+
+    per_node: tuple[int, ...]
+    """How many each alive node holds, counted against its whole resources."""
+    cpus: float
+    """All its nodes' CPUs."""
+    nodes: str
+    """'its nodes: 1 with 2 CPUs; nothing adds nodes to it': how a refusal's line ends."""
+
+    @property
+    def total(self) -> int:
+        return sum(self.per_node)
+
+
+def fixed_room(need: dict[str, float]) -> Room | None:
+    """The room for actors of `need` each (CPU, GPU, any resource; those above 0 count) on a cluster
+    that nothing adds nodes to, what a pool that must all start is checked against before Ray waits
+    for ever for room that will not come; None where an autoscaler may add nodes (autoscaler_limits)
+    or `need` asks for nothing."""
+    if not any(v > 0 for v in need.values()) or autoscaler_limits()[0]:
         return None
-    return [n["Resources"] for n in ray.nodes() if n["Alive"]]
-
-
-def held(node: dict[str, float], need: dict[str, float]) -> int:
-    """How many actors needing `need` (CPU, GPU: those above 0 count) one node of `node`'s resources holds."""
-    return min(math.floor(node.get(k, 0) / v + 1e-9) for k, v in need.items() if v > 0)
+    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+    per_node = tuple(min(math.floor(node.get(k, 0) / v + 1e-9) for k, v in need.items() if v > 0) for node in nodes)
+    gpus = need.get("GPU", 0) > 0
+    kinds = Counter(resources(r.get("CPU", 0), r.get("GPU", 0) if gpus else None) for r in nodes)
+    sizes = ", ".join(f"{n} with {kind}" for kind, n in kinds.most_common())
+    return Room(per_node, sum(r.get("CPU", 0) for r in nodes), f"its nodes: {sizes}; nothing adds nodes to it")
 
 
 def resources(cpus: float, gpus: float | None) -> str:
     """'2 CPUs', '1 CPU and 1 GPU': what an actor needs or a node has (its GPUs where `gpus` is given)."""
     return f"{cpus:g} CPU{'s' * (cpus != 1)}" + (f" and {gpus:g} GPU{'s' * (gpus != 1)}" if gpus is not None else "")
-
-
-def nodes_described(nodes: list[dict[str, float]], gpus: bool) -> str:
-    """'1 with 2 CPUs', '3 with 8 CPUs and 1 GPU, 1 with 4 CPUs and 0 GPUs': a cluster's nodes by size."""
-    kinds = Counter(resources(r.get("CPU", 0), r.get("GPU", 0) if gpus else None) for r in nodes)
-    return ", ".join(f"{n} with {kind}" for kind, n in kinds.most_common())
 
 
 def gpu_capacity() -> tuple[int, int | None]:

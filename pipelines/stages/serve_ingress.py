@@ -15,7 +15,7 @@ import socket
 import ray
 
 from ..errors import BadInput
-from .ray_runtime import autoscaler_limits, fixed_nodes, held, nodes_described, resources
+from .ray_runtime import autoscaler_limits, fixed_room, resources
 from .serve_options import ServeOptions
 
 PROXY_READY_S = 60
@@ -131,25 +131,22 @@ def check_placement(options: ServeOptions, gpus: float) -> None:
     --cpus-per-replica CPUs and `gpus` GPUs: otherwise Serve would wait for them for ever, a warning
     every 30 s. Counted against the nodes' whole resources, so work already running there may still
     make Serve wait; an autoscaling cluster may add the nodes, so there Serve's warning says it waits."""
-    nodes = fixed_nodes()
-    if nodes is None:
+    room = fixed_room({"CPU": options.cpus_per_replica, "GPU": gpus})
+    if room is None:
         return
-    each = [held(node, {"CPU": options.cpus_per_replica, "GPU": gpus}) for node in nodes]
     flags = f"--cpus-per-replica {options.cpus_per_replica:g}" + (f" --gpus-per-replica {gpus:g}" if gpus else "")
     what = resources(options.cpus_per_replica, gpus if gpus else None)
-    sizes = nodes_described(nodes, bool(gpus))
-    if max(each, default=0) == 0:
+    if max(room.per_node, default=0) == 0:
         raise BadInput(
-            f"{flags}: a replica runs on one node, and no node of this Ray cluster has {what} (its nodes: "
-            f"{sizes}; nothing adds nodes to it)"
+            f"{flags}: a replica runs on one node, and no node of this Ray cluster has {what} ({room.nodes})"
         )
     count, flag = (
         (options.replicas, "--replicas") if options.max_replicas is None else (options.min_replicas, "--min-replicas")
     )
-    if sum(each) < count:
+    if room.total < count:
         raise BadInput(
-            f"{flag} {count}: this Ray cluster's nodes hold {sum(each)} replicas of {what} each (its nodes: "
-            f"{sizes}; nothing adds nodes to it): ask for fewer replicas, or less for each ({flags})"
+            f"{flag} {count}: this Ray cluster's nodes hold {room.total} replicas of {what} each ({room.nodes}): "
+            f"ask for fewer replicas, or less for each ({flags})"
         )
 
 

@@ -23,14 +23,7 @@ from ..errors import BadInput
 from ..finetuning.trial import TrialData, fit_trial, trial_finetune
 from ..storage import join
 from ..storage.models import materialize
-from .ray_runtime import (
-    check_train_snapshot,
-    fixed_nodes,
-    held,
-    keep_ray_info_off_the_console,
-    nodes_described,
-    quiet_train_run,
-)
+from .ray_runtime import check_train_snapshot, fixed_room, keep_ray_info_off_the_console, quiet_train_run
 from .search_records import CONTINUES, finetune_keys
 
 
@@ -45,19 +38,16 @@ def check_trial_fits(tune_cfg: TuneSection, resources: dict[str, float]) -> None
     """On a cluster that nothing adds nodes to, one trial's tune.workers_per_trial processes of
     `resources` each must fit its nodes: otherwise Tune waits for room for ever (a warning every
     minute that starts "Ignore this message if the cluster is autoscaling")."""
-    nodes = fixed_nodes()
-    if nodes is None:
-        return
     workers = tune_cfg.workers_per_trial
     need = {{"cpu": "CPU", "gpu": "GPU"}.get(k, k): v for k, v in resources.items()}  # as with_resources reads them
-    room = sum(held(node, need) for node in nodes) if any(v > 0 for v in need.values()) else workers
-    if room < workers:
+    room = fixed_room(need)
+    if room is not None and room.total < workers:
         each = "{" + ", ".join(f"{k}: {v:g}" for k, v in resources.items()) + "}"
         asked = f"={each}" if tune_cfg.resources_per_trial is not None else f" (null: {each})"
         raise BadInput(
             f"tune.resources_per_trial{asked} with tune.workers_per_trial={workers}: this Ray cluster holds "
-            f"{room} training process{'es' * (room != 1)} of that size, and a trial needs {workers} (its nodes: "
-            f"{nodes_described(nodes, 'GPU' in need)}; nothing adds nodes to it)"
+            f"{room.total} training process{'es' * (room.total != 1)} of that size, and a trial needs {workers} "
+            f"({room.nodes})"
         )
 
 
