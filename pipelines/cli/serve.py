@@ -5,7 +5,8 @@ one deployment, by name (`--model NAME=DIR` repeated, `--models DIR`: its sub-fo
     albert-ray serve runs/x/finetune/best | --model NAME=DIR ... | --models DIR [--models-per-replica 3]
         [--host 127.0.0.1] [--port 8000] [--route /predict]
         [--replicas N | --min-replicas A --max-replicas B [--target-ongoing-requests T]]
-        [--gpus-per-replica G] [--cpus-per-replica C] [--max-batch-size 32] [--max-batch-tokens 8192]
+        [--gpus-per-replica G] [--cpus-per-replica C] [--threads-per-replica T] [--max-batch-size 32]
+        [--max-batch-tokens 8192]
         [--batch-wait-ms 10] [--max-queued-requests 256] [--request-timeout-s 60] [--max-seq-length L]
         [--backend onnx --onnx FILE] [--precision auto|fp32|bf16] [--exit-patience N | --exit-entropy H]
 """
@@ -29,11 +30,12 @@ from ..stages.serve import (
     ServeOptions,
     endpoint_app,
     read_model,
+    replica_gpus,
     start_endpoint,
     stop_endpoint,
 )
 from ..stages.serve_embed import EMBED
-from ..stages.serve_ingress import host_across_nodes, resolved_ingress
+from ..stages.serve_ingress import auto_threads, host_across_nodes, resolved_ingress
 from ..stages.serve_multiplex import multiplex_app
 from ..stages.serve_options import INGRESSES
 from .serve_models import named_models
@@ -154,7 +156,15 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="C",
         type=positive(float),
         default=DEFAULTS.cpus_per_replica,
-        help="CPUs per replica (default: %(default)s)",
+        help="CPUs each replica reserves in Ray (default: %(default)s)",
+    )
+    add(
+        "--threads-per-replica",
+        metavar="T",
+        type=positive(int),
+        help="threads each replica computes on (default: auto: a fixed number of CPU replicas on a cluster of one "
+        "node that nothing grows share its cores, less one for Serve's Python proxy where it is the ingress; "
+        "elsewhere the whole CPUs of --cpus-per-replica)",
     )
     add(
         "--max-batch-size",
@@ -255,6 +265,11 @@ def summary(model: ServedModel) -> str:
     return f"{kind}{labels}; {model.max_seq_length} tokens"
 
 
+def per_replica(options: ServeOptions) -> str:
+    """'2 threads a replica': what each replica computes on (ServeOptions.threads)."""
+    return f"{options.threads} thread{'s' * (options.threads != 1)} a replica"
+
+
 def curl(url: str, model: ServedModel) -> str:
     """An example request to the model at `url`."""
     example = json.dumps(dict.fromkeys(model.required, "..."))
@@ -305,6 +320,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             request_timeout_s=args.request_timeout_s,
             gpus_per_replica=args.gpus_per_replica,
             cpus_per_replica=args.cpus_per_replica,
+            threads_per_replica=args.threads_per_replica,  # auto: chosen once Ray is up
             max_batch_size=args.max_batch_size,
             max_batch_tokens=args.max_batch_tokens,
             batch_wait_ms=args.batch_wait_ms,
@@ -334,6 +350,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         init_ray()
         several, beyond = args.model_dir is None, host_across_nodes(options.host)
         options = dataclasses.replace(options, ingress=resolved_ingress(args.ingress, several, beyond))
+        options = dataclasses.replace(options, threads_per_replica=auto_threads(options, replica_gpus(options)))
         previous = signal.signal(signal.SIGTERM, interrupt)
         try:
             url = start_endpoint(functools.partial(app_of, options), options)
@@ -348,7 +365,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
                 print(
                     f"serving {args.model_dir} ({summary(model)}"
                     + (f"; onnxruntime on {args.onnx}" if args.onnx else "")
-                    + f") at {url}\n"
+                    + f"; {per_replica(options)}) at {url}\n"
                     + (f"{curl(url, model)}\n" if model.kind else "")
                     + f"  curl -s {url}{EMBED} -d '{EMBED_EXAMPLE}'    # a sentence vector (and pooling, normalize)\n"
                     f"  curl -s {url}    # the model's family, fields, labels, max_seq_length and embedding_dimension\n"
@@ -360,7 +377,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
                 head = next((name for name, m in models.items() if m.kind), None)  # a model that predicts
                 print(
                     f"serving {len(models)} models at {url}/<name> (up to {options.models_per_replica} loaded "
-                    "per replica, each on first use):\n"
+                    f"per replica, each on first use; {per_replica(options)}):\n"
                     + "".join(f"  {name}: {folders[name]} ({summary(m)})\n" for name, m in models.items())
                     + (f"{curl(f'{url}/{head}', models[head])}\n" if head else "")
                     + f"  curl -s {url}/{first}{EMBED} -d '{EMBED_EXAMPLE}'    # a sentence vector\n"

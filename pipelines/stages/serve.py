@@ -131,6 +131,7 @@ def description(
         "embedding_dimension": embedder.dimension if embedder is not None else None,
         "backend": options.backend,
         "ingress": options.ingress,
+        "threads": torch.get_num_threads(),  # what the replica computes on (ServeOptions.threads)
         "max_batch_size": options.max_batch_size,
         "max_batch_tokens": options.max_batch_tokens,
         "max_inputs": MAX_INPUTS,
@@ -143,7 +144,7 @@ class PredictEndpoint(EmbedRoute):
     Embedder. POST predicts, POST {route}/embed embeds, GET describes the model."""
 
     def __init__(self, model: str, options: ServeOptions, files: ray.ObjectRef):
-        torch.set_num_threads(max(1, int(options.cpus_per_replica)))
+        torch.set_num_threads(options.threads)
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
         local = materialize(ray.get(files), self.work)
         predicts, embeds = served_parts(local, os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None)

@@ -125,6 +125,30 @@ def check_port(options: ServeOptions) -> None:
             raise BadInput(f"--host {options.host} --port {options.port}: cannot listen there ({e.strerror})") from None
 
 
+def auto_threads(options: ServeOptions, gpus: float) -> int | None:
+    """The threads each replica computes on where the command picks them (--threads-per-replica
+    auto): a fixed count of CPU replicas on a cluster of one node that nothing grows (a laptop, a
+    workstation, a single-machine head) share that node's cores, less one for Serve's Python proxy
+    where it is the ingress (HAProxy takes little); never fewer than the reserved CPUs. torch outside
+    Ray uses every core the same way; a replica on its reserved CPU alone used one of them (on 2
+    vCPUs, whole articles at 64 clients: 1.98x the requests/s with both, docs/BENCHMARKS.md). Ray's
+    reservation stays --cpus-per-replica, so other work on the node is not held off and shares the
+    cores. None (each replica on its reserved CPUs) for GPU replicas, an autoscaling deployment, and a
+    cluster of several nodes or one that may grow, where other work is expected beside the replicas."""
+    if options.threads_per_replica is not None:
+        return options.threads_per_replica
+    if gpus > 0 or options.max_replicas is not None:
+        return None
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    if len(nodes) != 1 or autoscaler_limits()[0]:
+        return None
+    # the command runs on a node of the cluster (it joins it as a driver), so on one node it is this
+    # machine, whose CPUs this process may use bound what Ray's count says (a head may declare more)
+    cores = min(int(nodes[0]["Resources"].get("CPU", 0)), len(os.sched_getaffinity(0)))
+    spare = cores - (options.ingress == "proxy")
+    return max(max(1, int(options.cpus_per_replica)), spare // options.replicas)
+
+
 def check_placement(options: ServeOptions, gpus: float) -> None:
     """On a cluster that nothing adds nodes to (autoscaler_limits), the replicas Serve starts with
     (--replicas, or --min-replicas when autoscaling) must fit its nodes, each replica on one node with
@@ -154,6 +178,7 @@ __all__ = [
     "EVERY_INTERFACE",
     "HAPROXY_DRAIN_S",
     "PROXY_READY_S",
+    "auto_threads",
     "check_placement",
     "check_port",
     "controller_env",

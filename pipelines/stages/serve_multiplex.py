@@ -90,7 +90,7 @@ class MultiplexEndpoint:
     """A replica: the models by name, each loaded on first use. Routing (`__call__`) in one place."""
 
     def __init__(self, models: dict[str, HeldModel], options: ServeOptions):
-        torch.set_num_threads(max(1, int(options.cpus_per_replica)))
+        torch.set_num_threads(options.threads)
         self.models, self.options = models, options
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
         self.loaded: dict[str, LoadedModel] = {}

@@ -51,7 +51,10 @@ class ServeOptions:
     gpus_per_replica: float | None = None
     """GPUs each replica reserves; by default 1 where the cluster has GPUs, else 0."""
     cpus_per_replica: float = 1.0
-    """CPUs each replica reserves (and torch's thread count)."""
+    """CPUs each replica reserves in Ray (where Ray places it, and what other work may not take)."""
+    threads_per_replica: int | None = None
+    """torch's (and onnxruntime's) threads in each replica; None: cpus_per_replica's whole CPUs. The
+    command gives a number where it picks one (serve_ingress.auto_threads)."""
     max_batch_size: int = 32
     """The most rows in one forward pass, from any number of requests."""
     batch_wait_ms: float = 10.0
@@ -74,6 +77,11 @@ class ServeOptions:
     models_per_replica: int = 3
     """Several models on one deployment (serve_multiplex.py): the most each replica holds loaded,
     the least recently used evicted beyond it (Serve's max_num_models_per_replica)."""
+
+    @property
+    def threads(self) -> int:
+        """The threads a replica computes on: threads_per_replica, else its reserved whole CPUs (at least 1)."""
+        return self.threads_per_replica or max(1, int(self.cpus_per_replica))
 
 
 __all__ = ["INGRESSES", "ServeOptions"]

