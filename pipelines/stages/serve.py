@@ -39,7 +39,14 @@ from ..storage.models import applied_length, materialize, read_model_files
 from .ray_runtime import gpu_capacity
 from .serve_batching import Batcher
 from .serve_embed import EMBED, NO_HEAD, EmbedRoute, each_row, error, load_embedder, served_parts
-from .serve_ingress import check_placement, check_port, controller_env, replica_env
+from .serve_ingress import (
+    check_placement,
+    check_port,
+    controller_env,
+    haproxy_folder,
+    remove_haproxy_folders,
+    replica_env,
+)
 from .serve_options import ServeOptions
 
 log = logging.getLogger(__name__)
@@ -333,17 +340,20 @@ def start_endpoint(app_of: Callable[[float], Application], options: ServeOptions
     check_placement(options, gpus)
     check_port(options)
     env = controller_env(options)
-    serve.start(
-        proxy_location="HeadOnly",
-        http_options={"host": options.host, "port": options.port, "request_timeout_s": options.request_timeout_s},
-        # read where the controller imports Serve: only the controller's own environment sets it
-        controller_options={"runtime_env": {"env_vars": env}},
-    )
-    logging.getLogger("ray.serve").addFilter(OWN_SERVE_NOTE)
+    if "RAY_SERVE_ENABLE_HA_PROXY" in env:
+        env.update(haproxy_folder())
     try:
+        serve.start(
+            proxy_location="HeadOnly",
+            http_options={"host": options.host, "port": options.port, "request_timeout_s": options.request_timeout_s},
+            # read where the controller imports Serve: only the controller's own environment sets it
+            controller_options={"runtime_env": {"env_vars": env}},
+        )
+        logging.getLogger("ray.serve").addFilter(OWN_SERVE_NOTE)
         serve.run(app_of(gpus), name=APP, route_prefix=options.route)
-    except BaseException:
+    except BaseException as e:
         serve.shutdown()
+        remove_haproxy_folders(keep=not isinstance(e, KeyboardInterrupt))  # a failure's HAProxy logs kept
         raise
     if "RAY_SERVE_HAPROXY_STATS_PORT" in env:
         log.info(
@@ -360,6 +370,7 @@ def stop_endpoint() -> None:
     """Delete the app (its replicas finish the requests they hold) and shut Serve down."""
     serve.delete(APP)
     serve.shutdown()
+    remove_haproxy_folders()
 
 
 __all__ = [

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import shutil
 import socket
+import tempfile
 
 import ray
 
 from ..errors import BadInput
 from .ray_runtime import autoscaler_limits, fixed_room, resources
 from .serve_options import ServeOptions
+
+log = logging.getLogger(__name__)
 
 PROXY_READY_S = 60
 """How long Serve's controller lets the HTTP proxy start before it stops it as unhealthy (Ray's
@@ -64,6 +68,75 @@ def controller_env(options: ServeOptions) -> dict[str, str]:
     # its files are under a folder of the node's own already (Ray's HAProxyManager)
     names = ("HAPROXY_STATS", "HAPROXY_METRICS", "FALLBACK_PROXY_HTTP", "FALLBACK_PROXY_GRPC")
     return {**env, **{f"RAY_SERVE_{name}_PORT": str(port) for name, port in zip(names, free_ports(len(names)))}}
+
+
+HEAD_RESOURCE = "node:__internal_head__"
+"""The resource only the head node has: a task asking for a sliver of it runs there, beside HAProxy."""
+HAPROXY_SOCKET_PATH_MAX = 97
+"""The longest socket path HAProxy binds (the 108 bytes of a Unix socket's address, less the
+".<pid>.tmp" it binds first): the admin socket's path, with the node's id Ray puts in it, must fit
+(the metrics socket, which Ray's Python binds, may be longer)."""
+HAPROXY_FILES = {
+    "RAY_SERVE_HAPROXY_CONFIG_FILE_LOC": "haproxy.cfg",
+    "RAY_SERVE_HAPROXY_SOCKET_PATH": "admin.sock",
+    "RAY_SERVE_HAPROXY_SERVER_STATE_FILE": "server-state",
+    "RAY_SERVE_HAPROXY_METRICS_SOCKET_PATH": "metrics.sock",
+}
+"""The files of Serve's HAProxy (Ray's HAProxyManager puts each in a folder of the node's id beside
+the path given) and their names in the endpoint's own folder (haproxy_folder)."""
+_FOLDERS: list[str] = []
+"""The HAProxy folders this process made on the head node, removed by remove_haproxy_folders."""
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _make_private_folder() -> str | None:
+    """A new folder only this user may enter (mkdtemp: 0700, a name no one could guess or take
+    first), short enough for HAProxy's sockets under it; None where the temporary folder is too long."""
+    below = os.path.join(ray.get_runtime_context().get_node_id(), HAPROXY_FILES["RAY_SERVE_HAPROXY_SOCKET_PATH"])
+    for parent in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
+        if os.path.isdir(parent) and len(os.path.join(parent, "albert-hap-12345678", below)) <= HAPROXY_SOCKET_PATH_MAX:
+            return tempfile.mkdtemp(prefix="albert-hap-", dir=parent)
+    return None
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _remove_folder(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def haproxy_folder() -> dict[str, str]:
+    """For --ingress haproxy: where Serve's HAProxy keeps its files, as the controller's environment
+    (Ray's HAProxyManager, which the controller starts, reads it). Ray's default is /tmp/haproxy-serve,
+    one folder for every user and endpoint of the machine, whose admin socket Ray's template opens to
+    every local user (`stats socket ... mode 666 level admin`: anyone on the machine could take the
+    replicas out or point HAProxy elsewhere), and which nothing removes. Here each endpoint gets a
+    folder of its own on the head node that only this user may enter, removed with the endpoint
+    (remove_haproxy_folders). {} (Ray's default) where no temporary folder there is short enough for
+    HAProxy's socket paths."""
+    folder = ray.get(_make_private_folder.options(resources={HEAD_RESOURCE: 0.001}).remote())
+    if folder is None:
+        log.warning(
+            "HAProxy's files stay in Ray's shared /tmp/haproxy-serve: the head node's temporary folder is too long "
+            "for HAProxy's %d-character socket paths",
+            HAPROXY_SOCKET_PATH_MAX,
+        )
+        return {}
+    _FOLDERS.append(folder)
+    return {
+        "RAY_SERVE_HAPROXY_SERVER_STATE_BASE": folder,
+        **{key: os.path.join(folder, name) for key, name in HAPROXY_FILES.items()},
+    }
+
+
+def remove_haproxy_folders(keep: bool = False) -> None:
+    """Remove the HAProxy folders haproxy_folder made (once HAProxy has stopped); `keep`: leave them
+    for reading (HAProxy's logs of an endpoint that failed to start) and say where."""
+    while _FOLDERS:
+        folder = _FOLDERS.pop()
+        if keep:
+            log.warning("HAProxy's configuration and logs are kept in %s on the head node", folder)
+        else:
+            ray.get(_remove_folder.options(resources={HEAD_RESOURCE: 0.001}).remote(folder))
 
 
 def haproxy_found() -> bool:
@@ -182,8 +255,10 @@ __all__ = [
     "check_placement",
     "check_port",
     "controller_env",
+    "haproxy_folder",
     "haproxy_found",
     "host_across_nodes",
+    "remove_haproxy_folders",
     "replica_env",
     "resolved_ingress",
 ]

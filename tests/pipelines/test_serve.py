@@ -28,6 +28,7 @@ import torch
 import transformers
 
 from pipelines.inference.predictor import Predictor
+from pipelines.stages import serve as stage
 from pipelines.stages.serve import APP
 from tests.conftest import free_port
 from tests.pickled_weights import pickled_model_dir
@@ -189,11 +190,18 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, mon
         # --threads-per-replica auto: one replica on a one-node Ray computes on all of its cores
         cores.append(min(int(ray.cluster_resources()["CPU"]), len(os.sched_getaffinity(0))))
         assert call(url)[1]["threads"] == cores[0]
+        # HAProxy's files in the endpoint's own folder (0700), not Ray's shared /tmp/haproxy-serve
+        files = os.listdir(os.path.join(folders[0], ray.get_runtime_context().get_node_id()))
+        assert {"haproxy.cfg", "admin.sock"} <= set(files), files
         check_endpoint(url, model)
         check_limits(url, port, model)
         raise KeyboardInterrupt
 
-    cores = []
+    cores, folders = [], []
+    made = stage.haproxy_folder
+    monkeypatch.setattr(
+        stage, "haproxy_folder", lambda: (env := made(), folders.append(env["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"]))[0]
+    )
     monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
     serve_log = RecordsOf("ray.serve")
     # a long batch wait, so that callers arriving together surely share a batch; no --max-seq-length
@@ -211,6 +219,7 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, mon
         assert not [m for m in serve_log.messages if m.startswith("Connecting to existing Serve app")]
         assert serve.status().applications == {}
         assert refuses_connections(port)
+        assert not os.path.exists(folders[0])  # removed with the endpoint
     finally:
         serve_log.close()
         serve.shutdown()  # a no-op when the command shut down; the session's Ray serves the other tests

@@ -6,6 +6,7 @@ imports Serve, so only the controller's own environment (serve.start's controlle
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -30,6 +31,7 @@ def started_with(monkeypatch, options: ServeOptions) -> dict:
     monkeypatch.setattr(stage, "replica_gpus", lambda options: 0.0)
     monkeypatch.setattr(stage, "check_port", lambda options: None)
     monkeypatch.setattr(stage, "check_placement", lambda options, gpus: None)
+    monkeypatch.setattr(stage, "haproxy_folder", lambda: {"RAY_SERVE_HAPROXY_SOCKET_PATH": "/private/admin.sock"})
     started["url"] = stage.start_endpoint(lambda gpus: "app", options)
     return started
 
@@ -53,6 +55,7 @@ def test_haproxy_ingress_reaches_the_controller_and_the_replicas_with_ports_of_i
     caplog.set_level("INFO", logger="pipelines.stages.serve")
     env = started_with(monkeypatch, options)["controller_options"]["runtime_env"]["env_vars"]
     assert env["RAY_SERVE_ENABLE_HA_PROXY"] == "1"
+    assert env["RAY_SERVE_HAPROXY_SOCKET_PATH"] == "/private/admin.sock"  # its files: test_haproxy_files_...
     assert env["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == str(ingress.PROXY_READY_S)
     ports = [int(env[f"RAY_SERVE_{k}_PORT"]) for k in ("HAPROXY_STATS", "HAPROXY_METRICS", "FALLBACK_PROXY_HTTP")]
     assert len(set(ports)) == 3 and not {8404, 9101, 8500, 8123} & set(ports)
@@ -79,7 +82,7 @@ def test_auto_ingress_is_haproxy_where_a_binary_is_found_and_an_explicit_one_wit
     with pytest.raises(BadInput, match=r"^--ingress haproxy: no HAProxy binary here .* or use --ingress proxy$"):
         resolved_ingress("haproxy")
     env = started_with(monkeypatch, ServeOptions(port=8123))["controller_options"]["runtime_env"]["env_vars"]
-    assert "RAY_SERVE_ENABLE_HA_PROXY" not in env
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in env and "RAY_SERVE_HAPROXY_SOCKET_PATH" not in env
 
 
 @pytest.mark.parametrize(
@@ -177,3 +180,34 @@ def test_a_replica_computes_on_its_given_threads_else_its_reserved_whole_cpus():
     assert ServeOptions(cpus_per_replica=0.25).threads == 1
     assert ServeOptions(cpus_per_replica=2.5).threads == 2
     assert ServeOptions(cpus_per_replica=0.5, threads_per_replica=6).threads == 6
+
+
+@pytest.mark.ray
+def test_haproxy_files_go_to_a_folder_of_the_endpoints_own_that_only_this_user_enters(
+    ray_session, monkeypatch, tmp_path
+):
+    """Ray's default puts every endpoint's HAProxy files in one /tmp/haproxy-serve, its admin socket
+    open to every local user (mode 666, level admin) and never removed; here a fresh 0700 folder on
+    the head node (this machine), short enough for HAProxy's socket paths, removed with the endpoint."""
+    env = ingress.haproxy_folder()
+    folder = env["RAY_SERVE_HAPROXY_SERVER_STATE_BASE"]
+    assert os.stat(folder).st_mode & 0o777 == 0o700 and not os.listdir(folder)
+    assert {
+        k: os.path.dirname(v) for k, v in env.items() if k != "RAY_SERVE_HAPROXY_SERVER_STATE_BASE"
+    } == dict.fromkeys(ingress.HAPROXY_FILES, folder)
+    node = ray_session.get_runtime_context().get_node_id()  # Ray puts each file in a folder of its node's id
+    assert len(os.path.join(folder, node, "admin.sock")) <= ingress.HAPROXY_SOCKET_PATH_MAX
+    other = tmp_path / "not-ours"
+    other.mkdir()
+    ingress.remove_haproxy_folders()
+    assert not os.path.exists(folder) and other.is_dir()  # its own folder only
+    ingress.remove_haproxy_folders()  # nothing left to remove: a no-op
+    # a temporary folder too long for the socket paths: /tmp instead; neither short enough: Ray's default
+    make = ingress._make_private_folder._function
+    monkeypatch.setattr(ingress.tempfile, "tempdir", str(tmp_path / ("long" * 20)))
+    (tmp_path / ("long" * 20)).mkdir()
+    made = make()
+    assert os.path.dirname(made) == "/tmp"
+    os.rmdir(made)
+    monkeypatch.setattr(ingress.os.path, "isdir", lambda path: path != "/tmp")
+    assert make() is None
