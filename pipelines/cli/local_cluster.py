@@ -35,6 +35,7 @@ from pipelines.stages.local_head import (
     head_temp_dir,
     load_head,
     local_dir,
+    private_temp_dir,
     state_file,
     write_private,
 )
@@ -92,6 +93,7 @@ def start_head(
     state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     ports = ports or pick_ports()
     temp_dir = head_temp_dir(state_dir)
+    private_temp_dir(temp_dir)
     token = secrets.token_hex(32)
     head_address = f"127.0.0.1:{ports['port']}"
     command = [
@@ -298,7 +300,10 @@ def main(argv: list[str] | None = None, prog: str = "local_cluster") -> int:
             return report_user_error(prog, e)
     if head is None:
         print("starting this checkout's local Ray head ...", flush=True)
-        head = start_head(num_cpus=args.num_cpus)
+        try:
+            head = start_head(num_cpus=args.num_cpus)
+        except UserError as e:  # its Ray folder not this user's
+            return report_user_error(prog, e)
     print(f"Ray dashboard: {head.dashboard_url} (token in {local_dir() / 'token'})", flush=True)
     if args.command == "start":
         return 0

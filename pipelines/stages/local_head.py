@@ -11,10 +11,13 @@ import json
 import os
 import signal
 import socket
+import stat
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_DIR_ENV = "ALBERT_RAY_LOCAL_DIR"
@@ -115,8 +118,36 @@ def load_head(state_dir: Path | None = None) -> LocalHead | None:
 
 def head_temp_dir(state_dir: Path) -> str:
     """The Ray temp dir of the head a state dir starts: short (Ray's socket paths under it must stay
-    below 108 characters) and its own."""
-    return f"/tmp/ray-albert-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}"
+    below 108 characters) and its own, inside a folder only this user may enter (private_temp_dir):
+    Ray opens every folder it makes to every user (mode 0777), so the closed one must be above it."""
+    return f"/tmp/ray-albert-{hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]}/r"
+
+
+def private_temp_dir(temp_dir: str) -> None:
+    """Make the folder above a head's Ray temp dir (a name any user of the machine can work out,
+    under the shared /tmp) one only this user may enter, or refuse by name one where someone else
+    could have put things: the folder, or the temp dir inside it, not a folder of this user's (another
+    user made it first, or it is a link). Ray keeps the head's sockets, logs and session files there,
+    in folders it opens to every user (0777); in a folder another user controls, they could read or
+    swap them. A folder of this user's that an earlier version left open (Ray's 0777: it was the temp
+    dir itself) is closed to 0700."""
+    parent = os.path.dirname(temp_dir)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(parent, 0o700)
+    for path in (parent, temp_dir):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:  # the temp dir: Ray makes it
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a link" if stat.S_ISLNK(info.st_mode) else "a file"
+            raise UserError(
+                f"{path}: the local head's Ray folder is {kind} of user id {info.st_uid}, not a folder of this "
+                f"user's (id {os.getuid()}): another user could read or replace the head's files there. Remove it "
+                "(or have its owner remove it) and start again"
+            )
+        if path == parent:
+            os.chmod(parent, 0o700)
 
 
 __all__ = [

@@ -57,9 +57,51 @@ def test_a_head_whose_raylet_missed_rays_30_s_is_started_again(tmp_path, monkeyp
     monkeypatch.setattr(local_cluster, "RAY", str(fake))
     monkeypatch.setattr(LocalHead, "responds", lambda self: True)  # the dashboard answers from the first try
     monkeypatch.setattr(LocalHead, "agent_listening", lambda self: True)
+    monkeypatch.setattr(local_cluster, "head_temp_dir", lambda state_dir: str(tmp_path / "ray-temp"))
     head = local_cluster.start_head(tmp_path / "state", timeout_s=60)
     try:
         assert tries.read_text().count("x") == 2 and group_alive(head.pid)
         assert "did not register within Ray's fixed 30 s" in capsys.readouterr().err
     finally:
         os.killpg(head.pid, 9)
+
+
+def test_the_heads_ray_folder_is_inside_one_of_this_users_alone_or_refused_by_name(tmp_path, monkeypatch):
+    """The head's Ray folder has a name any user can work out, under the shared /tmp, and Ray opens
+    every folder it makes to every user (0777): the folder above Ray's is made 0700, an earlier one of
+    this user's left open is closed, and one another user made first, or a link, is refused by name
+    before Ray puts its sockets and logs there."""
+    import pytest
+
+    from pipelines.errors import UserError
+    from pipelines.stages.local_head import head_temp_dir, private_temp_dir
+
+    temp = head_temp_dir(tmp_path / "state")
+    assert temp.startswith("/tmp/ray-albert-") and temp.endswith("/r")  # Ray's own folder inside the closed one
+    old = os.umask(0)
+    try:
+        fresh = tmp_path / "fresh"
+        private_temp_dir(str(fresh / "r"))
+        earlier = tmp_path / "earlier"
+        (earlier / "r").mkdir(0o777, parents=True)  # as Ray leaves its folders
+        earlier.chmod(0o777)  # an earlier version's temp dir, opened by Ray
+        private_temp_dir(str(earlier / "r"))
+        private_temp_dir(str(earlier / "r"))  # the next start: the same folders are fine
+    finally:
+        os.umask(old)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (fresh, earlier)] == [0o700, 0o700]
+    assert not (fresh / "r").exists()  # Ray makes its own folder
+    linked = tmp_path / "linked"
+    linked.symlink_to(fresh)
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "r").symlink_to(tmp_path)
+    for path, refused, says in [(linked, linked, "a link"), (planted, planted / "r", "a link")]:
+        with pytest.raises(
+            UserError, match=rf"^{refused}: the local head's Ray folder is {says} of user id .*Remove it"
+        ):
+            private_temp_dir(str(path / "r"))
+    assert linked.is_symlink() and (planted / "r").is_symlink()  # left as they were
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(fresh).st_uid + 1)  # as another user made it first
+    with pytest.raises(UserError, match=rf"^{fresh}: .* is a folder of user id \d+, not a folder of this user's"):
+        private_temp_dir(str(fresh / "r"))
