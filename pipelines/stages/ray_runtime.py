@@ -22,7 +22,7 @@ from ..native_stderr import drop_native_lines
 from ..prep.corpus import InputFile, pack_units
 from ..storage import join
 from ..storage.contained import Contained
-from .local_head import load_head
+from .local_head import load_head, private_temp_dir
 
 log = logging.getLogger(__name__)
 
@@ -104,13 +104,14 @@ def start_own_ray() -> None:
     otherwise looks the cluster up among the machine's and fails, a traceback in the log, whenever
     another Ray runs there. On a loaded machine its raylet may take longer to register than the 30 s
     Ray waits, which no setting of Ray's raises (ray/_private/node.py, raylet_start_wait_time_s):
-    that failure is one line saying so and what to do instead."""
+    that failure is one line saying so and what to do instead. Its temp dir: own_temp_dir."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dashboard_port = s.getsockname()[1]
     os.environ[API_SERVER_ENV] = f"http://127.0.0.1:{dashboard_port}"
+    temp = own_temp_dir()
     try:
-        ray.init(logging_level=logging.WARNING, include_dashboard=True, dashboard_port=dashboard_port)
+        ray.init(logging_level=logging.WARNING, include_dashboard=True, dashboard_port=dashboard_port, _temp_dir=temp)
     except Exception as e:
         if STARTUP_TIMEOUT not in str(e):
             raise
@@ -120,6 +121,18 @@ def start_own_ray() -> None:
             "has no setting to wait longer): the machine is busy. Start one that stays up with "
             "`albert-ray local start` (it waits up to 3 minutes) and run the command again: it joins it"
         ) from None
+
+
+def own_temp_dir() -> str | None:
+    """The temp dir of a Ray a command starts for itself: inside a folder only this user may enter
+    (local_head.private_temp_dir), instead of Ray's /tmp/ray, which Ray opens to every user of the
+    machine (0777) with the cluster's sockets, logs and session files in it; None (Ray's own choice)
+    where RAY_TMPDIR names one."""
+    if os.environ.get("RAY_TMPDIR"):
+        return None
+    temp = f"/tmp/ray-albert-u{os.getuid()}/r"
+    private_temp_dir(temp)
+    return temp
 
 
 def autoscaler_limits() -> tuple[bool, dict[str, float] | None]:

@@ -3,6 +3,7 @@ authentication with a token kept in the process's environment, never a world-rea
 ~/.ray/auth_token written for it."""
 
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -19,25 +20,36 @@ print(ray.get(ray.remote(lambda: os.environ.get("RAY_AUTH_TOKEN", "")[:8]).remot
 # what Ray Train's helper actors do (PlacementGroupCleaner, TrainStateActor): the state API with no address
 nodes = ray.get(ray.remote(lambda: [n.node_id for n in ray.util.state.list_nodes()]).remote())
 print(nodes == [ray.get_runtime_context().get_node_id()])
+print(ray._private.worker._global_node.get_session_dir_path())
 """
 
 
 @pytest.mark.e2e  # a Ray of its own in a subprocess, ~20 s: make test-e2e (issue #45: make test within 12 minutes)
 @pytest.mark.ray
-def test_a_local_ray_gets_a_private_token_not_a_world_readable_file(ray_session, tmp_path):
+def test_a_local_ray_gets_a_private_token_not_a_world_readable_file(ray_session, tmp_path, monkeypatch):
+    from pipelines.stages import ray_runtime
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_AUTH"))}
     env["HOME"] = str(tmp_path)  # Ray writes its default token under ~/.ray
     done = subprocess.run(
         [sys.executable, "-c", STARTS_RAY], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
-    token, own_cluster = done.stdout.strip().splitlines()[-2:]
+    token, own_cluster, session = done.stdout.strip().splitlines()[-3:]
     assert len(token) == 8  # its workers hold the token, from the environment
     # with another Ray on the machine (the test session's), its workers' state API finds their own
     # cluster: Ray looks it up by RAY_API_SERVER_ADDRESS, not among the machine's instances
     assert own_cluster == "True", done.stderr
     assert "Token authentication is enabled" in done.stderr  # Ray's own line: auth is on
     assert not (tmp_path / ".ray" / "auth_token").exists()
+    # its sockets, logs and session files inside a folder only this user may enter, not Ray's /tmp/ray
+    # (every folder Ray makes is 0777)
+    private = Path(f"/tmp/ray-albert-u{os.getuid()}")
+    assert Path(session).parent == private / "r" and stat.S_IMODE(private.stat().st_mode) == 0o700
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    assert ray_runtime.own_temp_dir() is None  # a temp dir the user names is Ray's to use
+    monkeypatch.delenv("RAY_TMPDIR")
+    assert ray_runtime.own_temp_dir() == str(private / "r")
 
 
 def test_a_ray_that_does_not_come_up_in_time_is_one_line(monkeypatch, capsys, tmp_path):
