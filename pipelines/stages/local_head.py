@@ -130,7 +130,7 @@ def private_temp_dir(temp_dir: str) -> None:
     user made it first, or it is a link). Ray keeps the head's sockets, logs and session files there,
     in folders it opens to every user (0777); in a folder another user controls, they could read or
     swap them. A folder of this user's that an earlier version left open (Ray's 0777: it was the temp
-    dir itself) is closed to 0700."""
+    dir itself) is closed to 0700. For a command's own Ray too (ray_runtime.own_temp_dir)."""
     parent = os.path.dirname(temp_dir)
     with contextlib.suppress(FileExistsError):
         os.mkdir(parent, 0o700)
@@ -142,7 +142,7 @@ def private_temp_dir(temp_dir: str) -> None:
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
             kind = "a folder" if stat.S_ISDIR(info.st_mode) else "a link" if stat.S_ISLNK(info.st_mode) else "a file"
             raise UserError(
-                f"{path}: the local head's Ray folder is {kind} of user id {info.st_uid}, not a folder of this "
+                f"{path}: this Ray's temp folder is {kind} of user id {info.st_uid}, not a folder of this "
                 f"user's (id {os.getuid()}): another user could read or replace the head's files there. Remove it "
                 "(or have its owner remove it) and start again"
             )

@@ -97,9 +97,7 @@ def test_the_heads_ray_folder_is_inside_one_of_this_users_alone_or_refused_by_na
     planted.mkdir()
     (planted / "r").symlink_to(tmp_path)
     for path, refused, says in [(linked, linked, "a link"), (planted, planted / "r", "a link")]:
-        with pytest.raises(
-            UserError, match=rf"^{refused}: the local head's Ray folder is {says} of user id .*Remove it"
-        ):
+        with pytest.raises(UserError, match=rf"^{refused}: this Ray's temp folder is {says} of user id .*Remove it"):
             private_temp_dir(str(path / "r"))
     assert linked.is_symlink() and (planted / "r").is_symlink()  # left as they were
     monkeypatch.setattr(os, "getuid", lambda: os.stat(fresh).st_uid + 1)  # as another user made it first
