@@ -12,7 +12,6 @@ fine-tuning predicted: test_family_paths.py."""
 
 import http.client
 import json
-import logging
 import os
 import shutil
 import socket
@@ -35,6 +34,7 @@ from tests.pickled_weights import pickled_model_dir
 
 from .family_tasks import GLUE
 from .listening import listeners, refuses_connections
+from .log_records import RecordsOf
 
 MNLI = ["contradiction", "entailment", "neutral"]
 """The served model's labels."""
@@ -223,22 +223,6 @@ def test_the_command_serves_until_ctrl_c_then_shuts_serve_down(family_suite, mon
     finally:
         serve_log.close()
         serve.shutdown()  # a no-op when the command shut down; the session's Ray serves the other tests
-
-
-class RecordsOf(logging.Handler):
-    """The messages a logger passes to its handlers (after its filters), until closed."""
-
-    def __init__(self, name: str):
-        super().__init__(logging.DEBUG)
-        self.logger, self.messages = logging.getLogger(name), []
-        self.logger.addHandler(self)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-    def close(self) -> None:
-        self.logger.removeHandler(self)
-        super().close()
 
 
 def transformers_probabilities(model: str, pairs: list[tuple[str, str]], length: int) -> np.ndarray:
