@@ -92,6 +92,8 @@ class Server:
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # Ctrl-C reaches it (stop) even where this bench inherited SIGINT ignored (a shell's background job)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
             # joins its head by address: found by its state dir, a head is asked over HTTP with a 2 s limit
             env={
                 **os.environ,
