@@ -198,6 +198,13 @@ def check_port(options: ServeOptions) -> None:
             raise BadInput(f"--host {options.host} --port {options.port}: cannot listen there ({e.strerror})") from None
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity on Linux; the machine's where the platform has
+    no affinity, as macOS)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 def auto_threads(options: ServeOptions, gpus: float) -> int | None:
     """The threads each replica computes on where the command picks them (--threads-per-replica
     auto): a fixed count of CPU replicas on a cluster of one node that nothing grows (a laptop, a
@@ -217,7 +224,7 @@ def auto_threads(options: ServeOptions, gpus: float) -> int | None:
         return None
     # the command runs on a node of the cluster (it joins it as a driver), so on one node it is this
     # machine, whose CPUs this process may use bound what Ray's count says (a head may declare more)
-    cores = min(int(nodes[0]["Resources"].get("CPU", 0)), len(os.sched_getaffinity(0)))
+    cores = min(int(nodes[0]["Resources"].get("CPU", 0)), usable_cpus())
     spare = cores - (options.ingress == "proxy")
     return max(max(1, int(options.cpus_per_replica)), spare // options.replicas)
 

@@ -211,3 +211,11 @@ def test_haproxy_files_go_to_a_folder_of_the_endpoints_own_that_only_this_user_e
     os.rmdir(made)
     monkeypatch.setattr(ingress.os.path, "isdir", lambda path: path != "/tmp")
     assert make() is None
+
+
+def test_the_usable_cpus_are_the_affinity_where_the_platform_has_one_else_the_machines(monkeypatch):
+    monkeypatch.setattr(ingress.os, "sched_getaffinity", lambda pid: {0, 3, 5}, raising=False)
+    assert ingress.usable_cpus() == 3
+    monkeypatch.delattr(ingress.os, "sched_getaffinity")  # as on macOS
+    monkeypatch.setattr(ingress.os, "cpu_count", lambda: 6)
+    assert ingress.usable_cpus() == 6
