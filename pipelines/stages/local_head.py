@@ -146,8 +146,7 @@ def private_temp_dir(temp_dir: str) -> None:
                 f"user's (id {os.getuid()}): another user could read or replace the head's files there. Remove it "
                 "(or have its owner remove it) and start again"
             )
-        if path == parent:
-            os.chmod(parent, 0o700)
+    os.chmod(parent, 0o700)
 
 
 __all__ = [

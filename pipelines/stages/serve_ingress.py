@@ -84,6 +84,8 @@ HAPROXY_FILES = {
 }
 """The files of Serve's HAProxy (Ray's HAProxyManager puts each in a folder of the node's id beside
 the path given) and their names in the endpoint's own folder (haproxy_folder)."""
+HAPROXY_FOLDER_PREFIX = "albert-hap-"
+"""An endpoint's HAProxy folder's name, before mkdtemp's random part: short, for the socket paths."""
 _FOLDERS: list[str] = []
 """The HAProxy folders this process made on the head node, removed by remove_haproxy_folders."""
 
@@ -94,8 +96,9 @@ def _make_private_folder() -> str | None:
     first), short enough for HAProxy's sockets under it; None where the temporary folder is too long."""
     below = os.path.join(ray.get_runtime_context().get_node_id(), HAPROXY_FILES["RAY_SERVE_HAPROXY_SOCKET_PATH"])
     for parent in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
-        if os.path.isdir(parent) and len(os.path.join(parent, "albert-hap-12345678", below)) <= HAPROXY_SOCKET_PATH_MAX:
-            return tempfile.mkdtemp(prefix="albert-hap-", dir=parent)
+        longest = os.path.join(parent, HAPROXY_FOLDER_PREFIX + "x" * 8, below)  # mkdtemp adds 8 characters
+        if os.path.isdir(parent) and len(longest) <= HAPROXY_SOCKET_PATH_MAX:
+            return tempfile.mkdtemp(prefix=HAPROXY_FOLDER_PREFIX, dir=parent)
     return None
 
 
@@ -219,12 +222,12 @@ def auto_threads(options: ServeOptions, gpus: float) -> int | None:
         return options.threads_per_replica
     if gpus > 0 or options.max_replicas is not None:
         return None
-    nodes = [n for n in ray.nodes() if n["Alive"]]
-    if len(nodes) != 1 or autoscaler_limits()[0]:
+    room = fixed_room({"CPU": 1.0})
+    if room is None or len(room.per_node) != 1:
         return None
     # the command runs on a node of the cluster (it joins it as a driver), so on one node it is this
     # machine, whose CPUs this process may use bound what Ray's count says (a head may declare more)
-    cores = min(int(nodes[0]["Resources"].get("CPU", 0)), usable_cpus())
+    cores = min(int(room.cpus), usable_cpus())
     spare = cores - (options.ingress == "proxy")
     return max(max(1, int(options.cpus_per_replica)), spare // options.replicas)
 

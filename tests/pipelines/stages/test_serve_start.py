@@ -165,9 +165,9 @@ def test_auto_threads_share_a_fixed_single_node_among_its_replicas_and_nothing_e
     assert ingress.auto_threads(ServeOptions(ingress="proxy"), 0.0) == 1
     assert ingress.auto_threads(ServeOptions(ingress="proxy", cpus_per_replica=3), 0.0) == 3
     # none where other nodes may run other work: an autoscaling cluster, or several nodes
-    monkeypatch.setattr(ingress, "autoscaler_limits", lambda: (True, None))
+    monkeypatch.setattr(ray_runtime, "autoscaler_limits", lambda: (True, None))
     assert ingress.auto_threads(ServeOptions(ingress="haproxy"), 0.0) is None
-    monkeypatch.setattr(ingress, "autoscaler_limits", lambda: (False, None))
+    monkeypatch.setattr(ray_runtime, "autoscaler_limits", lambda: (False, None))
     node = {"Alive": True, "Resources": {"CPU": 4.0}}
     monkeypatch.setattr(ingress.ray, "nodes", lambda: [node, node, {**node, "Alive": False}])
     assert ingress.auto_threads(ServeOptions(ingress="haproxy"), 0.0) is None
