@@ -2,9 +2,14 @@
 [S, K] x [K, N] (batch 1, sequence S) in onnxruntime on one thread, float32 against int8 computed
 the ways onnxruntime offers, side by side in one run:
 
-- DynamicQuantizeMatMul, int8 weights, a scale per output channel: what the export's
-  DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul becomes in onnxruntime (quantize.py);
-- the same with one scale for the whole matrix (per tensor);
+- DynamicQuantizeMatMul, int8 weights of 7 bits (|w| <= 63), a scale per output channel: what the
+  export's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul becomes in onnxruntime (quantize.py);
+- the same with full-range weights (|w| <= 127): on an x86 CPU without VNNI onnxruntime's kernel adds
+  two uint8 x int8 products into an int16 that saturates (quantize.PRODUCT_MAX), so there its error
+  is several times ours (`u8s8_saturates` in the result says which CPU this is); for both, the
+  error with sums that never saturate (`exact_sum_error`: numpy's exact integer product, what a CPU
+  with VNNI computes) shows what the 7th bit costs where there is no saturation;
+- full range with one scale for the whole matrix (per tensor: optimum's dynamic recipe);
 - the same with uint8 weights (zero point 128): VNNI multiplies uint8 by int8, so uint8 x uint8
   needs another kernel;
 - static activation quantization, as a calibrated QDQ model runs: QuantizeLinear with a fixed
@@ -24,11 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import time
 
 import numpy as np
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
+
+from pipelines.export.quantize import PRODUCT_MAX
 
 SHAPES = {"make-run": ((128, 384), (128, 512), (512, 128)), "base": ((768, 2304), (768, 3072), (3072, 768))}
 """(K, N) of each weight product, by model size."""
@@ -36,6 +44,34 @@ SEQ = 128
 ACTIVATION_SCALE = 0.03
 """A static quantization's activation scale (a calibrated model's would come from its training rows;
 the time does not depend on its value)."""
+
+
+def u8s8_saturates() -> bool:
+    """Whether onnxruntime's uint8 x int8 kernel may saturate on this CPU: x86 without VNNI (AVX-512
+    VNNI or AVX-VNNI in /proc/cpuinfo's flags; a machine without that file counts as VNNI-less)."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
+        return False  # ARM's dot products accumulate in 32 bits
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return True
+    return not {"avx512_vnni", "avx_vnni"} & set(flags)
+
+
+def exact_error(x: np.ndarray, w: np.ndarray, largest: int) -> float:
+    """The largest error, relative to the float product's largest value, of x @ w computed as the
+    export's int8 computes it with sums that never saturate (a CPU with VNNI, an ARM's dot products):
+    x uint8 per tensor as DynamicQuantizeLinear quantizes it, w symmetric per channel in
+    [-largest, largest], the integer product exact."""
+    low, high = min(float(x.min()), 0.0), max(float(x.max()), 0.0)
+    scale = (high - low) / 255
+    zero = np.clip(np.round(-low / scale), 0, 255)
+    xq = np.clip(np.round(x / scale) + zero, 0, 255) - zero
+    w_scale = np.abs(w).max(axis=0) / largest
+    product = (xq.astype(np.int64) @ np.round(w / w_scale).astype(np.int64)) * scale * w_scale
+    reference = x.astype(np.float64) @ w
+    return float(np.abs(product - reference).max() / np.abs(reference).max())
 
 
 def product_model(nodes, initializers, inputs) -> bytes:
@@ -48,10 +84,12 @@ def product_model(nodes, initializers, inputs) -> bytes:
     return helper.make_model(graph, opset_imports=opsets).SerializeToString()
 
 
-def sides(k: int, n: int, rng: np.random.Generator) -> tuple[dict[str, bytes], dict[str, np.ndarray]]:
-    """Each way of computing x [1, SEQ, k] @ w [k, n] as a model of one node (two: static), and x."""
+def sides(k: int, n: int, rng: np.random.Generator) -> tuple[dict[str, bytes], dict[str, np.ndarray], dict[str, float]]:
+    """Each way of computing x [1, SEQ, k] @ w [k, n] as a model of one node (two: static), x, and
+    the two per-channel sides' `exact_error`."""
     w = (rng.standard_normal((k, n)) * 0.05).astype(np.float32)
-    per_channel = (np.abs(w).max(axis=0) / 127).astype(np.float32)
+    per_channel = (np.abs(w).max(axis=0) / PRODUCT_MAX).astype(np.float32)
+    per_channel_full = (np.abs(w).max(axis=0) / 127).astype(np.float32)
     per_tensor = np.float32(np.abs(w).max() / 127)
     x = {"x": rng.standard_normal((1, SEQ, k)).astype(np.float32)}
 
@@ -59,6 +97,7 @@ def sides(k: int, n: int, rng: np.random.Generator) -> tuple[dict[str, bytes], d
         return numpy_helper.from_array(np.asarray(array), name)
 
     int8 = tensor(np.round(w / per_channel).astype(np.int8), "w")
+    int8_full = tensor(np.round(w / per_channel_full).astype(np.int8), "w")
     int8_tensor = tensor(np.round(w / per_tensor).astype(np.int8), "w")
     uint8 = tensor((np.round(w / per_tensor) + 128).astype(np.uint8), "w")
     dynamic = "DynamicQuantizeMatMul"
@@ -68,23 +107,38 @@ def sides(k: int, n: int, rng: np.random.Generator) -> tuple[dict[str, bytes], d
         helper.make_node("MatMulIntegerToFloat", ["xq", "w", "xs", "ws", "xz"], ["y"], domain=ms),
     ]
     activation = [tensor(np.float32(ACTIVATION_SCALE), "xs"), tensor(np.uint8(128), "xz")]
-    return {
-        "float32 MatMul": product_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor(w, "w")], x),
-        "int8, per channel (ours)": product_model(
-            [helper.make_node(dynamic, ["x", "w", "ws"], ["y"], domain=ms)], [int8, tensor(per_channel, "ws")], x
-        ),
-        "int8, per tensor": product_model(
-            [helper.make_node(dynamic, ["x", "w", "ws"], ["y"], domain=ms)], [int8_tensor, tensor(per_tensor, "ws")], x
-        ),
-        "uint8 weights, per tensor": product_model(
-            [helper.make_node(dynamic, ["x", "w", "ws", "wz"], ["y"], domain=ms)],
-            [uint8, tensor(per_tensor, "ws"), tensor(np.uint8(128), "wz")],
-            x,
-        ),
-        "int8, per channel, static activation": product_model(
-            static, [int8, tensor(per_channel, "ws"), *activation], x
-        ),
-    }, x
+    exact = {
+        "int8, per channel (ours)": exact_error(x["x"][0], w, PRODUCT_MAX),
+        "int8, per channel, full range": exact_error(x["x"][0], w, 127),
+    }
+    return (
+        {
+            "float32 MatMul": product_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [tensor(w, "w")], x),
+            "int8, per channel (ours)": product_model(
+                [helper.make_node(dynamic, ["x", "w", "ws"], ["y"], domain=ms)], [int8, tensor(per_channel, "ws")], x
+            ),
+            "int8, per channel, full range": product_model(
+                [helper.make_node(dynamic, ["x", "w", "ws"], ["y"], domain=ms)],
+                [int8_full, tensor(per_channel_full, "ws")],
+                x,
+            ),
+            "int8, per tensor": product_model(
+                [helper.make_node(dynamic, ["x", "w", "ws"], ["y"], domain=ms)],
+                [int8_tensor, tensor(per_tensor, "ws")],
+                x,
+            ),
+            "uint8 weights, per tensor": product_model(
+                [helper.make_node(dynamic, ["x", "w", "ws", "wz"], ["y"], domain=ms)],
+                [uint8, tensor(per_tensor, "ws"), tensor(np.uint8(128), "wz")],
+                x,
+            ),
+            "int8, per channel, static activation": product_model(
+                static, [int8, tensor(per_channel, "ws"), *activation], x
+            ),
+        },
+        x,
+        exact,
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -97,8 +151,9 @@ def main(argv: list[str] | None = None) -> dict:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
     results = {}
+    print(f"uint8 x int8 may saturate on this CPU (x86, no VNNI): {u8s8_saturates()}", flush=True)
     for k, n in SHAPES[args.preset]:
-        models, x = sides(k, n, rng)
+        models, x, exact = sides(k, n, rng)
         sessions = {
             name: onnxruntime.InferenceSession(m, options, providers=["CPUExecutionProvider"])
             for name, m in models.items()
@@ -123,10 +178,19 @@ def main(argv: list[str] | None = None) -> dict:
             }
             for name, s in seconds.items()
         }
+        for name, error in exact.items():
+            results[shape][name]["exact_sum_error"] = error
         print(f"{shape}", flush=True)
         for name, r in results[shape].items():
-            print(f"  {name:40s} {r['us']:9.1f} us  {r['speedup']:5.2f}x  error {r['max_relative_error']:.1e}")
-    result = {"preset": args.preset, "rounds": args.rounds, "load_average": os.getloadavg(), "products": results}
+            exactly = f"  (sums exact: {r['exact_sum_error']:.1e})" if "exact_sum_error" in r else ""
+            print(f"  {name:40s} {r['us']:9.1f} us  {r['speedup']:5.2f}x  error {r['max_relative_error']:.1e}{exactly}")
+    result = {
+        "preset": args.preset,
+        "rounds": args.rounds,
+        "u8s8_saturates": u8s8_saturates(),
+        "load_average": os.getloadavg(),
+        "products": results,
+    }
     print(json.dumps(result, indent=2))
     return result
 

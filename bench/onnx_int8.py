@@ -1,11 +1,12 @@
 """int8 ONNX on CPU (issue #46 item 5): one classifier as torch fp32, onnxruntime fp32 (`albert-ray
-export onnx`), our int8 (`--quantize int8`, pipelines/export/quantize.py) and optimum's dynamic
-int8 of the same fp32 export, side by side in one run: file size, accuracy on the same eval rows,
-and latency at batch 1 and 32, sequence 128; the fp32 and our int8 file also in a session with
-onnxruntime's default options (its SkipLayerNormalization fusion, which the product's sessions leave
-out: onnx_runner.SLOWER_FUSIONS), and with `--profile N` where each onnxruntime side's batch-1 time
-goes, per op type (onnxruntime's own profiler). And QA predict through the onnx backend (fp32 and
-int8) against bench/qa_predict_speed.py's plain transformers loop (issue #44's goal: >= 2x).
+export onnx`), our int8 (`--quantize int8`, pipelines/export/quantize.py) and optimum's dynamic int8
+of the same fp32 export, and ours with full-range weights (FULL_RANGE), side by side in one run:
+file size, accuracy on the same eval rows, and latency at batch 1 and 32, sequence 128; the fp32 and
+our int8 file also in a session with onnxruntime's default options (its SkipLayerNormalization
+fusion, which the product's sessions leave out: onnx_runner.SLOWER_FUSIONS), and with `--profile N`
+where each onnxruntime side's batch-1 time goes, per op type (onnxruntime's own profiler). And QA
+predict through the onnx backend (fp32 and int8) against bench/qa_predict_speed.py's plain
+transformers loop (issue #44's goal: >= 2x).
 
 The model: `--run-dir`, a run whose finetune stage fine-tuned the embedded BBC News task (its
 finetune/best; the eval rows are the stage's own held-out split, rebuilt from its config.yaml); or,
@@ -49,7 +50,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/'s modules, as a script sees them
 
-SIDES = ("torch fp32", "ORT fp32", "ORT int8 (ours)", "ORT int8 (optimum)")
+SIDES = ("torch fp32", "ORT fp32", "ORT int8 (ours)", "ORT int8, full-range weights", "ORT int8 (optimum)")
+FULL_RANGE = "ORT int8, full-range weights"
+"""Our int8 with the MatMul weights in [-127, 127] instead of quantize.PRODUCT_MAX's 63: on an x86 CPU
+without VNNI onnxruntime's uint8 x int8 kernel saturates on it (the same size and speed as ours)."""
 FUSED = ", attention fused"
 """The suffix of a copy of a file whose attention is onnxruntime's MultiHeadAttention op (`export onnx
 --fuse-attention`: pipelines/export/fuse.py)."""
@@ -101,6 +105,16 @@ def random_classifier(root: Path, spiece: str, preset: str, rows: int) -> tuple[
     usage = ModelUsage("classification", SEQ)
     save_model(model, spiece, str(root / "model"), labels, None, usage)
     return root / "model", [{"text": examples.texts[i]} for i in picked], [examples.labels[i] for i in picked]
+
+
+def full_range_int8(fp32: Path, output: Path) -> None:
+    """Our int8 of `fp32` with full-range (8-bit) MatMul weights (FULL_RANGE)."""
+    import functools
+
+    from pipelines.export.onnx import _rewrite_export
+    from pipelines.export.quantize import INT8_MAX, quantize_int8
+
+    _rewrite_export(fp32, output, False, functools.partial(quantize_int8, product_max=INT8_MAX))
 
 
 def optimum_int8(fp32: Path, output: Path) -> None:
@@ -351,9 +365,12 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             model, rows, gold = random_classifier(root, spiece_dir(args, root), args.preset, args.rows)
         files = {side: root / f"{i}.onnx" for i, side in enumerate(SIDES) if i}
-        progress(f"exporting {model}: fp32, our int8, optimum's int8, the attention fused")
+        progress(
+            f"exporting {model}: fp32, our int8 (7-bit and full-range weights), optimum's int8, the attention fused"
+        )
         export_onnx(load_exportable(model), files["ORT fp32"])
         quantize_export(files["ORT fp32"], files["ORT int8 (ours)"])
+        full_range_int8(files["ORT fp32"], files[FULL_RANGE])
         optimum_int8(files["ORT fp32"], files["ORT int8 (optimum)"])
         fusions = {}
         for side in FUSED_SIDES:

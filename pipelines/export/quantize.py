@@ -13,14 +13,16 @@ is what loses the accuracy.
 
 So here, in one pass over the graph:
 - each parameter matrix feeding a MatMul (through Transpose and Concat only) is quantized once, per
-  output channel, symmetric int8 (scale = max |w| / 127 per channel), and replaces the fp32
+  output channel, symmetric int8 of 7 bits (scale = max |w| / 63 per channel: `PRODUCT_MAX`, which
+  keeps onnxruntime's int8 kernel from saturating on CPUs without VNNI), and replaces the fp32
   parameter; the graph's Transpose/Concat nodes are kept, applied to the int8 tensor (onnxruntime
   folds them when it loads the file, in memory); each MatMul gets its operand's per-channel scales
   (a few floats each) and becomes DynamicQuantizeLinear (the activation, uint8 per tensor, at run
   time) -> MatMulInteger -> Cast -> Mul by the two scales, which onnxruntime fuses into its
   DynamicQuantizeMatMul kernel;
-- each embedding table read by Gather is stored as int8 rows with a scale per row (the table is
-  most of a small model's bytes), multiplied back to float32 when onnxruntime loads the file;
+- each embedding table read by Gather is stored as int8 rows (the full 127) with a scale per row
+  (the table is most of a small model's bytes), multiplied back to float32 when onnxruntime loads
+  the file;
 - the pooler's Gemm becomes a MatMul and an Add, quantized as the layer's are;
 - what stays float32: LayerNorm, softmax, the attention's activation x activation MatMuls, the
   biases, and a Gemm whose output is the model's (the classifier: small, and where the task's
@@ -35,6 +37,14 @@ import numpy as np
 import onnx_ir as ir
 
 INT8_MAX = 127
+"""An embedding table's range: its rows are multiplied back to float32, never by an integer kernel."""
+PRODUCT_MAX = 63
+"""A MatMul weight's range, 7 bits of int8's 8: on an x86 CPU without VNNI (AVX2, AVX-512 before
+Cascade Lake, AMD before Zen 4) onnxruntime multiplies uint8 activations by int8 weights with
+vpmaddubsw, which adds two products into an int16 and saturates at 32,767; 2 x 255 x 127 does not fit,
+2 x 255 x 63 = 32,130 does. Full-range weights there moved a product by up to 18% of its largest value
+(bench/int8_kernels.py) and changed 2.5% of make run's predictions; 7-bit ones stay near 2% on every
+CPU, in any runtime, at the fast kernel's speed (onnxruntime's `reduce_range`, OpenVINO's workaround)."""
 WEIGHT_OPS = ("Transpose", "Concat")
 """The ops between a parameter and a MatMul operand that keep each output channel one parameter row
 (the exporter's transposes and the fused q/k/v concatenation)."""
@@ -52,8 +62,9 @@ class Quantized:
     """Parameter matrices quantized, each stored once (however many MatMuls read it)."""
 
 
-def quantize_int8(model: ir.Model) -> Quantized:
-    """Quantize `model`'s weight MatMuls and embedding tables in place (the module docstring)."""
+def quantize_int8(model: ir.Model, product_max: int = PRODUCT_MAX) -> Quantized:
+    """Quantize `model`'s weight MatMuls and embedding tables in place (the module docstring);
+    `product_max` the MatMul weights' range (127: full-range weights, bench/onnx_int8.py's contrast)."""
     graph = model.graph
     for node in [n for n in graph if n.op_type == "Gemm" and not n.outputs[0].is_graph_output()]:
         _gemm_as_matmul(graph, node)
@@ -65,7 +76,7 @@ def quantize_int8(model: ir.Model) -> Quantized:
             if axes.setdefault(leaf.name, axis) != axis:
                 raise ValueError(f"{leaf.name} feeds MatMuls along two axes; int8 quantization expects one")
     leaves = {leaf.name: leaf for _, found in plans for leaf in found}
-    scales = {name: _quantize_initializer(graph, leaves[name], axes[name]) for name in leaves}
+    scales = {name: _quantize_initializer(graph, leaves[name], axes[name], product_max) for name in leaves}
     for node, _ in plans:
         _retype_int8(node.inputs[1])
         _integer_matmul(graph, node, scales)
@@ -131,11 +142,11 @@ def _operand_leaves(value: ir.Value) -> dict[ir.Value, int]:
     return leaves if walk(value, 1) else {}
 
 
-def _quantize_initializer(graph: ir.Graph, value: ir.Value, axis: int) -> np.ndarray:
-    """Replace the float initializer `value` by its int8 per-channel (`axis`) quantization under the
-    same name; returns its scales, shaped to broadcast over it."""
+def _quantize_initializer(graph: ir.Graph, value: ir.Value, axis: int, largest: int) -> np.ndarray:
+    """Replace the float initializer `value` by its int8 per-channel (`axis`) quantization in
+    [-largest, largest] under the same name; returns its scales, shaped to broadcast over it."""
     weights = value.const_value.numpy()
-    scale = np.abs(weights).max(axis=1 - axis, keepdims=True) / INT8_MAX
+    scale = np.abs(weights).max(axis=1 - axis, keepdims=True) / largest
     scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
     value.const_value = ir.tensor(np.round(weights / scale).astype(np.int8), name=value.name)
     value.dtype = ir.DataType.INT8
@@ -191,7 +202,7 @@ def _integer_table(graph: ir.Graph, table: ir.Value) -> None:
     lookups stay float32 gathers (the file holds int8; memory, the float table)."""
     readers = [use.node for use in table.uses()]
     first = next(node for node in graph if node in readers)
-    scale = _quantize_initializer(graph, table, 0)[:, :1]  # [V, 1]: a row's scale, for its elements
+    scale = _quantize_initializer(graph, table, 0, INT8_MAX)[:, :1]  # [V, 1]: a row's scale, for its elements
     row_scales = ir.Value(name=f"{table.name}.scale", const_value=ir.tensor(np.ascontiguousarray(scale)))
     graph.register_initializer(row_scales)
     cast = ir.Node("", "Cast", [table], [ir.AttrInt64("to", ir.DataType.FLOAT)], name=f"{table.name}_cast")

@@ -56,8 +56,9 @@ def exports(tmp_path_factory):
 
 
 def int8_copy(matrix: np.ndarray, axis: int) -> np.ndarray:
-    """`matrix` quantized per channel along `axis` as the export does: symmetric, max |w| / 127."""
-    scale = np.abs(matrix).max(axis=1 - axis, keepdims=True) / 127
+    """`matrix` quantized per channel along `axis` as the export does a MatMul's weight: symmetric,
+    7 bits (max |w| / 63)."""
+    scale = np.abs(matrix).max(axis=1 - axis, keepdims=True) / 63
     return np.round(matrix / scale).astype(np.int8)
 
 
@@ -75,6 +76,24 @@ def test_the_int8_file_is_a_third_of_fp32_with_the_shared_layer_once(exports):
         assert not any(np.array_equal(a.reshape(matrix.shape), matrix) for a in floats), name
         assert not any(a.shape == matrix.T.shape and np.array_equal(a, matrix.T) for a in floats), name
     assert int8.quantized.matrices == 6 + 2  # the layer's, the embedding mapping's, the pooler's
+
+
+def test_product_weights_are_7_bit_and_tables_8_bit(exports):
+    """Every channel of a MatMulInteger weight reaches 63 and none passes it (two uint8 x int8 products
+    fit the int16 of a CPU without VNNI: 2 x 255 x 63 < 32,768); an embedding table's rows, which no
+    integer kernel multiplies, use the full 127."""
+    _, _, _, int8 = exports
+    model = onnx.load(str(int8.path))
+    arrays = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    tables = {name for name in arrays if f"{name}.scale" in arrays}
+    assert len(tables) == int8.quantized.tables == 3
+    for name in tables:
+        assert arrays[name].dtype == np.int8 and np.abs(arrays[name].astype(int)).max(axis=1).min() == 127, name
+    products = [a for name, a in arrays.items() if a.dtype == np.int8 and name not in tables]
+    assert len(products) == int8.quantized.matrices
+    for a in products:
+        per_row, per_column = (np.abs(a.astype(int)).max(axis=axis) for axis in (1, 0))
+        assert a.max() <= 63 and a.min() >= -63 and (set(per_row) == {63} or set(per_column) == {63})
 
 
 def test_weight_matmuls_are_integer_and_attention_stays_float(exports):
