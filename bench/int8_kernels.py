@@ -5,7 +5,7 @@ the ways onnxruntime offers, side by side in one run:
 - DynamicQuantizeMatMul, int8 weights of 7 bits (|w| <= 63), a scale per output channel: what the
   export's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul becomes in onnxruntime (quantize.py);
 - the same with full-range weights (|w| <= 127): on an x86 CPU without VNNI onnxruntime's kernel adds
-  two uint8 x int8 products into an int16 that saturates (quantize.PRODUCT_MAX), so there its error
+  two uint8 x int8 products into an int16 that saturates (int8_cpu.PRODUCT_MAX), so there its error
   is several times ours (`u8s8_saturates` in the result says which CPU this is); for both, the
   error with sums that never saturate (`exact_sum_error`: numpy's exact integer product, what a CPU
   with VNNI computes) shows what the 7th bit costs where there is no saturation;
@@ -29,14 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 
 import numpy as np
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
-from pipelines.export.quantize import PRODUCT_MAX
+from pipelines.inference.int8_cpu import PRODUCT_MAX, u8s8_saturates
 
 SHAPES = {"make-run": ((128, 384), (128, 512), (512, 128)), "base": ((768, 2304), (768, 3072), (3072, 768))}
 """(K, N) of each weight product, by model size."""
@@ -44,19 +43,6 @@ SEQ = 128
 ACTIVATION_SCALE = 0.03
 """A static quantization's activation scale (a calibrated model's would come from its training rows;
 the time does not depend on its value)."""
-
-
-def u8s8_saturates() -> bool:
-    """Whether onnxruntime's uint8 x int8 kernel may saturate on this CPU: x86 without VNNI (AVX-512
-    VNNI or AVX-VNNI in /proc/cpuinfo's flags; a machine without that file counts as VNNI-less)."""
-    if platform.machine().lower() not in ("x86_64", "amd64", "i686", "x86"):
-        return False  # ARM's dot products accumulate in 32 bits
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return True
-    return not {"avx512_vnni", "avx_vnni"} & set(flags)
 
 
 def exact_error(x: np.ndarray, w: np.ndarray, largest: int) -> float:

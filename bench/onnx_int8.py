@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/'s modules, as
 
 SIDES = ("torch fp32", "ORT fp32", "ORT int8 (ours)", "ORT int8, full-range weights", "ORT int8 (optimum)")
 FULL_RANGE = "ORT int8, full-range weights"
-"""Our int8 with the MatMul weights in [-127, 127] instead of quantize.PRODUCT_MAX's 63: on an x86 CPU
+"""Our int8 with the MatMul weights in [-127, 127] instead of int8_cpu.PRODUCT_MAX's 63: on an x86 CPU
 without VNNI onnxruntime's uint8 x int8 kernel saturates on it (the same size and speed as ours)."""
 FUSED = ", attention fused"
 """The suffix of a copy of a file whose attention is onnxruntime's MultiHeadAttention op (`export onnx

@@ -14,7 +14,7 @@ is what loses the accuracy.
 So here, in one pass over the graph:
 - each parameter matrix feeding a MatMul (through Transpose and Concat only) is quantized once, per
   output channel, symmetric int8 of 7 bits (scale = max |w| / 63 per channel: `PRODUCT_MAX`, which
-  keeps onnxruntime's int8 kernel from saturating on CPUs without VNNI), and replaces the fp32
+  keeps onnxruntime's int8 kernel from saturating on CPUs without VNNI: inference/int8_cpu.py), and replaces the fp32
   parameter; the graph's Transpose/Concat nodes are kept, applied to the int8 tensor (onnxruntime
   folds them when it loads the file, in memory); each MatMul gets its operand's per-channel scales
   (a few floats each) and becomes DynamicQuantizeLinear (the activation, uint8 per tensor, at run
@@ -36,15 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from ..inference.int8_cpu import PRODUCT_MAX
+
 INT8_MAX = 127
 """An embedding table's range: its rows are multiplied back to float32, never by an integer kernel."""
-PRODUCT_MAX = 63
-"""A MatMul weight's range, 7 bits of int8's 8: on an x86 CPU without VNNI (AVX2, AVX-512 before
-Cascade Lake, AMD before Zen 4) onnxruntime multiplies uint8 activations by int8 weights with
-vpmaddubsw, which adds two products into an int16 and saturates at 32,767; 2 x 255 x 127 does not fit,
-2 x 255 x 63 = 32,130 does. Full-range weights there moved a product by up to 18% of its largest value
-(bench/int8_kernels.py) and changed 2.5% of make run's predictions; 7-bit ones stay near 2% on every
-CPU, in any runtime, at the fast kernel's speed (onnxruntime's `reduce_range`, OpenVINO's workaround)."""
 WEIGHT_OPS = ("Transpose", "Concat")
 """The ops between a parameter and a MatMul operand that keep each output channel one parameter row
 (the exporter's transposes and the fused q/k/v concatenation)."""

@@ -19,6 +19,7 @@ from torch import nn
 from ..errors import BadInput, MissingInput
 from ..storage import exists, read_bytes
 from ..storage.models import USAGE_KEYS
+from .int8_cpu import warn_if_full_range
 
 SLOWER_FUSIONS = ("SkipLayerNormFusion",)
 """onnxruntime graph fusions every session the product opens leaves out (`disabled_optimizers`, as a
@@ -104,12 +105,14 @@ class OnnxRunner(nn.Module):
 def read_onnx(
     path: str, key: str, config: Mapping[str, Any], outputs: tuple[str, ...], model: str, encoder_too: bool = False
 ) -> bytes:
-    """The ONNX file at `path` (local or s3://), checked against the model folder (`check_onnx`);
-    MissingInput naming `key` where there is none."""
+    """The ONNX file at `path` (local or s3://), checked against the model folder (`check_onnx`) and
+    warned of if its int8 weights use all 8 bits (int8_cpu.warn_if_full_range); MissingInput naming
+    `key` where there is none."""
     if not exists(path):
         raise MissingInput(f"{key}: {path} does not exist (write it with `albert-ray export onnx {model} {path}`)")
     data = read_bytes(path)
     check_onnx(data, config, outputs, f"{key} {path}", model, encoder_too)
+    warn_if_full_range(data, f"{key} {path}")
     return data
 
 

@@ -2,7 +2,7 @@
 product runs; ours (7-bit weights) computes what exact integer sums give (numpy's, as a CPU with
 VNNI sums) on every CPU, so nothing saturated; full-range weights do too only on a CPU with VNNI,
 and on one without it their error is several times the exact sums' (the saturation
-quantize.PRODUCT_MAX avoids). Its times go to BENCHMARKS.md, never asserted."""
+int8_cpu.PRODUCT_MAX avoids). Its times go to BENCHMARKS.md, never asserted."""
 
 import pytest
 

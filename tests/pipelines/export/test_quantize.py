@@ -148,6 +148,53 @@ def weights(path) -> list[tuple]:
     )
 
 
+def test_a_full_range_file_is_found_and_warned_of_by_name(exports, tmp_path, caplog):
+    """An int8 file whose MatMul weights use all 8 bits (as exports were before 7-bit weights): its
+    weights are found, and reading it for predict or serve warns once, naming the setting and the
+    file, whether this CPU saturates on it; the product's own int8 file and fp32 get no warning."""
+    import functools
+    import json
+
+    from pipelines.export.onnx import _rewrite_export
+    from pipelines.export.quantize import quantize_int8
+    from pipelines.inference.int8_cpu import full_range_products, u8s8_saturates
+    from pipelines.inference.onnx_runner import read_onnx
+
+    folder, _, fp32, int8 = exports
+    full = tmp_path / "full.onnx"
+    _rewrite_export(fp32.path, full, False, functools.partial(quantize_int8, product_max=127))
+    assert len(full_range_products(onnx.load(str(full)))) == int8.quantized.matrices
+    assert full_range_products(onnx.load(str(int8.path))) == full_range_products(onnx.load(str(fp32.path))) == []
+    config = json.loads((folder / "config.json").read_text())
+    for path in (full, int8.path, fp32.path):
+        caplog.clear()
+        read_onnx(str(path), "predict.onnx", config, ("logits",), str(folder))
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        if path == full:
+            assert len(warned) == 1 and warned[0].startswith(f"predict.onnx {full}: 8 int8 weight matrices")
+            assert f"(this one: {'yes' if u8s8_saturates() else 'no'})" in warned[0] and "--quantize int8" in warned[0]
+        else:
+            assert warned == []
+
+
+def test_which_cpus_saturate(tmp_path):
+    """x86 without avx512_vnni or avx_vnni in /proc/cpuinfo's flags saturates; with either, or on ARM,
+    it does not; an x86 machine whose cpuinfo cannot be read counts as saturating."""
+    from pipelines.inference.int8_cpu import u8s8_saturates
+
+    def cpuinfo(flags: str) -> str:
+        path = tmp_path / f"cpuinfo-{len(flags)}"
+        path.write_text(f"processor\t: 0\nmodel name\t: x\nflags\t\t: {flags}\n\nprocessor\t: 1\n")
+        return str(path)
+
+    assert u8s8_saturates("x86_64", cpuinfo("fpu sse avx avx2 fma"))
+    assert u8s8_saturates("x86_64", cpuinfo("fpu avx2 avx512f avx512bw"))  # Skylake-SP: AVX-512, no VNNI
+    assert not u8s8_saturates("x86_64", cpuinfo("avx2 avx512f avx512_vnni"))
+    assert not u8s8_saturates("AMD64", cpuinfo("avx2 avx_vnni"))
+    assert not u8s8_saturates("aarch64", str(tmp_path / "none"))
+    assert u8s8_saturates("x86_64", str(tmp_path / "none"))
+
+
 @pytest.mark.e2e
 def test_the_command_quantizes_and_says_the_agreement(exports, tmp_path, capsys):
     folder = exports[0]
