@@ -14,12 +14,12 @@ is what loses the accuracy.
 So here, in one pass over the graph:
 - each parameter matrix feeding a MatMul (through Transpose and Concat only) is quantized once, per
   output channel, symmetric int8 of 7 bits (scale = max |w| / 63 per channel: `PRODUCT_MAX`, which
-  keeps onnxruntime's int8 kernel from saturating on CPUs without VNNI: inference/int8_cpu.py), and replaces the fp32
-  parameter; the graph's Transpose/Concat nodes are kept, applied to the int8 tensor (onnxruntime
-  folds them when it loads the file, in memory); each MatMul gets its operand's per-channel scales
-  (a few floats each) and becomes DynamicQuantizeLinear (the activation, uint8 per tensor, at run
-  time) -> MatMulInteger -> Cast -> Mul by the two scales, which onnxruntime fuses into its
-  DynamicQuantizeMatMul kernel;
+  keeps onnxruntime's int8 kernel from saturating on CPUs without VNNI: inference/int8_cpu.py), and
+  replaces the fp32 parameter; the graph's Transpose/Concat nodes are kept, applied to the int8
+  tensor (onnxruntime folds them when it loads the file, in memory); each MatMul gets its operand's
+  per-channel scales (a few floats each) and becomes DynamicQuantizeLinear (the activation, uint8
+  per tensor, at run time) -> MatMulInteger -> Cast -> Mul by the two scales, which onnxruntime
+  fuses into its DynamicQuantizeMatMul kernel;
 - each embedding table read by Gather is stored as int8 rows (the full 127) with a scale per row
   (the table is most of a small model's bytes), multiplied back to float32 when onnxruntime loads
   the file;
@@ -36,13 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from ..inference.int8_cpu import PRODUCT_MAX
+from ..inference.int8_cpu import PRODUCT_MAX, WEIGHT_OPS
 
 INT8_MAX = 127
 """An embedding table's range: its rows are multiplied back to float32, never by an integer kernel."""
-WEIGHT_OPS = ("Transpose", "Concat")
-"""The ops between a parameter and a MatMul operand that keep each output channel one parameter row
-(the exporter's transposes and the fused q/k/v concatenation)."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The int8 weights' range that no CPU saturates, and the check of an int8 export where it runs.
+"""The int8 weights' range that no CPU saturates, and the check of an int8 export predict and serve read.
 
 An int8 export (`albert-ray export onnx --quantize int8`, pipelines/export/quantize.py) multiplies
 uint8 activations by int8 weights in onnxruntime's integer kernels. On an x86 CPU without VNNI (AVX2,
@@ -24,8 +24,9 @@ on an AMD EPYC; 7-bit ones equal exact integer sums there, at the same kernel's 
 `reduce_range`, OpenVINO's workaround; docs/BENCHMARKS.md#int8-on-cpu)."""
 INTEGER_PRODUCTS = ("MatMulInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat")
 """onnxruntime's ops that multiply uint8 activations by an int8 weight (their second input)."""
-WEIGHT_VIEWS = ("Transpose", "Concat")
-"""The ops an export applies between a weight initializer and its MatMul (quantize.WEIGHT_OPS)."""
+WEIGHT_OPS = ("Transpose", "Concat")
+"""The ops between a parameter and a MatMul operand that keep each output channel one parameter row
+(the exporter's transposes and the fused q/k/v concatenation)."""
 
 
 def u8s8_saturates(machine: str | None = None, cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -56,7 +57,7 @@ def full_range_products(model: onnx.ModelProto) -> list[str]:
                 values = numpy_helper.to_array(tensor).astype("int16")
                 if values.size and int(abs(values).max()) > PRODUCT_MAX:
                     found[name] = None
-        elif name in producers and producers[name].op_type in WEIGHT_VIEWS:
+        elif name in producers and producers[name].op_type in WEIGHT_OPS:
             for i in producers[name].input:
                 walk(i)
 
@@ -84,4 +85,11 @@ def warn_if_full_range(data: bytes, where: str) -> bool:
     return bool(weights)
 
 
-__all__ = ["INTEGER_PRODUCTS", "PRODUCT_MAX", "full_range_products", "u8s8_saturates", "warn_if_full_range"]
+__all__ = [
+    "INTEGER_PRODUCTS",
+    "PRODUCT_MAX",
+    "WEIGHT_OPS",
+    "full_range_products",
+    "u8s8_saturates",
+    "warn_if_full_range",
+]
