@@ -109,12 +109,10 @@ def random_classifier(root: Path, spiece: str, preset: str, rows: int) -> tuple[
 
 def full_range_int8(fp32: Path, output: Path) -> None:
     """Our int8 of `fp32` with full-range (8-bit) MatMul weights (FULL_RANGE)."""
-    import functools
+    from pipelines.export.onnx import quantize_export
+    from pipelines.export.quantize import INT8_MAX
 
-    from pipelines.export.onnx import _rewrite_export
-    from pipelines.export.quantize import INT8_MAX, quantize_int8
-
-    _rewrite_export(fp32, output, False, functools.partial(quantize_int8, product_max=INT8_MAX))
+    quantize_export(fp32, output, product_max=INT8_MAX)
 
 
 def optimum_int8(fp32: Path, output: Path) -> None:

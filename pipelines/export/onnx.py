@@ -12,6 +12,7 @@ unrolled model's copies (docs/model.md#onnx).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from albert_model.hf import load_hf_encoder, load_hf_pretrained
 
 from ..errors import BadInput, ConfigError, MissingInput, RefusedPath
 from ..finetuning.families import FAMILIES
+from ..inference.int8_cpu import PRODUCT_MAX
 from ..inference.onnx_runner import ENCODER_OUTPUTS, cpu_session
 from ..storage.models import USAGE_KEYS
 from .files import deduplicate_initializers, save_model
@@ -183,10 +185,13 @@ def export_onnx(
     )
 
 
-def quantize_export(fp32: str | os.PathLike, output: str | os.PathLike, force: bool = False) -> Quantized:
+def quantize_export(
+    fp32: str | os.PathLike, output: str | os.PathLike, force: bool = False, product_max: int = PRODUCT_MAX
+) -> Quantized:
     """An fp32 export's int8 copy at `output`, as `export_onnx(quantize="int8")` writes it, without
-    tracing the model again (one trace for both files: the benches, the tests)."""
-    return _rewrite_export(fp32, output, force, quantize_int8)
+    tracing the model again (one trace for both files: the benches, the tests); `product_max` the
+    MatMul weights' range (quantize_int8's: 127 writes the full-range file the benches contrast)."""
+    return _rewrite_export(fp32, output, force, functools.partial(quantize_int8, product_max=product_max))
 
 
 def fuse_export(source: str | os.PathLike, output: str | os.PathLike, force: bool = False) -> int:

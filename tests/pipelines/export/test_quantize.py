@@ -152,17 +152,14 @@ def test_a_full_range_file_is_found_and_warned_of_by_name(exports, tmp_path, cap
     """An int8 file whose MatMul weights use all 8 bits (as exports were before 7-bit weights): its
     weights are found, and reading it for predict or serve warns once, naming the setting and the
     file, whether this CPU saturates on it; the product's own int8 file and fp32 get no warning."""
-    import functools
     import json
 
-    from pipelines.export.onnx import _rewrite_export
-    from pipelines.export.quantize import quantize_int8
     from pipelines.inference.int8_cpu import full_range_products, u8s8_saturates
     from pipelines.inference.onnx_runner import read_onnx
 
     folder, _, fp32, int8 = exports
     full = tmp_path / "full.onnx"
-    _rewrite_export(fp32.path, full, False, functools.partial(quantize_int8, product_max=127))
+    quantize_export(fp32.path, full, product_max=127)
     assert len(full_range_products(onnx.load(str(full)))) == int8.quantized.matrices
     assert full_range_products(onnx.load(str(int8.path))) == full_range_products(onnx.load(str(fp32.path))) == []
     config = json.loads((folder / "config.json").read_text())
