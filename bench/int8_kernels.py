@@ -35,6 +35,7 @@ import numpy as np
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
+from pipelines.export.quantize import INT8_MAX
 from pipelines.inference.int8_cpu import PRODUCT_MAX, u8s8_saturates
 
 SHAPES = {"make-run": ((128, 384), (128, 512), (512, 128)), "base": ((768, 2304), (768, 3072), (3072, 768))}
@@ -75,8 +76,8 @@ def sides(k: int, n: int, rng: np.random.Generator) -> tuple[dict[str, bytes], d
     the two per-channel sides' `exact_error`."""
     w = (rng.standard_normal((k, n)) * 0.05).astype(np.float32)
     per_channel = (np.abs(w).max(axis=0) / PRODUCT_MAX).astype(np.float32)
-    per_channel_full = (np.abs(w).max(axis=0) / 127).astype(np.float32)
-    per_tensor = np.float32(np.abs(w).max() / 127)
+    per_channel_full = (np.abs(w).max(axis=0) / INT8_MAX).astype(np.float32)
+    per_tensor = np.float32(np.abs(w).max() / INT8_MAX)
     x = {"x": rng.standard_normal((1, SEQ, k)).astype(np.float32)}
 
     def tensor(array, name):
@@ -95,7 +96,7 @@ def sides(k: int, n: int, rng: np.random.Generator) -> tuple[dict[str, bytes], d
     activation = [tensor(np.float32(ACTIVATION_SCALE), "xs"), tensor(np.uint8(128), "xz")]
     exact = {
         "int8, per channel (ours)": exact_error(x["x"][0], w, PRODUCT_MAX),
-        "int8, per channel, full range": exact_error(x["x"][0], w, 127),
+        "int8, per channel, full range": exact_error(x["x"][0], w, INT8_MAX),
     }
     return (
         {

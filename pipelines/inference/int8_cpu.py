@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import platform
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -45,33 +46,35 @@ def u8s8_saturates(machine: str | None = None, cpuinfo: str = "/proc/cpuinfo") -
 
 def full_range_products(model: onnx.ModelProto) -> list[str]:
     """The int8 weight initializers of `model`'s integer MatMuls (through Transpose and Concat) with
-    a value beyond PRODUCT_MAX, by name."""
+    a value beyond PRODUCT_MAX, by name; each read once, however many MatMuls share it."""
     initializers = {t.name: t for t in model.graph.initializer}
     producers = {out: node for node in model.graph.node for out in node.output}
-    found: dict[str, None] = {}
 
-    def walk(name: str) -> None:
+    def leaves(name: str) -> list[str]:
         if name in initializers:
-            tensor = initializers[name]
-            if tensor.data_type == onnx.TensorProto.INT8:
-                values = numpy_helper.to_array(tensor).astype("int16")
-                if values.size and int(abs(values).max()) > PRODUCT_MAX:
-                    found[name] = None
-        elif name in producers and producers[name].op_type in WEIGHT_OPS:
-            for i in producers[name].input:
-                walk(i)
+            return [name]
+        node = producers.get(name)
+        return [leaf for i in node.input for leaf in leaves(i)] if node and node.op_type in WEIGHT_OPS else []
 
-    for node in model.graph.node:
-        if node.op_type in INTEGER_PRODUCTS and len(node.input) > 1:
-            walk(node.input[1])
-    return list(found)
+    weights = dict.fromkeys(
+        leaf
+        for node in model.graph.node
+        if node.op_type in INTEGER_PRODUCTS and len(node.input) > 1
+        for leaf in leaves(node.input[1])
+    )
+    return [
+        name
+        for name in weights
+        if initializers[name].data_type == onnx.TensorProto.INT8
+        and np.abs(numpy_helper.to_array(initializers[name]).astype(np.int16)).max(initial=0) > PRODUCT_MAX
+    ]
 
 
-def warn_if_full_range(data: bytes, where: str) -> bool:
-    """Log a warning naming `where` (the setting and the file) when the ONNX model `data` has integer
-    MatMul weights beyond 7 bits, which this CPU's int8 kernel, or another x86 CPU's without VNNI,
+def warn_if_full_range(model: onnx.ModelProto, where: str) -> bool:
+    """Log a warning naming `where` (the setting and the file) when `model` has integer MatMul
+    weights beyond 7 bits, which this CPU's int8 kernel, or another x86 CPU's without VNNI,
     saturates (some answers then differ from the model's); whether it warned."""
-    weights = full_range_products(onnx.load_model_from_string(data))
+    weights = full_range_products(model)
     if weights:
         log.warning(
             "%s: %d int8 weight matrices of its MatMuls use all 8 bits, which onnxruntime's int8 kernel "

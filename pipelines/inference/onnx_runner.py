@@ -45,10 +45,10 @@ def check_onnx(
     where: str,
     model: str,
     encoder_too: bool = False,
-) -> None:
-    """BadInput unless `data` is an ONNX export with the model folder's usage metadata (the same
-    record, labels and problem type as its config.json: `config`) and the `outputs` needed: the
-    family's, or the encoder's for embeddings (either, with `encoder_too`)."""
+) -> onnx.ModelProto:
+    """`data` parsed, or BadInput unless it is an ONNX export with the model folder's usage metadata
+    (the same record, labels and problem type as its config.json: `config`) and the `outputs`
+    needed: the family's, or the encoder's for embeddings (either, with `encoder_too`)."""
     try:
         proto = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf's DecodeError and others: not an ONNX file
@@ -67,6 +67,7 @@ def check_onnx(
             f"{where}: outputs {names}, where {list(outputs)} are needed (`albert-ray export onnx {model} FILE` "
             "writes the head's; with --embedding, the encoder's last_hidden_state for sentence embeddings)"
         )
+    return proto
 
 
 def session_options(threads: int | None = None) -> onnxruntime.SessionOptions:
@@ -111,8 +112,7 @@ def read_onnx(
     if not exists(path):
         raise MissingInput(f"{key}: {path} does not exist (write it with `albert-ray export onnx {model} {path}`)")
     data = read_bytes(path)
-    check_onnx(data, config, outputs, f"{key} {path}", model, encoder_too)
-    warn_if_full_range(data, f"{key} {path}")
+    warn_if_full_range(check_onnx(data, config, outputs, f"{key} {path}", model, encoder_too), f"{key} {path}")
     return data
 
 
