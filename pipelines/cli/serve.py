@@ -8,7 +8,8 @@ one deployment, by name (`--model NAME=DIR` repeated, `--models DIR`: its sub-fo
         [--gpus-per-replica G] [--cpus-per-replica C] [--threads-per-replica T] [--max-batch-size 32]
         [--max-batch-tokens 8192]
         [--batch-wait-ms 10] [--max-queued-requests 256] [--request-timeout-s 60] [--max-seq-length L]
-        [--backend onnx --onnx FILE] [--precision auto|fp32|bf16] [--exit-patience N | --exit-entropy H]
+        [--backend onnx --onnx FILE | --onnx NAME=FILE ...] [--precision auto|fp32|bf16]
+        [--exit-patience N | --exit-entropy H]
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -26,22 +26,18 @@ from ..console import guarded, setup_logging
 from ..errors import BadInput
 from ..stages.ray_runtime import init_ray
 from ..stages.serve import (
-    ServedModel,
     ServeOptions,
     endpoint_app,
-    read_model,
     replica_gpus,
     start_endpoint,
     stop_endpoint,
 )
-from ..stages.serve_embed import EMBED
 from ..stages.serve_ingress import auto_threads, host_across_nodes, resolved_ingress
 from ..stages.serve_multiplex import multiplex_app
 from ..stages.serve_options import INGRESSES
-from .serve_models import named_models
+from .serve_models import named_models, onnx_files, read_models, serving_lines
 
 DEFAULTS = ServeOptions()
-EMBED_EXAMPLE = json.dumps({"text": "..."})
 
 
 def positive(kind: type[int] | type[float]) -> Callable[[str], float]:
@@ -210,9 +206,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     add(
         "--onnx",
-        metavar="FILE",
+        metavar="FILE | NAME=FILE",
+        action="append",
         help="--backend onnx: an ONNX export of MODEL_DIR (`albert-ray export onnx MODEL_DIR FILE [--quantize int8]`), "
-        "local or s3://",
+        "local or s3://; with several models, NAME=FILE for each",
     )
     add(
         "--exit-patience",
@@ -254,28 +251,6 @@ def check_models(args: argparse.Namespace) -> None:
         raise BadInput(f"MODEL_DIR {args.model_dir}: one model, served alone; not with {flag} (several, by name)")
     if args.models_per_replica is not None and not several:
         raise BadInput(f"--models-per-replica {args.models_per_replica}: only with several models (--model/--models)")
-    if args.backend == "onnx" and several:
-        raise BadInput("--backend onnx: serves MODEL_DIR with its --onnx file, not several models")
-
-
-def summary(model: ServedModel) -> str:
-    """The served model in words: its family (or that it has no task head), labels and length."""
-    labels = f": {', '.join(model.labels)}" if model.labels else ""
-    kind = model.kind or "an encoder without a task head: sentence vectors only"
-    return f"{kind}{labels}; {model.max_seq_length} tokens"
-
-
-def per_replica(options: ServeOptions) -> str:
-    """'2 threads a replica': what each replica computes on (ServeOptions.threads)."""
-    return f"{options.threads} thread{'s' * (options.threads != 1)} a replica"
-
-
-def curl(url: str, model: ServedModel) -> str:
-    """An example request to the model at `url`."""
-    example = json.dumps(dict.fromkeys(model.required, "..."))
-    optional = [f for f in model.fields if f not in model.required]
-    line = f"  curl -s {url} -H 'Content-Type: application/json' -d '{example}'"
-    return line + (f"    # and {', '.join(optional)}" if optional else "")
 
 
 def interrupt(signum, frame) -> None:
@@ -297,7 +272,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             parser.error(f"--gpus-per-replica {args.gpus_per_replica:g}: must be 0 or more")
         if args.batch_wait_ms < 0:
             parser.error(f"--batch-wait-ms {args.batch_wait_ms:g}: must be 0 or more")
-        if (args.onnx is not None) != (args.backend == "onnx"):
+        if args.onnx and args.backend != "onnx":
             raise BadInput("--backend onnx runs an ONNX file: give it as --onnx FILE (and --onnx only with it)")
         if args.backend == "onnx" and args.precision != "auto":
             raise BadInput(f"--precision {args.precision}: --backend onnx runs the export in its own precision")
@@ -334,21 +309,18 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         resolved_ingress(args.ingress)  # an explicit haproxy without a binary is refused before anything is read
         if args.exit_entropy is not None and args.exit_entropy <= 0:
             parser.error(f"--exit-entropy {args.exit_entropy:g}: must be more than 0")
-        if args.model_dir is not None:
-            model = read_model(args.model_dir, options.max_seq_length, args.onnx, args.exit_patience, args.exit_entropy)
+        several = args.model_dir is None
+        folders = named_models(args.model or [], args.models or []) if several else {"": args.model_dir}
+        onnx = onnx_files(args.onnx or [], folders, several) if args.backend == "onnx" else {}
+        models = read_models(folders, onnx, options.max_seq_length, args.exit_patience, args.exit_entropy)
+        if not several:
+            model = models[""]
             options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
             app_of = functools.partial(endpoint_app, args.model_dir, model.files)
         else:
-            folders = named_models(args.model or [], args.models or [])
-            models = {
-                name: read_model(
-                    folder, options.max_seq_length, None, args.exit_patience, args.exit_entropy, f"model {name}"
-                )
-                for name, folder in folders.items()
-            }
             app_of = functools.partial(multiplex_app, folders, {n: m.files for n, m in models.items()})
         init_ray()
-        several, beyond = args.model_dir is None, host_across_nodes(options.host)
+        beyond = host_across_nodes(options.host)
         options = dataclasses.replace(options, ingress=resolved_ingress(args.ingress, several, beyond))
         options = dataclasses.replace(options, threads_per_replica=auto_threads(options, replica_gpus(options)))
         previous = signal.signal(signal.SIGTERM, interrupt)
@@ -361,30 +333,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
             print("stopped before the endpoint came up", flush=True)
             return 130
         try:
-            if args.model_dir is not None:
-                print(
-                    f"serving {args.model_dir} ({summary(model)}"
-                    + (f"; onnxruntime on {args.onnx}" if args.onnx else "")
-                    + f"; {per_replica(options)}) at {url}\n"
-                    + (f"{curl(url, model)}\n" if model.kind else "")
-                    + f"  curl -s {url}{EMBED} -d '{EMBED_EXAMPLE}'    # a sentence vector (and pooling, normalize)\n"
-                    f"  curl -s {url}    # the model's family, fields, labels, max_seq_length and embedding_dimension\n"
-                    "Ctrl-C stops it.",
-                    flush=True,
-                )
-            else:
-                first = next(iter(models))
-                head = next((name for name, m in models.items() if m.kind), None)  # a model that predicts
-                print(
-                    f"serving {len(models)} models at {url}/<name> (up to {options.models_per_replica} loaded "
-                    f"per replica, each on first use; {per_replica(options)}):\n"
-                    + "".join(f"  {name}: {folders[name]} ({summary(m)})\n" for name, m in models.items())
-                    + (f"{curl(f'{url}/{head}', models[head])}\n" if head else "")
-                    + f"  curl -s {url}/{first}{EMBED} -d '{EMBED_EXAMPLE}'    # a sentence vector\n"
-                    f"  curl -s {url}    # the models, and which the replica that answers has loaded\n"
-                    "Ctrl-C stops it.",
-                    flush=True,
-                )
+            print(serving_lines(url, options, folders, models, onnx), flush=True)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:

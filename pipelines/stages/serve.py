@@ -13,13 +13,11 @@ on one deployment, by name: serve_multiplex.py, on these parts."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -31,11 +29,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, UserError, one_line
-from ..inference.embedding import EMBEDDING_ROWS, Embedder, has_task_head
-from ..inference.onnx_runner import ENCODER_OUTPUTS, ONNX_FILE, read_onnx
-from ..inference.predictor import Predictor, exit_rule_of, family_of, inference_of, label_names
+from ..inference.embedding import EMBEDDING_ROWS, Embedder
+from ..inference.onnx_runner import ONNX_FILE
+from ..inference.predictor import Predictor
 from ..inference.request import MAX_INPUTS, parse_request
-from ..storage.models import applied_length, materialize, read_model_files
+from ..storage.models import materialize
 from .ray_runtime import gpu_capacity
 from .serve_batching import Batcher
 from .serve_embed import EMBED, NO_HEAD, EmbedRoute, each_row, error, load_embedder, served_parts
@@ -106,14 +104,19 @@ def answered(
     return 200, answers if listed else answers[0]
 
 
+def onnx_in(local: str, options: ServeOptions) -> str | None:
+    """The ONNX export in a replica's copy of a model folder (served_model.read_model carried it
+    there) for the onnx backend; None for torch."""
+    return os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
+
+
 def load_predictor(local: str, options: ServeOptions) -> Predictor:
     """The model of a local folder (storage.models.materialize), applied as the options say."""
-    onnx = os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
     return Predictor.load(
         local,
         options.max_seq_length,
         options.max_batch_size,
-        onnx=onnx,
+        onnx=onnx_in(local, options),
         exit_patience=options.exit_patience,
         exit_entropy=options.exit_entropy,
         max_batch_tokens=options.max_batch_tokens,
@@ -154,13 +157,12 @@ class PredictEndpoint(EmbedRoute):
         torch.set_num_threads(options.threads)
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
         local = materialize(ray.get(files), self.work)
-        predicts, embeds = served_parts(local, os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None)
+        predicts, embeds = served_parts(local, onnx_in(local, options))
         self.predictor = load_predictor(local, options) if predicts else None
         self.embedder = None
         if embeds:
-            onnx = os.path.join(local, ONNX_FILE) if options.backend == "onnx" else None
             batching = (options.max_seq_length, options.max_batch_size, options.max_batch_tokens)
-            self.embedder = load_embedder(local, self.predictor, onnx, *batching)
+            self.embedder = load_embedder(local, self.predictor, onnx_in(local, options), *batching)
         self.predict_rows = Batcher(self.run_rows, options.max_batch_size, options.batch_wait_ms / 1000)
         self.embed_rows = Batcher(self.embed_batch, options.max_batch_size, options.batch_wait_ms / 1000)
         self.info = description(model, self.predictor, options, self.embedder)
@@ -218,54 +220,6 @@ async def predicted(
         return outputs
     status, answer = answered(outputs, listed, predictor.use.label_names)
     return JSONResponse(answer, status_code=status)
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    """A model folder read and checked before anything starts."""
-
-    files: dict[str, bytes]
-    """Its files (storage.models.read_model_files), which every replica loads."""
-    kind: str | None
-    """Its task family; None for an encoder without a task head, served for embeddings alone."""
-    fields: tuple[str, ...]
-    """A request row's fields (its family's inference), `required` of them needed."""
-    required: tuple[str, ...]
-    labels: list[str] | None
-    max_seq_length: int
-    """The length it is applied at: --max-seq-length, or its default (storage.models.applied_length)."""
-
-
-def read_model(
-    model_dir: str,
-    max_seq_length: int | None,
-    onnx: str | None = None,
-    exit_patience: int | None = None,
-    exit_entropy: float | None = None,
-    key: str = "MODEL_DIR",
-) -> ServedModel:
-    """The model folder (local or s3://), checked before anything starts: a missing folder, an export
-    of no family serve applies (an encoder alone is served for embeddings), a length over its
-    positions, early exit where its family's prediction cannot exit early (predictor.exit_rule_of);
-    with `onnx`, that ONNX export of it (onnx_runner.read_onnx: the head's, or its encoder's alone),
-    carried with its files. Errors about the folder itself name `key`."""
-    files = read_model_files(model_dir, key)
-    config = json.loads(files["config.json"])
-    if has_task_head(config, model_dir):
-        family = family_of(config, model_dir)
-        inference = inference_of(family, model_dir)
-        exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
-        kind, outputs = family.name, family.outputs
-    else:
-        if exit_patience is not None or exit_entropy is not None:
-            raise BadInput(
-                f"{model_dir}: an encoder without a task head; early exit reads a sequence head at every depth"
-            )
-        kind, inference, outputs = None, EMBEDDING_ROWS, ENCODER_OUTPUTS
-    length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
-    if onnx is not None:
-        files = {**files, ONNX_FILE: read_onnx(onnx, "--onnx", config, outputs, model_dir, encoder_too=True)}
-    return ServedModel(files, kind, tuple(inference.fields), tuple(inference.required), label_names(config), length)
 
 
 def replica_gpus(options: ServeOptions) -> float:
@@ -381,15 +335,14 @@ __all__ = [
     "RETRY_AFTER_S",
     "PredictEndpoint",
     "ServeOptions",
-    "ServedModel",
     "answered",
     "deployment_options",
     "description",
     "endpoint_app",
     "error",
     "load_predictor",
+    "onnx_in",
     "predicted",
-    "read_model",
     "read_body",
     "start_endpoint",
     "stop_endpoint",

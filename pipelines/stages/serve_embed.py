@@ -30,6 +30,11 @@ EMBED = "/embed"
 """The embedding route, under the endpoint's route."""
 NO_HEAD = f"has no task head served (an encoder, or an ONNX export of its encoder): it answers POST {EMBED}"
 """Why a folder without a task head answers no POST {route} (after the folder's name)."""
+NO_EMBEDDING = (
+    "this ONNX export has no last_hidden_state; serve an encoder export "
+    "(`albert-ray export onnx MODEL_DIR FILE --embedding`) for embeddings"
+)
+"""Why the onnx backend on a head's export answers no POST {route}/embed."""
 
 
 def served_parts(model_dir: str, onnx: str | None) -> tuple[bool, bool]:
@@ -72,11 +77,7 @@ class EmbedRoute:
 
     async def embed(self, body: bytes) -> JSONResponse:
         if self.embedder is None:
-            return error(
-                404,
-                f"{EMBED}: this ONNX export has no last_hidden_state; serve an encoder export "
-                "(`albert-ray export onnx MODEL_DIR FILE --embedding`) for embeddings",
-            )
+            return error(404, f"{EMBED}: {NO_EMBEDDING}")
         return await embedded(body, self.embed_rows)
 
 
@@ -110,4 +111,4 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-__all__ = ["EMBED", "NO_HEAD", "EmbedRoute", "each_row", "embedded", "load_embedder", "served_parts"]
+__all__ = ["EMBED", "NO_EMBEDDING", "NO_HEAD", "EmbedRoute", "each_row", "embedded", "load_embedder", "served_parts"]

@@ -38,11 +38,12 @@ from .serve import (
     description,
     error,
     load_predictor,
+    onnx_in,
     predicted,
     read_body,
 )
 from .serve_batching import Batcher
-from .serve_embed import EMBED, NO_HEAD, embedded, load_embedder, served_parts
+from .serve_embed import EMBED, NO_EMBEDDING, NO_HEAD, embedded, load_embedder, served_parts
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class LoadedModel:
         self,
         name: str,
         predictor: Predictor | None,
-        embedder: Embedder,
+        embedder: Embedder | None,
         work: str,
         info: dict[str, Any],
         release: Callable[[LoadedModel], None],
@@ -123,12 +124,16 @@ class MultiplexEndpoint:
         self.loaded[name] = LoadedModel(name, predictor, embedder, work, info, self.release)
         return self.loaded[name]
 
-    def read(self, local: str) -> tuple[Predictor | None, Embedder]:
+    def read(self, local: str) -> tuple[Predictor | None, Embedder | None]:
         """A local model folder's Predictor (where it has a task head) and Embedder (its encoder,
-        the predictor's own where there is one), as serve.py's endpoint loads them."""
-        o = self.options
-        predictor = load_predictor(local, o) if served_parts(local, None)[0] else None
-        return predictor, load_embedder(local, predictor, None, o.max_seq_length, o.max_batch_size, o.max_batch_tokens)
+        the predictor's own where there is one; None for the onnx backend on a head's export), as
+        serve.py's endpoint loads them."""
+        o, onnx = self.options, onnx_in(local, self.options)
+        predicts, embeds = served_parts(local, onnx)
+        predictor = load_predictor(local, o) if predicts else None
+        if not embeds:
+            return predictor, None
+        return predictor, load_embedder(local, predictor, onnx, o.max_seq_length, o.max_batch_size, o.max_batch_tokens)
 
     def release(self, model: LoadedModel) -> None:
         if self.loaded.get(model.name) is model:  # not a later load of the same name
@@ -214,6 +219,8 @@ class MultiplexEndpoint:
         if isinstance(got, JSONResponse):
             return got
         body, model = got
+        if model.embedder is None:
+            return error(404, f"model {name!r}: {NO_EMBEDDING}")
         return await embedded(body, lambda row: self.embed_rows((model, row)))
 
     async def predict(self, name: str, request: Request) -> JSONResponse:
@@ -244,7 +251,7 @@ async def per_model(items: list[tuple[LoadedModel, dict[str, Any]]], run: Callab
 def multiplex_app(
     folders: dict[str, str], files: dict[str, dict[str, bytes]], options: ServeOptions, gpus: float
 ) -> Application:
-    """The models (by name: their folder, and their files as serve.read_model read them) on one
+    """The models (by name: their folder, and their files as served_model.read_model read them) on one
     deployment, its replicas reserving `gpus` each: what start_endpoint runs."""
     deployment = MultiplexEndpoint.options(**deployment_options(options, gpus))
     # one object ref per model: a replica fetches a model's files only when it loads it

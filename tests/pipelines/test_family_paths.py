@@ -48,7 +48,8 @@ def served(family_suite):
     from ray import serve
     from ray.serve import RunTarget
 
-    from pipelines.stages.serve import ServeOptions, endpoint_app, read_model
+    from pipelines.stages.serve import ServeOptions, endpoint_app
+    from pipelines.stages.served_model import read_model
 
     _, run_dir = family_suite
     port = free_port()
@@ -186,7 +187,8 @@ def test_predict_and_serve_run_an_onnx_export(family_suite, served, tmp_path):
     from ray import serve
 
     from pipelines.export.onnx import export_onnx, load_exportable, quantize_export
-    from pipelines.stages.serve import ServeOptions, endpoint_app, read_model
+    from pipelines.stages.serve import ServeOptions, endpoint_app
+    from pipelines.stages.served_model import read_model
 
     config_file, run_dir = family_suite
     family = "classification"

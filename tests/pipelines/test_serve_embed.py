@@ -26,7 +26,8 @@ def served_encoders(ray_session, tiny_pretrained, classifier_module, tmp_path_fa
     from ray.serve import RunTarget
 
     from pipelines.export.onnx import export_onnx, load_exportable
-    from pipelines.stages.serve import ServeOptions, endpoint_app, read_model
+    from pipelines.stages.serve import ServeOptions, endpoint_app
+    from pipelines.stages.served_model import read_model
 
     encoder = tmp_path_factory.mktemp("onnx") / "encoder.onnx"
     export_onnx(load_exportable(tiny_pretrained, embedding=True), encoder)

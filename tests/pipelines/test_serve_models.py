@@ -88,8 +88,29 @@ def test_a_name_given_twice_is_one_line_naming_both_folders(tmp_path, capsys):
         (["one", "--models", "x"], "MODEL_DIR one: one model, served alone; not with --models (several, by name)"),
         (["one", "--models-per-replica", "2"], "--models-per-replica 2: only with several models (--model/--models)"),
         (
+            ["one", "--backend", "onnx", "--onnx", "a.onnx", "--onnx", "b.onnx"],
+            "--onnx b.onnx: one model (MODEL_DIR) runs one --onnx FILE",
+        ),
+        (
+            ["--model", "a=x", "--onnx", "a=x.onnx"],
+            "--backend onnx runs an ONNX file: give it as --onnx FILE (and --onnx only with it)",
+        ),
+        (
             ["--model", "a=x", "--backend", "onnx", "--onnx", "x.onnx"],
-            "--backend onnx: serves MODEL_DIR with its --onnx file, not several models",
+            "--onnx x.onnx: NAME=FILE is expected with several models (a model's name, its export)",
+        ),
+        (
+            ["--model", "a=x", "--model", "b=y", "--backend", "onnx", "--onnx", "a=x.onnx"],
+            "--backend onnx: model 'b' "
+            "has no --onnx b=FILE (every model runs its own export: `albert-ray export onnx y FILE [--quantize int8]`)",
+        ),
+        (
+            ["--model", "a=x", "--backend", "onnx", "--onnx", "a=1.onnx", "--onnx", "a=2.onnx"],
+            "--onnx a=2.onnx: model 'a' has its --onnx already (1.onnx)",
+        ),
+        (
+            ["--model", "a=x", "--backend", "onnx", "--onnx", "b=1.onnx"],
+            "--onnx b=1.onnx: no model is named 'b' (models: a)",
         ),
     ],
 )
@@ -123,6 +144,28 @@ def test_every_model_folder_is_checked_before_ray_starts(classifier, tmp_path, m
     assert not (tmp_path / "sentinel").exists()
 
 
+def test_every_models_onnx_export_is_checked_before_ray_starts(classifier, tmp_path, monkeypatch, capsys):
+    """--backend onnx with several models: each model's --onnx NAME=FILE read and checked against its
+    own folder before Ray starts, a failure one line naming the model."""
+    import onnx
+    from onnx import helper
+
+    from pipelines.cli import serve as command
+
+    monkeypatch.setattr(command, "init_ray", lambda: pytest.fail("Ray started before every export was checked"))
+    other = helper.make_model(helper.make_graph([], "other", [], []))
+    helper.set_model_props(other, {"id2label": '{"0": "x"}'})
+    onnx.save(other, tmp_path / "other.onnx")
+    models = ["--backend", "onnx", "--model", f"a={classifier}", "--model", f"b={classifier}"]
+    gone = tmp_path / "gone.onnx"
+    assert refused(capsys, *models, "--onnx", f"a={gone}", "--onnx", f"b={gone}") == (
+        f"model a --onnx: {gone} does not exist (write it with `albert-ray export onnx {classifier} {gone}`)"
+    )
+    assert refused(capsys, *models, "--onnx", f"a={tmp_path / 'other.onnx'}", "--onnx", f"b={gone}").startswith(
+        f"model a --onnx {tmp_path / 'other.onnx'}: not an export of {classifier}: its id2label differ"
+    )
+
+
 def test_ctrl_c_before_the_endpoint_is_up_is_a_clean_stop(classifier, monkeypatch, capsys):
     """Ctrl-C (or SIGTERM) while Serve starts (a replica loading, or waiting for room): what the
     start began is shut down (start_endpoint's own cleanup), and the command ends with one line and
@@ -138,6 +181,8 @@ def test_ctrl_c_before_the_endpoint_is_up_is_a_clean_stop(classifier, monkeypatc
 
     monkeypatch.setattr(command, "init_ray", lambda: None)
     monkeypatch.setattr(command, "host_across_nodes", lambda host: False)
+    monkeypatch.setattr(command, "replica_gpus", lambda options: 0.0)  # no Ray started: none to read
+    monkeypatch.setattr(command, "auto_threads", lambda options, gpus: 1)
     monkeypatch.setattr(command, "start_endpoint", interrupted)
     before = signal.getsignal(signal.SIGTERM)
     assert main(["serve", classifier]) == 130

@@ -5,7 +5,8 @@ request is answered by its own model (equal to that model's Predictor; sentence 
 Embedder's, the encoder's and a classifier's), by path or by Serve's header; A, B, C, A shows A evicted and
 loaded again, never more than two loaded; rows of one model from concurrent callers share batches;
 unknown names and contradicting routes are refused. The six families' models of the shared suite on
-one deployment each answer as their Predictor. An evicted model's folder is removed (without Serve)."""
+one deployment each answer as their Predictor; with --backend onnx each model runs its own export.
+An evicted model's folder is removed (without Serve)."""
 
 import json
 import os
@@ -217,6 +218,71 @@ def test_every_family_on_one_deployment_answers_as_its_predictor(family_suite, m
     argv = [f"--model={family}={folder}" for family, folder in folders.items()]
     try:
         assert main(["serve", *argv, "--models-per-replica", "2", "--port", str(port)]) == 0
+    finally:
+        serve.shutdown()
+
+
+@pytest.mark.e2e  # three exports and the command's own Serve, ~35 s: make test-e2e
+def test_several_models_run_their_onnx_exports_each_answering_as_its_file(
+    ray_session, tiny_pretrained, tmp_path, monkeypatch, capsys
+):
+    """--backend onnx with several models (--onnx NAME=FILE each) on a replica holding two: a
+    classifier's fp32 export, a regression's int8 export and an encoder's --embedding export, each
+    answering as a Predictor (or Embedder) running that file does, through eviction and reload; a
+    head's export answers no embeddings (404), an encoder's no predictions."""
+    from ray import serve
+
+    from pipelines.cli import serve as command
+    from pipelines.cli.command import main
+    from pipelines.export.onnx import export_onnx, load_exportable, quantize_export
+    from pipelines.stages.serve_embed import NO_EMBEDDING
+
+    folders = save_models(tiny_pretrained, tmp_path / "models")
+    folders = {"news": folders["news"], "score": folders["score"], "encoder": tiny_pretrained}
+    files = {name: tmp_path / f"{name}.onnx" for name in folders}
+    export_onnx(load_exportable(folders["news"]), files["news"])
+    export_onnx(load_exportable(folders["score"]), tmp_path / "score.fp32.onnx")
+    quantize_export(tmp_path / "score.fp32.onnx", files["score"])
+    export_onnx(load_exportable(folders["encoder"], embedding=True), files["encoder"])
+    expected = {
+        name: Predictor.load(folders[name], None, onnx=str(files[name])).predict(rows_for(name))
+        for name in ("news", "score")
+    }
+    vectors = Embedder.load(folders["encoder"], None, onnx=str(files["encoder"])).vectors([{"text": TEXTS[0]}])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/predict"
+
+    def serving(seconds: float) -> None:
+        for name in ("news", "score", "encoder", "news"):  # the last: news evicted by the encoder, loaded again
+            if name == "encoder":
+                status, answer = call(f"{url}/encoder/embed", {"text": TEXTS[0]})
+                assert status == 200 and answer["embedding"] == pytest.approx(vectors[0][0].tolist(), abs=1e-5)
+                status, answer = call(f"{url}/encoder", {"text": TEXTS[0]})
+                assert status == 404 and "has no task head served" in answer["error"], answer
+                continue
+            status, answers = call(f"{url}/{name}", {"inputs": rows_for(name)})
+            assert status == 200, answers
+            assert_answers(name, answers, expected[name])
+        status, answer = call(f"{url}/news/embed", {"text": TEXTS[0]})
+        assert (status, answer) == (404, {"error": f"model 'news': {NO_EMBEDDING}"})
+        status, info = call(f"{url}/score")
+        assert status == 200 and (info["backend"], info["kind"]) == ("onnx", "regression"), info
+        _, listing = call(url)
+        # GET score loaded it again (the encoder, least recently used, evicted)
+        assert (listing["loads"], listing["loaded"]) == ({"news": 2, "score": 2, "encoder": 1}, ["news", "score"])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "time", SimpleNamespace(sleep=serving))
+    argv = [
+        arg for name, folder in folders.items() for arg in (f"--model={name}={folder}", f"--onnx={name}={files[name]}")
+    ]
+    try:
+        capsys.readouterr()
+        assert main(["serve", *argv, "--backend", "onnx", "--models-per-replica", "2", "--port", str(port)]) == 0
+        out = capsys.readouterr().out
+        assert f"  score: {folders['score']} (regression; 512 tokens; onnxruntime on {files['score']})\n" in out
+        assert f"  encoder: {folders['encoder']} (an encoder without a task head: sentence vectors only; " in out
+        assert f"  curl -s {url}/news -H " in out and f"  curl -s {url}/encoder/embed -d " in out
     finally:
         serve.shutdown()
 
