@@ -188,3 +188,33 @@ def test_ctrl_c_before_the_endpoint_is_up_is_a_clean_stop(classifier, monkeypatc
     assert main(["serve", classifier]) == 130
     assert capsys.readouterr().out.endswith("stopped before the endpoint came up\n")
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_the_start_up_lines_show_only_the_requests_each_model_answers():
+    """One model: its predict example where it predicts, its embed example where it embeds (a head's
+    ONNX export does not; an --embedding export predicts nothing); several: each model's file."""
+    from pipelines.cli.serve_models import serving_lines
+    from pipelines.stages.serve_options import ServeOptions
+    from pipelines.stages.served_model import ServedModel
+
+    url, options = "http://127.0.0.1:8000/predict", ServeOptions(threads_per_replica=2)
+    head = ServedModel({}, "classification", ("text", "text_pair"), ("text",), ["a", "b"], 128, True, False)
+    encoder = ServedModel({}, "classification", ("text", "text_pair"), ("text",), ["a", "b"], 128, False, True)
+    lines = serving_lines(url, options, {"": "best"}, {"": head}, {"": ("best.onnx", "--onnx")}).splitlines()
+    assert (
+        lines[0]
+        == f"serving best (classification: a, b; 128 tokens; onnxruntime on best.onnx; 2 threads a replica) at {url}"
+    )
+    assert lines[1].startswith(f"  curl -s {url} -H 'Content-Type: application/json' -d '{{\"text\": \"...\"}}'")
+    assert not any("/embed" in line for line in lines) and lines[-1] == "Ctrl-C stops it."
+    lines = serving_lines(url, options, {"": "best"}, {"": encoder}, {"": ("enc.onnx", "--onnx")}).splitlines()
+    assert lines[0].startswith("serving best (the encoder of a classification model: sentence vectors only; 128 tokens")
+    assert lines[1] == f'  curl -s {url}/embed -d \'{{"text": "..."}}\'    # a sentence vector (and pooling, normalize)'
+    several = serving_lines(
+        url, options, {"h": "H", "e": "E"}, {"h": head, "e": encoder}, {"h": ("h.onnx", ""), "e": ("e.onnx", "")}
+    ).splitlines()
+    assert several[1:3] == [
+        "  h: H (classification: a, b; 128 tokens; onnxruntime on h.onnx)",
+        "  e: E (the encoder of a classification model: sentence vectors only; 128 tokens; onnxruntime on e.onnx)",
+    ]
+    assert several[3].startswith(f"  curl -s {url}/h -H ") and several[4].startswith(f"  curl -s {url}/e/embed -d ")
