@@ -59,14 +59,15 @@ test-learning: setup
 # The end-to-end checks (tests marked e2e): the whole job submitted to a real `ray start --head`
 # cluster with its run_dir on S3 (a failing stage, a second submission, a forced stage, a command
 # joining the head), two FSDP workers killed and resumed on one, a search killed after its first
-# trial and resumed. About 6 minutes; .ci/run runs it after `test`, which stays within its budget.
+# trial and resumed, serving (several models, embeddings, under load). 15-20 minutes on a 2-vCPU VM
+# (docs/BENCHMARKS.md#the-test-suites-time); .ci/run runs it after `test`, which stays within its budget.
 test-e2e: setup
 	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --e2e -m e2e --timeout=$(PYTEST_TIMEOUT) \
 		--timeout-method=thread tests/pipelines $(PYTEST_ARGS)
 
 # The benchmark scripts' smoke runs (tests/bench/: each bench runs both sides on a tiny size and
-# they agree; the figures are the scripts' own, in docs/BENCHMARKS.md). About 2 minutes; .ci/run
-# runs it after `test-e2e`.
+# they agree; the figures are the scripts' own, in docs/BENCHMARKS.md). 3-6 minutes on a 2-vCPU VM;
+# .ci/run runs it after `test-e2e`.
 test-bench: setup
 	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --bench -m bench --timeout=$(PYTEST_TIMEOUT) \
 		--timeout-method=thread tests/bench $(PYTEST_ARGS)
