@@ -1,7 +1,9 @@
-"""The encoder's inference (no autograd). On CPU: each linear layer one oneDNN call that adds the
-bias and applies the activation in the matrix product's own pass (instead of MKL's GEMM after a copy
-of the bias into the output, then a pass of the activation), and a batch without padding attended
-without a mask. Measured in docs/BENCHMARKS.md ("Question answering predict"). On a GPU: the FFN's
+"""The encoder's inference (no autograd). On a CPU with AVX-512: each linear layer one oneDNN call
+that adds the bias and applies the activation in the matrix product's own pass (instead of MKL's GEMM
+after a copy of the bias into the output, then a pass of the activation); on other CPUs, where
+oneDNN's product is slower than MKL's (AVX2), MKL's GEMM with the activation applied in place (no
+second output to allocate and fault in). On every CPU a batch without padding is attended without a
+mask. Measured in docs/BENCHMARKS.md ("Question answering predict"). On a GPU: the FFN's
 bias and GELU in cuBLASLt's epilogue of its first product. Training, autocast, and tracing for
 export or torch.compile take `F.linear` and the mask as before, so gradients and pretraining's and
 fine-tuning's losses are computed exactly as without this module."""
@@ -24,9 +26,17 @@ except (AttributeError, RuntimeError):
     _LINEAR_POINTWISE = None
 
 
+ONEDNN_FASTER = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+"""Whether `linear` takes oneDNN's fused call on this CPU: where torch dispatches AVX-512 kernels
+(an Intel Xeon: the QA encoder 1.28x tiny and 1.17x base end to end against MKL's GEMM and an
+activation pass); on AVX2 (an AMD EPYC) oneDNN's product is 0.67-0.96x MKL's, and the forward 0.86x
+(tiny) and 0.83x (base) of MKL's GEMM with the activation in place (docs/BENCHMARKS.md)."""
+
+
 def fusable(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether `linear` takes the oneDNN call for these operands: inference (no autograd) on a CPU
-    with oneDNN, plain fp32 tensors, no autocast, and no tracer that needs aten's ops."""
+    """Whether `linear` takes its CPU inference path for these operands (oneDNN's fused call where
+    ONEDNN_FASTER, else the activation in place): inference (no autograd) on a CPU with oneDNN, plain
+    fp32 tensors, no autocast, and no tracer that needs aten's ops."""
     return (
         not torch.is_grad_enabled()
         and x.device.type == "cpu"
@@ -81,12 +91,26 @@ def linear(
 ) -> torch.Tensor:
     """activation(F.linear(x, weight, bias)), `activation` one of model._ACTIVATIONS' modules."""
     if fusable(x, weight):
-        return _LINEAR_POINTWISE(x, weight, bias, *_post_op(activation))
+        if ONEDNN_FASTER:
+            return _LINEAR_POINTWISE(x, weight, bias, *_post_op(activation))
+        y = F.linear(x, weight, bias)  # MKL's GEMM, then the activation over its own output
+        return y if activation is None else _in_place(y, activation)
     if epilogue_fusable(x, weight, bias, activation):  # one pass: the GELU in the product's epilogue
         y = _ADDMM_ACTIVATION(bias, x.reshape(-1, x.shape[-1]), weight.t(), use_gelu=True)
         return y.view(*x.shape[:-1], weight.shape[0])
     y = F.linear(x, weight, bias)
     return y if activation is None else activation(y)
+
+
+def _in_place(y: torch.Tensor, activation: nn.Module) -> torch.Tensor:
+    """`activation(y)` written over `y` (inference only: autograd would need y)."""
+    if isinstance(activation, nn.GELU):
+        return torch.ops.aten.gelu_(y, approximate=activation.approximate)
+    if isinstance(activation, nn.ReLU):
+        return torch.relu_(y)
+    if isinstance(activation, nn.SiLU):
+        return F.silu(y, inplace=True)
+    raise ValueError(f"no in-place form of {activation!r}")
 
 
 def inference_attention(device: torch.device) -> contextlib.AbstractContextManager:
@@ -115,4 +139,4 @@ def without_padding(attention_mask: torch.Tensor) -> bool:
     )
 
 
-__all__ = ["epilogue_fusable", "fusable", "inference_attention", "linear", "without_padding"]
+__all__ = ["ONEDNN_FASTER", "epilogue_fusable", "fusable", "inference_attention", "linear", "without_padding"]

@@ -11,8 +11,14 @@ needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reas
 
 
 @needs_onednn
+@pytest.mark.parametrize("onednn", [True, False], ids=["oneDNN fused (AVX-512)", "activation in place (AVX2)"])
 @pytest.mark.parametrize("activation", [None, "gelu_new", "gelu", "relu", "silu"])
-def test_fused_linear_equals_f_linear_then_the_activation(activation):
+def test_the_inference_linear_equals_f_linear_then_the_activation(activation, onednn, monkeypatch):
+    """Both CPU inference paths (kernels.ONEDNN_FASTER picks one by the CPU), whichever this CPU takes."""
+    calls = []
+    real = kernels._LINEAR_POINTWISE
+    monkeypatch.setattr(kernels, "_LINEAR_POINTWISE", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(kernels, "ONEDNN_FASTER", onednn)
     torch.manual_seed(0)
     x, w, b = torch.randn(3, 7, 32), torch.randn(48, 32), torch.randn(48)
     module = None if activation is None else build_activation(activation)
@@ -20,11 +26,13 @@ def test_fused_linear_equals_f_linear_then_the_activation(activation):
     with torch.inference_mode():
         assert fusable(x, w)
         got = linear(x, w, b, module)
-    assert got.shape == expected.shape
+    assert got.shape == expected.shape and len(calls) == onednn
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_an_activation_without_a_post_op_is_refused():
+@pytest.mark.parametrize("onednn", [True, False])
+def test_an_activation_without_a_post_op_is_refused(onednn, monkeypatch):
+    monkeypatch.setattr(kernels, "ONEDNN_FASTER", onednn)
     x, w = torch.randn(2, 4), torch.randn(3, 4)
     with torch.inference_mode(), pytest.raises(ValueError, match="Tanh"):
         linear(x, w, None, nn.Tanh())
@@ -42,10 +50,13 @@ def test_training_autocast_and_other_dtypes_keep_f_linear_and_the_mask():
 
 
 @needs_onednn
+@pytest.mark.parametrize("onednn", [True, False])
 @pytest.mark.parametrize("padded", [True, False])
-def test_an_inference_forward_equals_the_autograd_forward(padded):
+def test_an_inference_forward_equals_the_autograd_forward(padded, onednn, monkeypatch):
     """The QA head's logits without autograd (predict, serve) against the same forward with autograd
-    (F.linear and the mask, as before the inference kernels), a batch with and without padding."""
+    (F.linear and the mask, as before the inference kernels), a batch with and without padding,
+    on either CPU path."""
+    monkeypatch.setattr(kernels, "ONEDNN_FASTER", onednn)
     torch.manual_seed(0)
     config = AlbertConfig.from_preset("tiny", vocab_size=300)
     model = AlbertForQuestionAnswering(config).eval()
@@ -65,6 +76,7 @@ def test_pretraining_gradients_do_not_go_through_the_fused_kernel(monkeypatch):
     calls = []
     real = kernels._LINEAR_POINTWISE
     monkeypatch.setattr(kernels, "_LINEAR_POINTWISE", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(kernels, "ONEDNN_FASTER", True)  # the fused call on any CPU, to count it
     torch.manual_seed(0)
     model = AlbertForPreTraining(AlbertConfig.from_preset("tiny", vocab_size=300)).train()
     out = model(torch.randint(5, 300, (2, 16)))
