@@ -19,6 +19,7 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """A model's name: one URL path segment as it is written (no escaping, never `.` or `..`), and an
 HTTP header value."""
 EMBED_EXAMPLE = json.dumps({"text": "..."})
+"""The body of the start-up lines' example embedding request."""
 RESERVED = ("health", "embed")
 """Names the endpoint's own routes take (`<route>/health`, `<route>/embed` with Serve's header)."""
 
