@@ -105,15 +105,16 @@ class OnnxRunner(nn.Module):
 
 def read_onnx(
     path: str, key: str, config: Mapping[str, Any], outputs: tuple[str, ...], model: str, encoder_too: bool = False
-) -> bytes:
-    """The ONNX file at `path` (local or s3://), checked against the model folder (`check_onnx`) and
-    warned of if its int8 weights use all 8 bits (int8_cpu.warn_if_full_range); MissingInput naming
-    `key` where there is none."""
+) -> tuple[bytes, tuple[str, ...]]:
+    """The ONNX file at `path` (local or s3://) and its outputs by name, checked against the model
+    folder (`check_onnx`) and warned of if its int8 weights use all 8 bits
+    (int8_cpu.warn_if_full_range); MissingInput naming `key` where there is none."""
     if not exists(path):
         raise MissingInput(f"{key}: {path} does not exist (write it with `albert-ray export onnx {model} {path}`)")
     data = read_bytes(path)
-    warn_if_full_range(check_onnx(data, config, outputs, f"{key} {path}", model, encoder_too), f"{key} {path}")
-    return data
+    proto = check_onnx(data, config, outputs, f"{key} {path}", model, encoder_too)
+    warn_if_full_range(proto, f"{key} {path}")
+    return data, tuple(o.name for o in proto.graph.output)
 
 
 __all__ = [

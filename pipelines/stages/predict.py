@@ -272,7 +272,7 @@ def build_predict(run: StageRun) -> dict:
     length = sequence_length(config, model_config, model)
     use = use_of_files(files, model_config, length, model)
     if pc.backend == "onnx":
-        files = {**files, ONNX_FILE: read_onnx(pc.onnx, "predict.onnx", model_config, outputs, model)}
+        files = {**files, ONNX_FILE: read_onnx(pc.onnx, "predict.onnx", model_config, outputs, model)[0]}
     out_fs, out = arrow_filesystem(run.path(PREDICTIONS))
     if pc.workers is None and tables.size <= pc.in_process_bytes:
         print(

@@ -37,15 +37,23 @@ NO_EMBEDDING = (
 """Why the onnx backend on a head's export answers no POST {route}/embed."""
 
 
+def parts_served(head: bool, outputs: tuple[str, ...] | None) -> tuple[bool, bool]:
+    """(predicts, embeds) of a model with a task head or not (`head`), run by torch (`outputs`
+    None) or by an ONNX export with `outputs`: a task head predicts and any encoder embeds; an
+    export's outputs decide: a head's export predicts, an encoder's embeds."""
+    if outputs is None:
+        return head, True
+    encoder = outputs == ENCODER_OUTPUTS
+    return head and not encoder, encoder
+
+
 def served_parts(model_dir: str, onnx: str | None) -> tuple[bool, bool]:
-    """(predicts, embeds) of a local model folder as served: a task head predicts and any encoder
-    embeds; with `onnx`, the file's outputs decide: a head's export predicts, an encoder's embeds."""
+    """`parts_served` of a local model folder, run by torch or by the ONNX file `onnx`."""
     head = has_task_head(read_model_config(model_dir, "MODEL_DIR"), model_dir)
     if onnx is None:
-        return head, True
+        return parts_served(head, None)
     with open(onnx, "rb") as f:
-        encoder = onnx_outputs(f.read()) == ENCODER_OUTPUTS
-    return head and not encoder, encoder
+        return parts_served(head, onnx_outputs(f.read()))
 
 
 def load_embedder(
@@ -111,4 +119,14 @@ def error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-__all__ = ["EMBED", "NO_EMBEDDING", "NO_HEAD", "EmbedRoute", "each_row", "embedded", "load_embedder", "served_parts"]
+__all__ = [
+    "EMBED",
+    "NO_EMBEDDING",
+    "NO_HEAD",
+    "EmbedRoute",
+    "each_row",
+    "embedded",
+    "load_embedder",
+    "parts_served",
+    "served_parts",
+]

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from ..errors import BadInput
 from ..inference.embedding import EMBEDDING_ROWS, has_task_head
-from ..inference.onnx_runner import ENCODER_OUTPUTS, ONNX_FILE, onnx_outputs, read_onnx
+from ..inference.onnx_runner import ENCODER_OUTPUTS, ONNX_FILE, read_onnx
 from ..inference.predictor import exit_rule_of, family_of, inference_of, label_names
 from ..storage.models import applied_length, read_model_files
+from .serve_embed import parts_served
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,12 @@ def read_model(
             )
         kind, inference, outputs = None, EMBEDDING_ROWS, ENCODER_OUTPUTS
     length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
-    encoder = False  # an ONNX export of the encoder alone: it embeds, and predicts nothing
+    exported = None  # the ONNX export's outputs: an encoder's embeds, and predicts nothing
     if onnx is not None:
-        files = {**files, ONNX_FILE: read_onnx(onnx, onnx_key, config, outputs, model_dir, encoder_too=True)}
-        encoder = onnx_outputs(files[ONNX_FILE]) == ENCODER_OUTPUTS
+        data, exported = read_onnx(onnx, onnx_key, config, outputs, model_dir, encoder_too=True)
+        files = {**files, ONNX_FILE: data}
     fields, required = tuple(inference.fields), tuple(inference.required)
-    predicts, embeds = kind is not None and not encoder, onnx is None or encoder
+    predicts, embeds = parts_served(kind is not None, exported)
     return ServedModel(files, kind, fields, required, label_names(config), length, predicts, embeds)
 
 
