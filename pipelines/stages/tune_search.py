@@ -15,12 +15,14 @@ best.json: pipelines/finetuning/results.py) are free of Ray.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import posixpath
 import statistics
 import tempfile
 import threading
+from collections import Counter
 from typing import Any
 
 import pyarrow.fs
@@ -28,6 +30,9 @@ import ray
 import ray.train
 import ray.train.torch
 import ray.tune
+from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
+from ray.air._internal import usage as air_usage
+from ray.tune.logger import LoggerCallback
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search.basic_variant import BasicVariantGenerator
 from ray.tune.search.sample import Domain, _BackwardsCompatibleNumpyRng
@@ -171,6 +176,25 @@ def read_journal(path: str, space: dict[str, Any]) -> SearchJournal | None:
     return parse_journal(read_json(path), path, is_point(space)) if exists(path) else None
 
 
+def tag_own_callbacks(callbacks: list[ray.tune.Callback] | None) -> None:
+    """Ray Tune's usage record of a run's callbacks, as ray.tune.run makes it (ray.air._internal.usage
+    `tag_callbacks`), without its imports. Ray's imports its MLflow, W&B, Comet and Aim integrations,
+    and with them mlflow (~3 s of a search's start on a quiet 2-core VM, ~5 s on a busy one: every
+    finetune stage paid it, with or without tracking), only to compare their class names; a search's
+    callbacks (search_records.search_callbacks) are never those, and count as Ray counts any other:
+    "CustomLoggerCallback" or "CustomCallback". Ray's own runs for a callback of Ray's."""
+    callbacks = [c for c in callbacks or () if isinstance(c, ray.tune.Callback)]
+    if any(type(c).__module__.startswith("ray.") for c in callbacks):
+        RAY_TAG_CALLBACKS(callbacks)
+        return
+    counts = Counter("CustomLoggerCallback" if isinstance(c, LoggerCallback) else "CustomCallback" for c in callbacks)
+    if counts:
+        record_extra_usage_tag(TagKey.AIR_CALLBACKS, json.dumps(counts))
+
+
+RAY_TAG_CALLBACKS = air_usage.tag_callbacks
+
+
 def tune_run(
     trainable, space: dict, samples: int, search_alg, scheduler, storage: str, experiment: str, metric: str, callbacks
 ) -> None:
@@ -183,6 +207,7 @@ def tune_run(
     folder. The search prints its own table at the end (results.summary_text)."""
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
+    air_usage.tag_callbacks = tag_own_callbacks  # ray.tune.run calls it through the module
     # Ray Tune's registry of trainables is not thread-safe (an evaluation suite's searches run in
     # threads: suite_tasks.py): registered here one at a time, each under its own name, and run by name
     with REGISTERING:

@@ -1,7 +1,7 @@
 """Issue #44's parity: for each of the six families, the model the suite fine-tuned (`family_suite`)
 gives the same prediction of every eval row on each path that applies it: the finetune stage's
 predictions file, `albert-ray predict` (run_predict) over the same rows, `albert-ray serve` over
-HTTP (the product's PredictEndpoint, the six models as six applications of one Serve), onnxruntime
+HTTP (the six models on one deployment, as `albert-ray serve --model NAME=DIR ...` serves them), onnxruntime
 on the product's ONNX export, and plain transformers (tests/pipelines/family_paths.py): the same
 answer text (QA), the same tags (NER), else the same label and probabilities within 1e-4. And
 predict's metrics, recomputed from its output with the official semantics (SQuAD v2.0's evaluate,
@@ -43,25 +43,27 @@ INT8_AGREEMENT = 0.9
 
 @pytest.fixture(scope="module")
 def served(family_suite):
-    """One Serve on a free port with each family's best/ as an application of its own at /<family>,
-    each replica on a quarter CPU (the session's Ray has four, and predict needs some); its base URL."""
+    """One Serve on a free port with each family's best/ as a model of one deployment (`albert-ray
+    serve --model NAME=DIR ...`: Serve's multiplexing, all six loaded on its one replica, of a
+    quarter CPU: the session's Ray has four, and predict needs some) at /<family>; its base URL.
+    One replica, not an application a family: each replica is a process importing torch and Serve
+    (~13 s of CPU on the 2-core VM), and the families' requests and answers are the same code
+    (serve.predicted over the family's Predictor) on either deployment; serve.py's single-model
+    endpoint is this module's onnx app's and test_serve.py's."""
     from ray import serve
-    from ray.serve import RunTarget
 
-    from pipelines.stages.serve import ServeOptions, endpoint_app
+    from pipelines.stages.serve import ServeOptions
+    from pipelines.stages.serve_multiplex import multiplex_app
     from pipelines.stages.served_model import read_model
 
     _, run_dir = family_suite
     port = free_port()
     serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
     try:
-        targets = []
-        for family, task in TASKS.items():
-            model = str(run_dir / "finetune" / task / "best")
-            options = ServeOptions(port=port, route=f"/{family}", cpus_per_replica=0.25)
-            app = endpoint_app(model, read_model(model, None).files, options, gpus=0.0)
-            targets.append(RunTarget(app, name=family, route_prefix=options.route))
-        serve.run_many(targets)
+        folders = {family: str(run_dir / "finetune" / task / "best") for family, task in TASKS.items()}
+        files = {family: read_model(folder, None).files for family, folder in folders.items()}
+        options = ServeOptions(port=port, route="/", cpus_per_replica=0.25, models_per_replica=len(folders))
+        serve.run(multiplex_app(folders, files, options, gpus=0.0), name="families", route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
