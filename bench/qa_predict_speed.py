@@ -32,6 +32,11 @@ same windows (token ids).
 
     python bench/qa_predict_speed.py                        # base, 200 questions, the demo's 256 / 128
     python bench/qa_predict_speed.py --preset tiny --rows 400 --padding longest
+    python bench/qa_predict_speed.py --rows 40 --rounds 2 --roofline   # and against this CPU's peak
+
+With --roofline, each side's rate of the windows' model FLOPs (unpadded: encoder_flops) and this
+CPU's float32 product rate (gemm_peak: the FFN's product shape at --threads): their ratio to the
+loop's rate is the most any fp32 implementation of the same windows could gain over it here.
 """
 
 from __future__ import annotations
@@ -229,6 +234,32 @@ def load_transformers(model: str, batch: int, padding: str) -> Contender:
     return answer
 
 
+def encoder_flops(config: dict, lengths: list[int]) -> float:
+    """The floating-point operations of the QA model's forward over windows of these lengths (each
+    unpadded: the work any implementation must do for them): per application of the layer, the q, k,
+    v, output and two FFN products and attention's two; the embedding projection; the QA head."""
+    h, f, e = config["hidden_size"], config["intermediate_size"], config["embedding_size"]
+    total = 0.0
+    for n in lengths:
+        layer = 2 * n * h * (3 * h + h + 2 * f) + 4 * n * n * h
+        total += config["num_hidden_layers"] * layer + 2 * n * e * h + 4 * n * h
+    return total
+
+
+def gemm_peak(hidden: int, ffn: int, threads: int, calls: int = 7) -> float:
+    """This CPU's float32 product rate in FLOP/s at `threads` threads: the fastest of `calls`
+    [4096 x hidden] x [hidden x ffn] products (the FFN's shape; MKL's sgemm, what both sides call)."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(4096, hidden), torch.randn(hidden, ffn)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(calls):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2 * 4096 * hidden * ffn / best
+
+
 def timed(contenders: dict[str, Contender], rows: list[dict], rounds: int, warm: int) -> dict[str, tuple]:
     """Each contender's median seconds over `rounds` rounds on `rows` (in each round one after the
     other, the order alternating, so that a change in the machine's load falls on both), after a
@@ -259,6 +290,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each (the median is reported)")
     parser.add_argument("--without-kernels", action="store_true", help="also time ours without the inference kernels")
+    parser.add_argument(
+        "--roofline",
+        action="store_true",
+        help="also each side's rate of the windows' model FLOPs against this CPU's measured float32 product "
+        "rate: the most any fp32 implementation could gain over the loop here",
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -276,6 +313,7 @@ def main(argv: list[str] | None = None) -> dict:
         if args.without_kernels:
             contenders["ours without kernels"] = without_kernels(contenders["ours"])
         times = timed(contenders, rows, args.rounds, args.batch_size)
+        config = json.loads((Path(model) / "config.json").read_text())
     (ours_s, ours, our_windows), (theirs_s, theirs, their_windows) = times["ours"], times["transformers"]
     result = {
         "preset": None if args.model else args.preset,
@@ -298,6 +336,14 @@ def main(argv: list[str] | None = None) -> dict:
         result["ours_without_kernels_questions_per_s"] = len(rows) / plain_s
         result["speedup_without_kernels"] = theirs_s / plain_s
         result["kernels_same_answers"] = float(np.mean([ours[k] == plain[k] for k in ours]))
+    if args.roofline:
+        work = encoder_flops(config, [len(ids) for ids in our_windows])
+        peak = gemm_peak(config["hidden_size"], config["intermediate_size"], args.threads)
+        result["model_gflop"] = work / 1e9
+        result["ours_gflop_per_s"] = work / ours_s / 1e9
+        result["transformers_gflop_per_s"] = work / theirs_s / 1e9
+        result["gemm_peak_gflop_per_s"] = peak / 1e9
+        result["ceiling_vs_transformers"] = peak / (work / theirs_s)
     print(json.dumps(result, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
