@@ -20,18 +20,18 @@ setup: $(STAMP)
 # uv installs the same lock as pip would, in seconds rather than minutes. It does not read pip's
 # configuration: .ci/pip_sources.py passes it pip's find-links and indexes (where a local folder holds
 # torch's CPU wheel), and every index may serve any pinned version (the lock pins all of them).
-# Unlike pip, uv writes no bytecode unless asked: the last install compiles all of site-packages
-# (~50 s on 2 vCPUs), or every process compiles what it imports, every time where
+# Unlike pip, uv writes no bytecode unless asked (--compile-bytecode: what that install installed;
+# ~50 s of the setup on 2 vCPUs), or every process compiles what it imports, every time where
 # PYTHONDONTWRITEBYTECODE is set (as on the build VMs): a Ray worker importing torch, Ray Train and
 # transformers took ~9 s instead of ~4, and a run starts dozens of them.
 $(STAMP): requirements.txt requirements-dev.txt requirements-dev-nodeps.txt requirements-data.txt constraints.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(UV) pip install --quiet --python $(PY) --index-strategy unsafe-best-match $(UV_SOURCES) \
-		-r requirements-dev.txt -c constraints.txt
-	$(UV) pip install --quiet --python $(PY) --no-deps $(UV_SOURCES) -r requirements-data.txt
-	$(UV) pip install --quiet --python $(PY) --no-deps $(UV_SOURCES) -r requirements-dev-nodeps.txt
-	$(UV) pip install --quiet --python $(PY) --no-deps --no-build-isolation --compile-bytecode -e .
+	$(UV) pip install --quiet --python $(PY) --compile-bytecode --index-strategy unsafe-best-match \
+		$(UV_SOURCES) -r requirements-dev.txt -c constraints.txt
+	$(UV) pip install --quiet --python $(PY) --compile-bytecode --no-deps $(UV_SOURCES) -r requirements-data.txt
+	$(UV) pip install --quiet --python $(PY) --compile-bytecode --no-deps $(UV_SOURCES) -r requirements-dev-nodeps.txt
+	$(UV) pip install --quiet --python $(PY) --no-deps --no-build-isolation -e .
 	touch $@
 
 # One process by default. PYTEST_PARALLEL="-n 2 --dist loadgroup" runs two pytest-xdist processes:
