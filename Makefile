@@ -63,7 +63,7 @@ test-learning: setup
 # The end-to-end checks (tests marked e2e): the whole job submitted to a real `ray start --head`
 # cluster with its run_dir on S3 (a failing stage, a second submission, a forced stage, a command
 # joining the head), two FSDP workers killed and resumed on one, a search killed after its first
-# trial and resumed, serving (several models, embeddings, under load). 15-20 minutes on a 2-vCPU VM
+# trial and resumed, serving (several models, embeddings, under load). ~14 minutes on a 2-vCPU VM
 # (docs/BENCHMARKS.md#the-test-suites-time); .ci/run runs it after `test`, which stays within its budget.
 test-e2e: setup
 	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --e2e -m e2e --timeout=$(PYTEST_TIMEOUT) \
