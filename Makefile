@@ -70,7 +70,7 @@ test-e2e: setup
 		--timeout-method=thread tests/pipelines $(PYTEST_ARGS)
 
 # The benchmark scripts' smoke runs (tests/bench/: each bench runs both sides on a tiny size and
-# they agree; the figures are the scripts' own, in docs/BENCHMARKS.md). 3-6 minutes on a 2-vCPU VM;
+# they agree; the figures are the scripts' own, in docs/BENCHMARKS.md). 3-4 minutes on a 2-vCPU VM;
 # .ci/run runs it after `test-e2e`.
 test-bench: setup
 	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --bench -m bench --timeout=$(PYTEST_TIMEOUT) \
