@@ -47,7 +47,7 @@ test: setup lint
 
 # The local autoscaling cluster (tests/cluster/autoscaling.py, shaped like cluster/aws.yaml): the DAG
 # from zero worker nodes, a node lost in the data stage and in elastic pretraining, the idle
-# scale-down after the launcher config's idle timeout. About 10 minutes; .ci/run runs it after `test`.
+# scale-down after the launcher config's idle timeout. About 7 minutes on a 2-vCPU VM; .ci/run runs it after `test`.
 test-cluster: setup
 	timeout -k 30 $(SUITE_TIMEOUT) $(PY) -m pytest --cluster -m cluster --timeout=$(PYTEST_TIMEOUT) \
 		--timeout-method=thread tests/cluster $(PYTEST_ARGS)
