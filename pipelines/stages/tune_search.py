@@ -193,6 +193,7 @@ def tag_own_callbacks(callbacks: list[ray.tune.Callback] | None) -> None:
 
 
 RAY_TAG_CALLBACKS = air_usage.tag_callbacks
+air_usage.tag_callbacks = tag_own_callbacks  # once, on import: ray.tune.run calls it through the module
 
 
 def tune_run(
@@ -207,7 +208,6 @@ def tune_run(
     folder. The search prints its own table at the end (results.summary_text)."""
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
     logging.getLogger("ray.tune").setLevel(logging.WARNING)
-    air_usage.tag_callbacks = tag_own_callbacks  # ray.tune.run calls it through the module
     # Ray Tune's registry of trainables is not thread-safe (an evaluation suite's searches run in
     # threads: suite_tasks.py): registered here one at a time, each under its own name, and run by name
     with REGISTERING:
