@@ -316,9 +316,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray serve") -> i
         if not several:
             model = models[""]
             options = dataclasses.replace(options, max_seq_length=model.max_seq_length)
-            app_of = functools.partial(endpoint_app, args.model_dir, model.files)
+            app_of = functools.partial(endpoint_app, args.model_dir, model)
         else:
-            app_of = functools.partial(multiplex_app, folders, {n: m.files for n, m in models.items()})
+            app_of = functools.partial(multiplex_app, folders, models)
         init_ray()
         beyond = host_across_nodes(options.host)
         options = dataclasses.replace(options, ingress=resolved_ingress(args.ingress, several, beyond))

@@ -36,7 +36,7 @@ from ..inference.request import MAX_INPUTS, parse_request
 from ..storage.models import materialize
 from .ray_runtime import gpu_capacity
 from .serve_batching import Batcher
-from .serve_embed import EMBED, NO_HEAD, EmbedRoute, each_row, error, load_embedder, served_parts
+from .serve_embed import EMBED, NO_HEAD, EmbedRoute, each_row, error, load_embedder
 from .serve_ingress import (
     check_placement,
     check_port,
@@ -46,6 +46,7 @@ from .serve_ingress import (
     replica_env,
 )
 from .serve_options import ServeOptions
+from .served_model import ServedModel
 
 log = logging.getLogger(__name__)
 
@@ -150,14 +151,14 @@ def description(
 
 @serve.deployment(max_constructor_retry_count=3)
 class PredictEndpoint(EmbedRoute):
-    """A replica: the model in a Predictor (where it has a task head) and its encoder in an
-    Embedder. POST predicts, POST {route}/embed embeds, GET describes the model."""
+    """A replica: the model in a Predictor and its encoder in an Embedder, each loaded only where the
+    model `predicts` or `embeds` (served_model.ServedModel's, decided once on the driver). POST
+    predicts, POST {route}/embed embeds, GET describes the model."""
 
-    def __init__(self, model: str, options: ServeOptions, files: ray.ObjectRef):
+    def __init__(self, model: str, options: ServeOptions, files: ray.ObjectRef, predicts: bool, embeds: bool):
         torch.set_num_threads(options.threads)
         self.work = tempfile.mkdtemp(prefix="albert-serve-")
         local = materialize(ray.get(files), self.work)
-        predicts, embeds = served_parts(local, onnx_in(local, options))
         self.predictor = load_predictor(local, options) if predicts else None
         self.embedder = None
         if embeds:
@@ -270,12 +271,13 @@ def deployment_options(options: ServeOptions, gpus: float) -> dict[str, Any]:
     }
 
 
-def endpoint_app(model: str, files: dict[str, bytes], options: ServeOptions, gpus: float) -> Application:
-    """The model's endpoint as a Serve application, its replicas reserving `gpus` each: what
-    start_endpoint runs; apps of several models can share one Serve under names and routes of their own."""
+def endpoint_app(model: str, served: ServedModel, options: ServeOptions, gpus: float) -> Application:
+    """The endpoint of the model folder `model` (`served`: served_model.read_model's reading of it)
+    as a Serve application, its replicas reserving `gpus` each: what start_endpoint runs; apps of
+    several models can share one Serve under names and routes of their own."""
     deployment = PredictEndpoint.options(**deployment_options(options, gpus))
     # the weights go through the object store: bound directly, they would sit in Serve's controller state
-    return deployment.bind(model, options, ray.put(files))
+    return deployment.bind(model, options, ray.put(served.files), served.predicts, served.embeds)
 
 
 def start_endpoint(app_of: Callable[[float], Application], options: ServeOptions) -> str:

@@ -17,11 +17,9 @@ import numpy as np
 from starlette.responses import JSONResponse
 
 from ..errors import BadInput, one_line
-from ..inference.embedding import EMBEDDING, EMBEDDING_ROWS, Embedder, has_task_head, sentence_vector
-from ..inference.onnx_runner import ENCODER_OUTPUTS, onnx_outputs
+from ..inference.embedding import EMBEDDING, EMBEDDING_ROWS, Embedder, sentence_vector
 from ..inference.predictor import Predictor
 from ..inference.request import parse_embed_request
-from ..storage.models import read_model_config
 from .serve_batching import Batcher
 
 log = logging.getLogger(__name__)
@@ -35,25 +33,6 @@ NO_EMBEDDING = (
     "(`albert-ray export onnx MODEL_DIR FILE --embedding`) for embeddings"
 )
 """Why the onnx backend on a head's export answers no POST {route}/embed."""
-
-
-def parts_served(head: bool, outputs: tuple[str, ...] | None) -> tuple[bool, bool]:
-    """(predicts, embeds) of a model with a task head or not (`head`), run by torch (`outputs`
-    None) or by an ONNX export with `outputs`: a task head predicts and any encoder embeds; an
-    export's outputs decide: a head's export predicts, an encoder's embeds."""
-    if outputs is None:
-        return head, True
-    encoder = outputs == ENCODER_OUTPUTS
-    return head and not encoder, encoder
-
-
-def served_parts(model_dir: str, onnx: str | None) -> tuple[bool, bool]:
-    """`parts_served` of a local model folder, run by torch or by the ONNX file `onnx`."""
-    head = has_task_head(read_model_config(model_dir, "MODEL_DIR"), model_dir)
-    if onnx is None:
-        return parts_served(head, None)
-    with open(onnx, "rb") as f:
-        return parts_served(head, onnx_outputs(f.read()))
 
 
 def load_embedder(
@@ -127,6 +106,4 @@ __all__ = [
     "each_row",
     "embedded",
     "load_embedder",
-    "parts_served",
-    "served_parts",
 ]

@@ -43,7 +43,8 @@ from .serve import (
     read_body,
 )
 from .serve_batching import Batcher
-from .serve_embed import EMBED, NO_EMBEDDING, NO_HEAD, embedded, load_embedder, served_parts
+from .serve_embed import EMBED, NO_EMBEDDING, NO_HEAD, embedded, load_embedder
+from .served_model import ServedModel
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,9 @@ class HeldModel:
 
     folder: str
     files: ray.ObjectRef
+    predicts: bool
+    """Whether it predicts, and whether it embeds (served_model.ServedModel's, decided on the driver)."""
+    embeds: bool
 
 
 class LoadedModel:
@@ -115,7 +119,7 @@ class MultiplexEndpoint:
         files = await held.files
         work = tempfile.mkdtemp(prefix=f"{name}-", dir=self.work)
         try:
-            predictor, embedder = await asyncio.to_thread(self.read, materialize(files, work))
+            predictor, embedder = await asyncio.to_thread(self.read, materialize(files, work), held)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
@@ -124,14 +128,13 @@ class MultiplexEndpoint:
         self.loaded[name] = LoadedModel(name, predictor, embedder, work, info, self.release)
         return self.loaded[name]
 
-    def read(self, local: str) -> tuple[Predictor | None, Embedder | None]:
-        """A local model folder's Predictor (where it has a task head) and Embedder (its encoder,
-        the predictor's own where there is one; None for the onnx backend on a head's export), as
+    def read(self, local: str, held: HeldModel) -> tuple[Predictor | None, Embedder | None]:
+        """The model `held`, its files in the local folder `local`: its Predictor (where it predicts)
+        and Embedder (where it embeds: its encoder, the predictor's own where there is one), as
         serve.py's endpoint loads them."""
         o, onnx = self.options, onnx_in(local, self.options)
-        predicts, embeds = served_parts(local, onnx)
-        predictor = load_predictor(local, o) if predicts else None
-        if not embeds:
+        predictor = load_predictor(local, o) if held.predicts else None
+        if not held.embeds:
             return predictor, None
         return predictor, load_embedder(local, predictor, onnx, o.max_seq_length, o.max_batch_size, o.max_batch_tokens)
 
@@ -249,13 +252,16 @@ async def per_model(items: list[tuple[LoadedModel, dict[str, Any]]], run: Callab
 
 
 def multiplex_app(
-    folders: dict[str, str], files: dict[str, dict[str, bytes]], options: ServeOptions, gpus: float
+    folders: dict[str, str], models: dict[str, ServedModel], options: ServeOptions, gpus: float
 ) -> Application:
-    """The models (by name: their folder, and their files as served_model.read_model read them) on one
+    """The models (by name: their folder, and served_model.read_model's reading of it) on one
     deployment, its replicas reserving `gpus` each: what start_endpoint runs."""
     deployment = MultiplexEndpoint.options(**deployment_options(options, gpus))
     # one object ref per model: a replica fetches a model's files only when it loads it
-    held = {name: HeldModel(folder, ray.put(files[name])) for name, folder in folders.items()}
+    held = {
+        name: HeldModel(folder, ray.put(models[name].files), models[name].predicts, models[name].embeds)
+        for name, folder in folders.items()
+    }
     return deployment.bind(held, options)
 
 

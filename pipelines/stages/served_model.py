@@ -12,7 +12,6 @@ from ..inference.embedding import EMBEDDING_ROWS, has_task_head
 from ..inference.onnx_runner import ENCODER_OUTPUTS, ONNX_FILE, read_onnx
 from ..inference.predictor import exit_rule_of, family_of, inference_of, label_names
 from ..storage.models import applied_length, read_model_files
-from .serve_embed import parts_served
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,8 @@ class ServedModel:
     max_seq_length: int
     """The length it is applied at: --max-seq-length, or its default (storage.models.applied_length)."""
     predicts: bool = True
-    """Whether POST <route> predicts: a task head, run by torch or by an export of the head."""
+    """Whether POST <route> predicts: a task head, run by torch or by an export of the head. Decided
+    here once, for every replica (which loads only the parts served)."""
     embeds: bool = True
     """Whether POST <route>/embed answers: any encoder in torch, an encoder export (--embedding) in onnx."""
 
@@ -69,7 +69,9 @@ def read_model(
         data, exported = read_onnx(onnx, onnx_key, config, outputs, model_dir, encoder_too=True)
         files = {**files, ONNX_FILE: data}
     fields, required = tuple(inference.fields), tuple(inference.required)
-    predicts, embeds = parts_served(kind is not None, exported)
+    # a task head predicts and any encoder embeds, run by torch; an export's outputs decide
+    encoder_export = exported == ENCODER_OUTPUTS
+    predicts, embeds = kind is not None and not encoder_export, exported is None or encoder_export
     return ServedModel(files, kind, fields, required, label_names(config), length, predicts, embeds)
 
 

@@ -61,9 +61,9 @@ def served(family_suite):
     serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
     try:
         folders = {family: str(run_dir / "finetune" / task / "best") for family, task in TASKS.items()}
-        files = {family: read_model(folder, None).files for family, folder in folders.items()}
+        models = {family: read_model(folder, None) for family, folder in folders.items()}
         options = ServeOptions(port=port, route="/", cpus_per_replica=0.25, models_per_replica=len(folders))
-        serve.run(multiplex_app(folders, files, options, gpus=0.0), name="families", route_prefix="/")
+        serve.run(multiplex_app(folders, models, options, gpus=0.0), name="families", route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
@@ -212,7 +212,7 @@ def test_predict_and_serve_run_an_onnx_export(family_suite, served, tmp_path):
     port = int(served.rsplit(":", 1)[1])
     options = ServeOptions(port=port, route="/onnx", cpus_per_replica=0.25, backend="onnx")
     serve.run(
-        endpoint_app(str(model), read_model(str(model), None, str(int8)).files, options, 0.0),
+        endpoint_app(str(model), read_model(str(model), None, str(int8)), options, 0.0),
         name="onnx",
         route_prefix="/onnx",
     )

@@ -42,7 +42,7 @@ def served_encoders(ray_session, tiny_pretrained, classifier_module, tmp_path_fa
         ):
             backend = "onnx" if onnx else "torch"
             options = ServeOptions(port=port, route=route, cpus_per_replica=0.25, backend=backend)
-            app = endpoint_app(model, read_model(model, None, onnx).files, options, gpus=0.0)
+            app = endpoint_app(model, read_model(model, None, onnx), options, gpus=0.0)
             targets.append(RunTarget(app, name=route[1:], route_prefix=route))
         serve.run_many(targets)
         yield f"http://127.0.0.1:{port}"
