@@ -15,6 +15,10 @@ the ways onnxruntime offers, side by side in one run:
 - static activation quantization, as a calibrated QDQ model runs: QuantizeLinear with a fixed
   scale, then MatMulIntegerToFloat (the activation's min and max are not searched at run time).
 
+Beside them, the one other int8 kernel at hand, as a contrast: torch's dynamic int8 `Linear`
+(`torch.ao.quantization.quantize_dynamic`, its quantized engine's kernel: fbgemm on x86) against torch's
+float32 `Linear` on the same weights and rows (`torch` in the result; the same rounds, interleaved).
+
 The shapes are make run's model's weight products at sequence 128 (hidden 128, FFN 512: q/k/v
 fused 128 -> 384, FFN 128 -> 512 and 512 -> 128) or ALBERT-base's (`--preset base`: 768 -> 2304,
 768 -> 3072, 3072 -> 768). Each side is the median of `--rounds` rounds of `--calls` calls, the
@@ -27,11 +31,13 @@ sides interleaved (a change in the machine's load falls on all).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
 
 import numpy as np
+import onnx
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
@@ -59,6 +65,11 @@ def exact_error(x: np.ndarray, w: np.ndarray, largest: int) -> float:
     product = (xq.astype(np.int64) @ np.round(w / w_scale).astype(np.int64)) * scale * w_scale
     reference = x.astype(np.float64) @ w
     return float(np.abs(product - reference).max() / np.abs(reference).max())
+
+
+def weight_of(model: bytes) -> np.ndarray:
+    """The float32 product model's weight w [k, n]."""
+    return numpy_helper.to_array(onnx.load_model_from_string(model).graph.initializer[0])
 
 
 def product_model(nodes, initializers, inputs) -> bytes:
@@ -128,6 +139,30 @@ def sides(k: int, n: int, rng: np.random.Generator) -> tuple[dict[str, bytes], d
     )
 
 
+def torch_sides(x: np.ndarray, w: np.ndarray) -> dict:
+    """torch's float32 Linear and its dynamic int8 Linear of x @ w, as callables of no argument."""
+    import warnings
+
+    import torch
+
+    linear = torch.nn.Sequential(torch.nn.Linear(w.shape[0], w.shape[1], bias=False))
+    with torch.no_grad():
+        linear[0].weight.copy_(torch.from_numpy(w.T.copy()))
+    with warnings.catch_warnings():  # torch.ao.quantization's deprecation (torchao is its successor)
+        warnings.simplefilter("ignore")
+        int8 = torch.ao.quantization.quantize_dynamic(linear, {torch.nn.Linear}, dtype=torch.qint8)
+    rows = torch.from_numpy(x)
+
+    def call(module):
+        def run():
+            with torch.inference_mode():
+                return module(rows).numpy()
+
+        return run
+
+    return {"float32 Linear": call(linear), f"int8 dynamic Linear ({torch.backends.quantized.engine})": call(int8)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", choices=["make-run", "base"], default="make-run")
@@ -137,7 +172,10 @@ def main(argv: list[str] | None = None) -> dict:
     rng = np.random.default_rng(0)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
-    results = {}
+    import torch
+
+    torch.set_num_threads(1)
+    results, torch_results = {}, {}
     print(f"uint8 x int8 may saturate on this CPU (x86, no VNNI): {u8s8_saturates()}", flush=True)
     for k, n in SHAPES[args.preset]:
         models, x, exact = sides(k, n, rng)
@@ -146,12 +184,14 @@ def main(argv: list[str] | None = None) -> dict:
             for name, m in models.items()
         }
         reference = sessions["float32 MatMul"].run(None, x)[0]
-        seconds: dict[str, list[float]] = {name: [] for name in sessions}
+        in_torch = torch_sides(x["x"][0], weight_of(models["float32 MatMul"]))
+        calls = {name: functools.partial(s.run, None, x) for name, s in sessions.items()} | in_torch
+        seconds: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(args.rounds):
-            for name, s in sessions.items():
+            for name, call in calls.items():
                 start = time.perf_counter()
                 for _ in range(args.calls):
-                    s.run(None, x)
+                    call()
                 seconds[name].append((time.perf_counter() - start) / args.calls)
         fp32 = float(np.median(seconds["float32 MatMul"]))
         shape = f"[{SEQ} x {k}] x [{k} x {n}]"
@@ -164,6 +204,16 @@ def main(argv: list[str] | None = None) -> dict:
                 ),
             }
             for name, s in seconds.items()
+            if name in sessions
+        }
+        torch_fp32 = float(np.median(seconds["float32 Linear"]))
+        torch_results[shape] = {
+            name: {
+                "us": float(np.median(seconds[name])) * 1e6,
+                "speedup": torch_fp32 / float(np.median(seconds[name])),
+                "max_relative_error": float(np.abs(call()[None] - reference).max() / np.abs(reference).max()),
+            }
+            for name, call in in_torch.items()
         }
         for name, error in exact.items():
             results[shape][name]["exact_sum_error"] = error
@@ -171,12 +221,15 @@ def main(argv: list[str] | None = None) -> dict:
         for name, r in results[shape].items():
             exactly = f"  (sums exact: {r['exact_sum_error']:.1e})" if "exact_sum_error" in r else ""
             print(f"  {name:40s} {r['us']:9.1f} us  {r['speedup']:5.2f}x  error {r['max_relative_error']:.1e}{exactly}")
+        for name, r in torch_results[shape].items():
+            print(f"  torch: {name:33s} {r['us']:9.1f} us  {r['speedup']:5.2f}x  error {r['max_relative_error']:.1e}")
     result = {
         "preset": args.preset,
         "rounds": args.rounds,
         "u8s8_saturates": u8s8_saturates(),
         "load_average": os.getloadavg(),
         "products": results,
+        "torch": torch_results,
     }
     print(json.dumps(result, indent=2))
     return result

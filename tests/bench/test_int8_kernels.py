@@ -2,7 +2,8 @@
 product runs; ours (7-bit weights) computes what exact integer sums give (numpy's, as a CPU with
 VNNI sums) on every CPU, so nothing saturated; full-range weights do too only on a CPU with VNNI,
 and on one without it their error is several times the exact sums' (the saturation
-int8_cpu.PRODUCT_MAX avoids). Its times go to BENCHMARKS.md, never asserted."""
+int8_cpu.PRODUCT_MAX avoids); torch's float32 Linear computes the float product and its dynamic int8
+Linear an int8 one. Its times go to BENCHMARKS.md, never asserted."""
 
 import pytest
 
@@ -25,3 +26,9 @@ def test_every_int8_product_runs_and_ours_never_saturates():
             assert full["max_relative_error"] > 3 * full["exact_sum_error"]
         else:
             assert full["max_relative_error"] == pytest.approx(full["exact_sum_error"], rel=1e-3)
+    assert result["torch"].keys() == products.keys()
+    for in_torch in result["torch"].values():
+        (fp32, fp32_side), (int8, int8_side) = in_torch.items()
+        assert fp32 == "float32 Linear" and int8.startswith("int8 dynamic Linear")
+        assert fp32_side["max_relative_error"] < 1e-5 and 1e-3 < int8_side["max_relative_error"] < 0.05
+        assert fp32_side["us"] > 0 and int8_side["us"] > 0
