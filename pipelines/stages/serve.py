@@ -74,6 +74,11 @@ HEALTH = "/health"
 """The health route, under the endpoint's route: GET answers 200 while the replica serves."""
 
 
+def route_parts(request: Request) -> list[str]:
+    """The request's path under the endpoint's route (Serve's root_path), by part."""
+    return [p for p in request.url.path[len(request.scope.get("root_path", "")) :].split("/") if p]
+
+
 class BodyTooLarge(BadInput):
     """A request body over MAX_BODY_BYTES (HTTP 413)."""
 
@@ -180,11 +185,15 @@ class PredictEndpoint(EmbedRoute):
         return [(out, rejected.get(i)) for i, out in enumerate(outputs)]
 
     async def __call__(self, request: Request) -> JSONResponse:
-        if request.url.path.rstrip("/").endswith(HEALTH):
+        parts = route_parts(request)
+        if parts not in ([], [HEALTH.strip("/")], [EMBED.strip("/")]):  # a typo of /embed is no prediction
+            route = request.scope.get("root_path", "")
+            return error(404, f"path: {request.url.path} is not served ({route}, {route}{EMBED}, {route}{HEALTH})")
+        if parts == [HEALTH.strip("/")]:
             if request.method != "GET":
                 return error(405, f"method: {request.method} is not served on {HEALTH} (GET)")
             return JSONResponse({"status": "ok", "ongoing": self.ongoing})
-        embed = request.url.path.rstrip("/").endswith(EMBED)
+        embed = parts == [EMBED.strip("/")]
         if request.method == "GET" and not embed:
             return JSONResponse({**self.info, "served": self.predict_rows.served()})
         if request.method != "POST":

@@ -41,6 +41,7 @@ from .serve import (
     onnx_in,
     predicted,
     read_body,
+    route_parts,
 )
 from .serve_batching import Batcher
 from .serve_embed import EMBED, NO_EMBEDDING, NO_HEAD, embedded, load_embedder
@@ -160,8 +161,7 @@ class MultiplexEndpoint:
         return await per_model(items, lambda model, rows: list(model.embedder.vectors(rows)))
 
     async def __call__(self, request: Request) -> JSONResponse:
-        route = request.scope.get("root_path", "")
-        parts = [p for p in request.url.path[len(route) :].split("/") if p]
+        route, parts = request.scope.get("root_path", ""), route_parts(request)
         named = serve.get_multiplexed_model_id()
         if parts == [HEALTH.strip("/")]:
             if request.method != "GET":

@@ -145,6 +145,12 @@ def check_endpoint(url: str, model: str) -> None:
     for body, message in malformed:
         status, answer = call(url, body)
         assert status == 400 and set(answer) == {"error"} and answer["error"].startswith(message), (body, answer)
+    # a path under the route that is none of its routes is a 404, never a prediction (a typo of /embed)
+    for path, body in (("/embd", {"text": TEXTS[0]}), ("/embed/x", {"text": TEXTS[0]}), ("/a/b", None)):
+        status, answer = call(url + path, body)
+        assert status == 404 and answer == {
+            "error": f"path: /predict{path} is not served (/predict, /predict/embed, /predict/health)"
+        }, (path, answer)
     status, answer = call(url, {"text": TEXTS[0]})  # the replica still serves
     assert status == 200
     assert_same(answer, predictor.predict([{"text": TEXTS[0]}])[0])

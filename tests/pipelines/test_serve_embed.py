@@ -97,3 +97,14 @@ def test_a_malformed_embed_request_is_a_400_naming_the_field(served_encoders):
     status, answer = call(url)  # a GET
     assert status == 405 and answer["error"] == "method: GET is not served on /embed (POST)"
     assert call(url, {"text": "still serving"})[0] == 200
+
+
+def test_a_path_under_the_route_that_is_none_of_its_routes_is_a_404(served_encoders):
+    url = f"{served_encoders}/classifier"
+    for path in ("/embd", "/embed/x", "/health/x", "/foo"):
+        for body in (None, ROWS[0]):
+            status, answer = call(url + path, body)
+            expected = f"path: /classifier{path} is not served (/classifier, /classifier/embed, /classifier/health)"
+            assert (status, answer) == (404, {"error": expected}), (path, body)
+    assert call(f"{url}/health") == (200, {"status": "ok", "ongoing": 0})
+    assert call(f"{url}/embed/", ROWS[0])[0] == 200  # a trailing slash is the same route
