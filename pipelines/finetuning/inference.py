@@ -36,7 +36,8 @@ class ModelUse:
     tokenizer: PairTokenizer
     """pipelines/finetuning/tokenizer.py, from the folder."""
     max_seq_length: int
-    """applied_length(): explicit setting > the folder's albert_ray record > fallback."""
+    """applied_length(): explicit setting > the folder's albert_ray record > its tokenizer's
+    model_max_length > fallback."""
     label_names: list[str] | None
     """config.json id2label in id order."""
     settings: Mapping[str, Any]

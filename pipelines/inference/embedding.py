@@ -26,7 +26,7 @@ from ..finetuning.families._sequence.inference import SequenceInference
 from ..finetuning.inference import FamilyInference, ModelUse
 from ..finetuning.loop import predict
 from ..finetuning.tokenizer import PairTokenizer
-from ..storage.models import applied_length, read_model_config
+from ..storage.models import applied_length, read_model_config, read_tokenizer_length
 from .onnx_runner import ENCODER_OUTPUTS
 from .predictor import model_use, placed
 
@@ -142,7 +142,9 @@ class Embedder:
         or, with `onnx`, that encoder export (ENCODER_OUTPUTS) run on CPU; applied at `max_seq_length`
         (None: storage.models.applied_length's default, as predict's)."""
         config = read_model_config(model_dir, "model")
-        length = applied_length(config, max_seq_length, "max_seq_length", model_dir)
+        length = applied_length(
+            config, max_seq_length, "max_seq_length", model_dir, tokenizer=read_tokenizer_length(model_dir)
+        )
         shared = encoder
         encoder, target = placed(
             onnx, ENCODER_OUTPUTS, device, lambda: shared if shared is not None else load_hf_encoder(model_dir)

@@ -29,7 +29,14 @@ from ..finetuning.family import Family, TaskFamily
 from ..finetuning.inference import Encoded, FamilyInference, ModelUse
 from ..finetuning.loop import predict
 from ..finetuning.tokenizer import PairTokenizer
-from ..storage.models import RECORD, TOKENIZER_FILES, applied_length, read_model_config, read_usage
+from ..storage.models import (
+    RECORD,
+    TOKENIZER_FILES,
+    applied_length,
+    read_model_config,
+    read_tokenizer_length,
+    read_usage,
+)
 from .onnx_runner import OnnxRunner
 
 
@@ -192,7 +199,9 @@ class Predictor:
         config = read_model_config(model_dir, "model")
         family = family_of(config, model_dir)
         inference = inference_of(family, model_dir)
-        length = applied_length(config, max_seq_length, "max_seq_length", model_dir)
+        length = applied_length(
+            config, max_seq_length, "max_seq_length", model_dir, tokenizer=read_tokenizer_length(model_dir)
+        )
         training = family.load_training()
         model, target = placed(
             onnx, family.outputs, device, lambda: load_hf_pretrained(model_dir, training.model_class), precision

@@ -39,7 +39,7 @@ from ..inference.table_files import InputTables, input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
 from ..storage import arrow_filesystem, join, key_relpath, write_text
-from ..storage.models import applied_length, materialize, read_model_files
+from ..storage.models import applied_length, materialize, read_model_files, read_tokenizer_length
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,10 @@ def sequence_length(config: Config, model_config: dict[str, Any], model: str) ->
     if not config.predict.model:
         manifest = read_manifest_at(stage_dir(config, "finetune")) or {}
         fallback = (manifest.get("config") or {}).get("finetune", {}).get("max_seq_length")
-    return applied_length(model_config, config.predict.max_seq_length, "predict.max_seq_length", model, fallback)
+    trained = read_tokenizer_length(model)
+    return applied_length(
+        model_config, config.predict.max_seq_length, "predict.max_seq_length", model, fallback, trained
+    )
 
 
 class PredictRows:

@@ -11,7 +11,7 @@ from ..errors import BadInput
 from ..inference.embedding import EMBEDDING_ROWS, has_task_head
 from ..inference.onnx_runner import ENCODER_OUTPUTS, ONNX_FILE, read_onnx
 from ..inference.predictor import exit_rule_of, family_of, inference_of, label_names
-from ..storage.models import applied_length, read_model_files
+from ..storage.models import applied_length, read_model_files, tokenizer_length
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,8 @@ def read_model(
                 f"{model_dir}: an encoder without a task head; early exit reads a sequence head at every depth"
             )
         kind, inference, outputs = None, EMBEDDING_ROWS, ENCODER_OUTPUTS
-    length = applied_length(config, max_seq_length, "--max-seq-length", model_dir)
+    trained = tokenizer_length(files.get("tokenizer_config.json"))
+    length = applied_length(config, max_seq_length, "--max-seq-length", model_dir, tokenizer=trained)
     exported = None  # the ONNX export's outputs: an encoder's embeds, and predicts nothing
     if onnx is not None:
         data, exported = read_onnx(onnx, onnx_key, config, outputs, model_dir, encoder_too=True)

@@ -66,18 +66,47 @@ def read_usage(config: dict[str, Any], where: str) -> ModelUsage | None:
     return ModelUsage(task, length, {k: v for k, v in record.items() if k not in ("task", "max_seq_length")})
 
 
+def tokenizer_length(tokenizer_config: bytes | None) -> int | None:
+    """The length a folder's tokenizer cuts at with truncation (tokenizer_config.json's
+    `model_max_length`, `tokenizer_config` its bytes): what transformers' tokenizer applies the folder
+    at, and where the exports record the length they were trained at (a pretraining export's
+    data.max_seq_length). None without the file or a length in it."""
+    if tokenizer_config is None:
+        return None
+    try:
+        length = json.loads(tokenizer_config).get("model_max_length")
+    except (ValueError, AttributeError):  # the tokenizer's own loading names what is wrong with it
+        return None
+    return length if type(length) is int and length >= 4 else None
+
+
+def read_tokenizer_length(directory: str) -> int | None:
+    """`tokenizer_length` of the model folder `directory` (local or s3://)."""
+    path = join(directory, "tokenizer_config.json")
+    return tokenizer_length(read_bytes(path) if exists(path) else None)
+
+
 def applied_length(
-    config: dict[str, Any], explicit: int | None, key: str, where: str, fallback: int | None = None
+    config: dict[str, Any],
+    explicit: int | None,
+    key: str,
+    where: str,
+    fallback: int | None = None,
+    tokenizer: int | None = None,
 ) -> int:
     """Tokens per input a model folder (its config.json: `config`) is applied with: `explicit`, the
-    value of `key`; else the length it was fine-tuned at (its ModelUsage); else `fallback`; else 512
-    capped by its position embeddings. One beyond them is BadInput naming where it came from."""
+    value of `key`; else the length it was fine-tuned at (its ModelUsage); else its tokenizer's
+    (`tokenizer`: tokenizer_length, where within its position embeddings: a tokenizer of no set
+    length says ~1e30); else `fallback`; else 512 capped by its position embeddings. One beyond them
+    is BadInput naming where it came from."""
     positions = int(config.get("max_position_embeddings", 512))
     usage = read_usage(config, where)
     if explicit:
         length, source = explicit, key
     elif usage is not None:
         length, source = usage.max_seq_length, f"{where}/config.json's {RECORD}.max_seq_length"
+    elif tokenizer is not None and tokenizer <= positions:
+        length, source = tokenizer, f"{where}/tokenizer_config.json's model_max_length"
     else:
         length, source = fallback or min(512, positions), key
     if length > positions:
@@ -188,8 +217,10 @@ __all__ = [
     "materialize",
     "read_model_config",
     "read_model_files",
+    "read_tokenizer_length",
     "read_usage",
     "refuse_pickled_weights",
     "require_model_dir",
     "save_model",
+    "tokenizer_length",
 ]

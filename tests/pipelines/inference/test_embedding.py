@@ -1,9 +1,12 @@
 """Sentence embeddings (pipelines/inference/embedding.py, issue #46): the pooling's definition on
 numbers worked by hand, and the Embedder on the torch encoder equal to plain transformers'
 `AutoModel` mean-pooled over the attention mask (or read at [CLS], normalised or not) within 1e-5,
-for a pretraining export (the encoder alone) and for a fine-tuned export (its head ignored)."""
+for a pretraining export (the encoder alone; one whose tokenizer records a shorter length than its
+positions, as the pretrain stage's does, applied at that length) and for a fine-tuned export (its
+head ignored)."""
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +31,23 @@ def test_mean_pooling_leaves_padding_out_and_cls_is_the_first_position():
     assert sentence_vector(np.zeros((2, 3), np.float32), "mean", True) == [0.0, 0.0, 0.0]
 
 
-@pytest.mark.parametrize("which", ["pretrained", "fine-tuned"])
-def test_the_embedder_equals_transformers_automodel_pooled_over_the_attention_mask(which, tiny_pretrained, classifier):
-    folder = tiny_pretrained if which == "pretrained" else classifier
+def trained_at(folder: str, length: int, copy: Path) -> str:
+    """A copy of the export `folder` whose tokenizer records `length`, as the pretrain stage's export
+    records data.max_seq_length (tokenizer_config.json's model_max_length)."""
+    shutil.copytree(folder, copy)
+    settings = json.loads((copy / "tokenizer_config.json").read_text())
+    (copy / "tokenizer_config.json").write_text(json.dumps({**settings, "model_max_length": length}))
+    return str(copy)
+
+
+@pytest.mark.parametrize("which", ["pretrained", "pretrained at 32 tokens", "fine-tuned"])
+def test_the_embedder_equals_transformers_automodel_pooled_over_the_attention_mask(
+    which, tiny_pretrained, classifier, tmp_path
+):
+    folder = {"pretrained": tiny_pretrained, "fine-tuned": classifier}.get(which)
+    if folder is None:  # transformers cuts the long row at the tokenizer's 32: so must the embedder
+        folder = trained_at(tiny_pretrained, 32, tmp_path / "hf")
+        assert Embedder.load(folder, device="cpu").use.max_seq_length == 32
     assert has_task_head(json.loads((Path(folder) / "config.json").read_text()), folder) == (which == "fine-tuned")
     expected = transformers_embeddings(folder, ROWS)
     embedder = Embedder.load(folder, batch_size=3, device="cpu")  # 3: two batches, each padded

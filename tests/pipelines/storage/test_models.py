@@ -21,7 +21,16 @@ from safetensors.torch import load_file
 from albert_model import AlbertConfig, AlbertForSequenceClassification
 from pipelines.errors import BadInput
 from pipelines.finetuning.tokenizer import PairTokenizer
-from pipelines.storage.models import RECORD, ModelUsage, applied_length, read_model_files, read_usage, save_model
+from pipelines.storage.models import (
+    RECORD,
+    ModelUsage,
+    applied_length,
+    read_model_files,
+    read_tokenizer_length,
+    read_usage,
+    save_model,
+    tokenizer_length,
+)
 from tests.conftest import VOCAB_SIZE
 from tests.pickled_weights import pickled_model_dir
 
@@ -160,6 +169,29 @@ def test_the_applied_length_is_the_setting_else_the_fine_tuning_s_else_512_withi
     beyond = {"max_position_embeddings": 64, RECORD: {"task": "classification", "max_seq_length": 128}}
     with pytest.raises(BadInput, match=rf"^m/config.json's {RECORD}.max_seq_length=128 exceeds m's max_position_"):
         applied_length(beyond, None, "--max-seq-length", "m")
+
+
+def test_without_a_record_the_length_is_the_tokenizer_s_as_transformers_applies_the_folder():
+    """A pretraining export records the length it was trained at only in its tokenizer
+    (tokenizer_config.json's model_max_length: data.max_seq_length), which transformers' tokenizer
+    cuts at: embeddings of its encoder were cut at 512 instead. A record or a setting still wins; a
+    tokenizer of no set length (transformers writes ~1e30) or beyond the positions says nothing."""
+    plain = {"max_position_embeddings": 512}
+    recorded = {**plain, RECORD: {"task": "classification", "max_seq_length": 128}}
+    assert tokenizer_length(json.dumps({"model_max_length": 64}).encode()) == 64
+    for unset in (None, b"{}", b"not json", b"[1]", json.dumps({"model_max_length": 64.5}).encode()):
+        assert tokenizer_length(unset) is None, unset
+    assert applied_length(plain, None, "k", "m", fallback=256, tokenizer=64) == 64
+    assert applied_length(recorded, None, "k", "m", tokenizer=64) == 128
+    assert applied_length(plain, 32, "k", "m", tokenizer=64) == 32
+    assert applied_length(plain, None, "k", "m", tokenizer=int(1e30)) == 512
+    assert applied_length({"max_position_embeddings": 128}, None, "k", "m", tokenizer=256) == 128
+
+
+def test_the_tokenizer_length_is_read_from_a_folder_local_or_missing(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 96, "do_lower_case": True}))
+    assert read_tokenizer_length(str(tmp_path)) == 96
+    assert read_tokenizer_length(str(tmp_path / "elsewhere")) is None
 
 
 def test_predict_and_serve_read_model_folders_without_the_trial():
