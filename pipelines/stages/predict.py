@@ -346,9 +346,19 @@ def build_predict(run: StageRun) -> dict:
         flush=True,
     )
     if fields.get("metrics"):
-        shown = {k: v for k, v in fields["metrics"].items() if isinstance(v, float) and math.isfinite(v)}
-        print("predict: " + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()), flush=True)
+        against = f"predict.label_column={pc.label_column}" if pc.label_column else "the files' gold labels"
+        print("predict: " + metrics_line(fields["metrics"], against, fields["rows"]["predicted"]), flush=True)
     return fields
+
+
+def metrics_line(metrics: dict[str, Any], against: str, predicted: int) -> str:
+    """The console's line of a family's metrics (its inference's `metrics`): the rows scored
+    `against` the gold labels, those left unscored by reason (label_not_a_class, ...), the metrics."""
+    unscored = [f"{n} {reason}" for reason, n in metrics.items() if type(n) is int and reason != "rows" and n]
+    line = f"{metrics['rows']} of {predicted} rows scored against {against}"
+    line += f" ({', '.join(unscored)}, not scored)" if unscored else ""
+    shown = {k: v for k, v in metrics.items() if isinstance(v, float) and math.isfinite(v)}
+    return line + (": " + ", ".join(f"{k} {v:.4f}" for k, v in shown.items()) if shown else ": no gold label to score")
 
 
 run_predict = stage_runner("predict")

@@ -160,7 +160,11 @@ def test_a_multi_label_model_over_a_folder_of_tables(family_suite, tmp_path, cap
     manifest = json.loads((out / "manifest.json").read_text())
     rejected = {"missing_text": 3, "not_a_string": 4, "bad_row": 4, "not_utf8": 1}
     assert manifest["rows"] == {"read": 54, "predicted": 42, "rejected": rejected}
-    (summary,) = [line for line in capsys.readouterr().out.splitlines() if " rows predicted" in line]
+    lines = capsys.readouterr().out.splitlines()
+    (summary,) = [line for line in lines if " rows predicted" in line]
+    (scored,) = [line for line in lines if " rows scored" in line]
+    against = "predict: 20 of 42 rows scored against predict.label_column=topics (1 label_not_a_class, not scored): "
+    assert scored.startswith(against) and "subset_accuracy " in scored, scored
     assert summary.startswith("predict: 42 of 54 rows predicted, 12 rejected (") and all(
         f"'{reason}': {n}" in summary for reason, n in rejected.items()
     )
