@@ -54,8 +54,8 @@ class PredictSection(Section):
     """Column holding a row's `text_pair` field, the second segment of a text pair; null for single
     texts. Set, every row needs one."""
     id_column: str | None = None
-    """Column whose value names each row in the output; null: the row's place (`file:row`, row
-    0-based after the header)."""
+    """Column whose value names each row in the output; null: the row's place (its number, 0-based
+    after the header; `file:number` when predict.input is a folder)."""
     label_column: str | None = None
     """A column of gold labels, copied to the output: where the model's family scores them, the
     manifest then carries the fine-tuning stage's metrics on these rows (classes by name; numbers
