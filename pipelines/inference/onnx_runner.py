@@ -33,9 +33,11 @@ ENCODER_OUTPUTS = ("last_hidden_state",)
 sentence embeddings pool (embedding.py)."""
 
 
-def onnx_outputs(data: bytes) -> tuple[str, ...]:
-    """The outputs of the ONNX model `data`, by name, in order."""
-    return tuple(o.name for o in onnx.load_model_from_string(data).graph.output)
+def encodes(outputs: tuple[str, ...] | list[str]) -> bool:
+    """Whether an export with these outputs embeds: an encoder's, alone (--embedding) or with its
+    pooler (what `export onnx` writes for a folder without a head: last_hidden_state, pooler_output),
+    from which the embedder asks for the last hidden state alone."""
+    return tuple(outputs[:1]) == ENCODER_OUTPUTS
 
 
 def check_onnx(
@@ -62,10 +64,11 @@ def check_onnx(
             "(export the folder with `albert-ray export onnx`)"
         )
     names = [o.name for o in proto.graph.output]
-    if list(outputs) != names and not (encoder_too and tuple(names) == ENCODER_OUTPUTS):
+    if list(outputs) != names and not ((encoder_too or tuple(outputs) == ENCODER_OUTPUTS) and encodes(names)):
         raise BadInput(
             f"{where}: outputs {names}, where {list(outputs)} are needed (`albert-ray export onnx {model} FILE` "
-            "writes the head's; with --embedding, the encoder's last_hidden_state for sentence embeddings)"
+            "writes its head's, or a folder without one its encoder's; with --embedding, the encoder's "
+            "last_hidden_state for sentence embeddings)"
         )
     return proto
 
@@ -124,7 +127,7 @@ __all__ = [
     "OnnxRunner",
     "check_onnx",
     "cpu_session",
-    "onnx_outputs",
+    "encodes",
     "read_onnx",
     "session_options",
 ]

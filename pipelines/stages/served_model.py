@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..errors import BadInput
 from ..inference.embedding import EMBEDDING_ROWS, has_task_head
-from ..inference.onnx_runner import ENCODER_OUTPUTS, ONNX_FILE, read_onnx
+from ..inference.onnx_runner import ENCODER_OUTPUTS, ONNX_FILE, encodes, read_onnx
 from ..inference.predictor import exit_rule_of, family_of, inference_of, label_names
 from ..storage.models import applied_length, read_model_files, tokenizer_length
 
@@ -71,7 +71,7 @@ def read_model(
         files = {**files, ONNX_FILE: data}
     fields, required = tuple(inference.fields), tuple(inference.required)
     # a task head predicts and any encoder embeds, run by torch; an export's outputs decide
-    encoder_export = exported == ENCODER_OUTPUTS
+    encoder_export = exported is not None and encodes(exported)
     predicts, embeds = kind is not None and not encoder_export, exported is None or encoder_export
     return ServedModel(files, kind, fields, required, label_names(config), length, predicts, embeds)
 

@@ -1,8 +1,9 @@
 """`albert-ray export onnx MODEL_DIR OUT --embedding` (issue #46): a folder's encoder alone, its one
 output `last_hidden_state`, whose mean over the attention mask, read by plain onnxruntime, equals
 transformers' `AutoModel`'s within 1e-5; predict's onnx backend embeds with it as transformers does
-(and refuses a head's export for embeddings, naming --embedding); its int8 copy keeps the vectors'
-directions (cosine similarity >= 0.99). The export of a fine-tuned folder's encoder:
+(and refuses a head's export for embeddings, naming --embedding; an encoder folder's plain export,
+with its pooler, embeds as well); its int8 copy keeps the vectors' directions (cosine similarity
+>= 0.99). The export of a fine-tuned folder's encoder:
 tests/pipelines/test_predict_embedding.py."""
 
 import json
@@ -62,6 +63,28 @@ def test_predict_s_onnx_backend_embeds_as_transformers(encoder_export, tiny_pret
     got = np.array(pq.read_table(out / "predictions")["embedding"].to_pylist())
     np.testing.assert_allclose(got, transformers_embeddings(tiny_pretrained, pairs)["cls", False], atol=1e-5)
     assert json.loads((out / "manifest.json").read_text())["backend"] == "onnx"
+
+
+def test_an_encoder_folder_s_plain_export_embeds_too(tiny_pretrained, tmp_path):
+    """`export onnx` of a folder without a head (pretrain/hf) writes its encoder with the pooler
+    (last_hidden_state, pooler_output): predict and serve embed with it as with --embedding's file
+    (it was refused, its message saying the command "writes the head's")."""
+    from pipelines.export.command import main
+    from pipelines.stages.predict import run_predict
+    from pipelines.stages.served_model import read_model
+
+    plain = tmp_path / "encoder-and-pooler.onnx"
+    assert main(["onnx", tiny_pretrained, str(plain), "--no-check"]) == 0
+    assert [o.name for o in onnx.load(plain).graph.output] == ["last_hidden_state", "pooler_output"]
+    rows = [row for row in ROWS if "text_pair" not in row]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    overrides = [f"run_dir={tmp_path}/run", f"predict.model={tiny_pretrained}", f"predict.input={tmp_path}/rows.jsonl"]
+    overrides += ["predict.output_kind=embedding", "predict.backend=onnx", f"predict.onnx={plain}"]
+    out = Path(run_predict(load_config(overrides=overrides)))
+    got = np.array(pq.read_table(out / "predictions")["embedding"].to_pylist())
+    np.testing.assert_allclose(got, transformers_embeddings(tiny_pretrained, rows)["mean", False], atol=1e-5)
+    served = read_model(tiny_pretrained, None, str(plain))
+    assert (served.predicts, served.embeds) == (False, True)
 
 
 def test_a_head_s_export_is_refused_for_embeddings_naming_the_encoder_export(classifier, tmp_path):
