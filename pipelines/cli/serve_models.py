@@ -46,6 +46,8 @@ def model_flag(text: str) -> tuple[str, str]:
 
 def models_in(folder: str) -> list[tuple[str, str]]:
     """(name, folder) of each sub-folder of `folder` (local or s3://) holding a config.json, by name."""
+    if not exists(folder):
+        raise MissingInput(f"--models: {folder} does not exist")
     found = [(name, join(folder, name)) for name in list_names(folder) if exists(join(folder, name, "config.json"))]
     if not found:
         raise MissingInput(f"--models: {folder} has no sub-folder holding a model (a config.json)")

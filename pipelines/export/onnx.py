@@ -123,6 +123,8 @@ def load_exportable(directory: str | os.PathLike, embedding: bool = False) -> Ex
     directory = Path(directory)
     config_file = directory / "config.json"
     if not config_file.is_file():
+        if not directory.exists():
+            raise MissingInput(f"{directory}: does not exist")
         raise MissingInput(f"{directory}: no config.json (not a transformers-format ALBERT folder)")
     try:
         hf_config = json.loads(config_file.read_text())

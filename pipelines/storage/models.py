@@ -115,8 +115,12 @@ def applied_length(
 
 
 def require_model_dir(path: str, key: str, hint: str = "") -> None:
-    """MissingInput naming `key` unless `path` holds a config.json."""
+    """MissingInput naming `key` unless `path` holds a config.json (saying so where `path` itself does
+    not exist: a mistyped path)."""
     if not exists(join(path, "config.json")):
+        if not exists(path):
+            why = f" ({hint.removeprefix('; ')})" if hint else ""  # a hint reads "; the default ... needs ..."
+            raise MissingInput(f"{key}: {path} does not exist{why}")
         raise MissingInput(f"{key}: {path} has no config.json (not a transformers ALBERT directory{hint})")
 
 

@@ -258,8 +258,11 @@ def test_the_command_refuses_a_missing_folder_and_an_unserved_export_in_one_line
     from pipelines.cli.command import main
 
     assert main(["serve", str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err == f"albert-ray serve: error: MODEL_DIR: {tmp_path / 'nothing'} does not exist\n"
+    (tmp_path / "empty").mkdir()
+    assert main(["serve", str(tmp_path / "empty")]) == 2
     assert capsys.readouterr().err == (
-        f"albert-ray serve: error: MODEL_DIR: {tmp_path / 'nothing'} has no config.json "
+        f"albert-ray serve: error: MODEL_DIR: {tmp_path / 'empty'} has no config.json "
         "(not a transformers ALBERT directory)\n"
     )
     other = tmp_path / "bert"  # an export of no ALBERT head or encoder (a pretraining export serves embeddings)

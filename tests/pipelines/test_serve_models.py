@@ -61,9 +61,10 @@ def test_a_models_dir_without_models_or_with_a_bad_name_is_one_line(tmp_path, ca
     (tmp_path / "empty" / "notes").mkdir(parents=True)
     with pytest.raises(MissingInput, match="has no sub-folder holding a model"):
         named_models([], [str(tmp_path / "empty")])
-    assert refused(capsys, "--models", str(tmp_path / "nothing")) == (
-        f"--models: {tmp_path / 'nothing'} has no sub-folder holding a model (a config.json)"
+    assert refused(capsys, "--models", str(tmp_path / "empty")) == (
+        f"--models: {tmp_path / 'empty'} has no sub-folder holding a model (a config.json)"
     )
+    assert refused(capsys, "--models", str(tmp_path / "nothing")) == f"--models: {tmp_path / 'nothing'} does not exist"
     (tmp_path / "named" / "my model").mkdir(parents=True)
     (tmp_path / "named" / "my model" / "config.json").write_text("{}")
     assert refused(capsys, "--models", str(tmp_path / "named")).startswith(
@@ -135,7 +136,7 @@ def test_every_model_folder_is_checked_before_ray_starts(classifier, tmp_path, m
     monkeypatch.setattr(command, "init_ray", lambda: pytest.fail("Ray started before every folder was checked"))
     good = f"good={classifier}"
     assert refused(capsys, "--model", good, "--model", f"gone={tmp_path / 'nothing'}") == (
-        f"model gone: {tmp_path / 'nothing'} has no config.json (not a transformers ALBERT directory)"
+        f"model gone: {tmp_path / 'nothing'} does not exist"
     )
     pickled = pickled_model_dir(classifier, tmp_path / "pickled", tmp_path / "sentinel")
     assert refused(capsys, "--model", good, "--model", f"bad={pickled}").startswith(

@@ -66,13 +66,15 @@ def test_what_cannot_be_exported_is_refused_in_one_line(token_classifier, tmp_pa
     no_weights.mkdir()
     (no_weights / "config.json").write_text(json.dumps(config))
     output = str(tmp_path / "x.onnx")
+    (tmp_path / "notes").mkdir()
     refused = {
         "architecture": (
             [str(masked_lm), output],
             "cannot export architecture 'AlbertForMaskedLM' to ONNX; supported: ",
         ),
         "model type": ([str(bert), output], "model_type='bert', not an ALBERT export"),
-        "no folder": ([str(tmp_path / "nowhere"), output], "no config.json (not a transformers-format ALBERT folder)"),
+        "no folder": ([str(tmp_path / "nowhere"), output], f"{tmp_path / 'nowhere'}: does not exist"),
+        "no model": ([str(tmp_path / "notes"), output], "no config.json (not a transformers-format ALBERT folder)"),
         "no weights": ([str(no_weights), output], "no model.safetensors"),
         "opset": ([str(token_classifier), output, "--opset", "23"], "--opset 23: the export supports opsets 18 to 22"),
         "a directory": ([str(token_classifier), str(tmp_path)], f"{tmp_path} is a directory"),
@@ -93,8 +95,7 @@ def test_python_dash_m_is_the_same_command(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"python -m pipelines.export: error: {tmp_path / 'nowhere'}: no config.json (not a transformers-format "
-        "ALBERT folder)"
+        f"python -m pipelines.export: error: {tmp_path / 'nowhere'}: does not exist"
     ]
 
 
