@@ -46,7 +46,10 @@ class Section:
 
 
 def shown(value: Any, limit: int = 200) -> str:
-    """`value`'s repr for an error line, cut short when long (a value can be a whole YAML list)."""
+    """`value` for an error line as the user writes it: null, true and false as YAML spells them,
+    anything else its repr, cut short when long (a value can be a whole YAML list)."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 

@@ -99,7 +99,7 @@ def has_task_head(config: Mapping[str, Any], where: str) -> bool:
     heads = {f.architecture for f in FAMILIES.values()}
     if architecture not in (*ENCODER_ARCHITECTURES, *heads):
         raise BadInput(
-            f"{where}: a {architecture} export; embeddings are read from an ALBERT encoder "
+            f"{where}: an export of {architecture}; embeddings are read from an ALBERT encoder "
             f"({', '.join([*ENCODER_ARCHITECTURES, *sorted(heads)])})"
         )
     return architecture in heads

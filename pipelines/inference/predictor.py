@@ -48,7 +48,7 @@ def family_of(config: Mapping[str, Any], where: str) -> Family:
         family = FAMILIES.get(usage.task)
         if family is None or family.architecture != architecture:
             raise BadInput(
-                f"{where}: config.json's {RECORD} records task {usage.task!r} for a {architecture} head, which "
+                f"{where}: config.json's {RECORD} records task {usage.task!r} for its {architecture} head, which "
                 f"no task family here fine-tunes (the families: {', '.join(FAMILIES)})"
             )
         return family
@@ -57,7 +57,7 @@ def family_of(config: Mapping[str, Any], where: str) -> Family:
         if family.unrecorded is None or family.unrecorded(config):
             return family
     raise BadInput(
-        f"{where}: a {architecture} export; predict serves the task families' fine-tuned exports "
+        f"{where}: an export of {architecture}; predict serves the task families' fine-tuned exports "
         f"({', '.join(dict.fromkeys(f.architecture for f in FAMILIES.values()))}); its encoder's sentence "
         "vectors: predict.output_kind=embedding, serve's POST <route>/embed"
     )

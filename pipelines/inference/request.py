@@ -115,7 +115,8 @@ def request_rows(request: dict[str, Any], inference: FamilyInference) -> tuple[l
         raise BadInput(f"{beside[0]}: unknown field beside inputs")
     inputs = request["inputs"]
     if not isinstance(inputs, list) or not inputs:
-        raise BadInput(f"inputs: a non-empty array of row objects is expected, got {json_type(inputs)}")
+        got = "an empty array" if isinstance(inputs, list) else json_type(inputs)
+        raise BadInput(f"inputs: a non-empty array of row objects is expected, got {got}")
     if len(inputs) > MAX_INPUTS:
         raise BadInput(f"inputs: {len(inputs)} items, over the limit of {MAX_INPUTS} per request")
     return [parse_row(item, f"inputs[{i}].", inference) for i, item in enumerate(inputs)], True

@@ -173,7 +173,7 @@ def test_bad_yaml_files_name_the_file(write_yaml, tmp_path):
         ("corpus.paths=[]", "corpus.paths=[]: must name at least one path"),
         ("corpus.paths=[a, '']", "corpus.paths=['a', '']: must not contain empty paths"),
         ("corpus.paths=[a, 3]", "corpus.paths=['a', 3]: must be list[str]"),
-        ("corpus.text_field=null", "corpus.text_field=None: must be str"),
+        ("corpus.text_field=null", "corpus.text_field=null: must be str"),
         ("run_dir=''", "run_dir='': must not be empty"),
     ],
 )
@@ -396,5 +396,5 @@ def test_cuda_graphs_need_one_worker_per_trial_and_exclude_layer_compile():
         ConfigError, match=r"^finetune.cuda_graphs needs one worker per trial \(tune.workers_per_trial=2\)"
     ):
         load_config(overrides=["finetune.cuda_graphs=true", "tune.workers_per_trial=2"])
-    with pytest.raises(ConfigError, match=r"^finetune.cuda_graphs=True: compiles the whole model"):
+    with pytest.raises(ConfigError, match=r"^finetune.cuda_graphs=true: compiles the whole model"):
         load_config(overrides=["finetune.cuda_graphs=true", "finetune.compile=true"])

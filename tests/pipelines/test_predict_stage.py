@@ -318,7 +318,7 @@ def test_an_export_predict_does_not_serve_is_refused_by_name(tiny_pretrained, tm
     config = load_config(
         overrides=[f"run_dir={tmp_path}/run", f"predict.model={tiny_pretrained}", f"predict.input={tmp_path}/rows.csv"]
     )
-    with pytest.raises(BadInput, match="a AlbertForPreTraining export; predict serves the task families' fine-tuned"):
+    with pytest.raises(BadInput, match="an export of AlbertForPreTraining; predict serves the task families'"):
         run_predict(config)
     assert not (tmp_path / "run" / "predict").exists()
 

@@ -271,7 +271,7 @@ def test_the_command_refuses_a_missing_folder_and_an_unserved_export_in_one_line
     (other / "config.json").write_text(json.dumps({**config, "architectures": ["AlbertForMaskedLM"]}))
     assert main(["serve", str(other)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"albert-ray serve: error: {other}: a AlbertForMaskedLM export; embeddings are read from")
+    assert err.startswith(f"albert-ray serve: error: {other}: an export of AlbertForMaskedLM; embeddings are read from")
     assert err.count("\n") == 1
 
 

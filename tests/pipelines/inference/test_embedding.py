@@ -61,7 +61,7 @@ def test_the_embedder_equals_transformers_automodel_pooled_over_the_attention_ma
 
 
 def test_an_export_of_no_albert_encoder_is_refused_by_name():
-    with pytest.raises(BadInput, match="a BertModel export; embeddings are read from an ALBERT encoder"):
+    with pytest.raises(BadInput, match="an export of BertModel; embeddings are read from an ALBERT encoder"):
         has_task_head({"architectures": ["BertModel"]}, "elsewhere")
 
 
@@ -71,7 +71,7 @@ def test_the_embedding_keys_are_refused_where_nothing_embeds():
 
     refused = {
         "predict.pooling='cls': applies to predict.output_kind=embedding only": ["predict.pooling=cls"],
-        "predict.normalize=True: applies to predict.output_kind=embedding only": ["predict.normalize=true"],
+        "predict.normalize=true: applies to predict.output_kind=embedding only": ["predict.normalize=true"],
         "predict.pooling='max': must be one of mean, cls": ["predict.output_kind=embedding", "predict.pooling=max"],
         "predict.output_kind='vector': must be one of prediction, embedding": ["predict.output_kind=vector"],
         "predict.output_kind='embedding': must be prediction with predict.exit_patience": [

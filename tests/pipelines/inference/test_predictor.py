@@ -40,11 +40,11 @@ def test_the_family_is_the_one_the_folder_records_else_the_one_its_head_and_prob
     assert named({"architectures": [SEQUENCE]}) == "classification"
     assert named({"architectures": ["AlbertForMultipleChoice"]}) == "multiple_choice"
     for config, message in [
-        ({"architectures": ["AlbertForPreTraining"]}, "m: a AlbertForPreTraining export; predict serves the task "),
-        ({}, "m: a ? export; predict serves"),
+        ({"architectures": ["AlbertForPreTraining"]}, "m: an export of AlbertForPreTraining; predict serves the task "),
+        ({}, "m: an export of ?; predict serves"),
         (
             {"architectures": [SEQUENCE], "albert_ray": {"task": "multiple_choice", "max_seq_length": 16}},
-            "m: config.json's albert_ray records task 'multiple_choice' for a AlbertForSequenceClassification head",
+            "m: config.json's albert_ray records task 'multiple_choice' for its AlbertForSequenceClassification head",
         ),
         (
             {"architectures": [SEQUENCE], "albert_ray": {"task": "summarization", "max_seq_length": 16}},

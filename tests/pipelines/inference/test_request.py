@@ -34,7 +34,7 @@ def test_a_text_or_pair_request_and_its_checks_name_the_field():
         (b'{"text": "a", "x": ' + b"{" * 33, "body: JSON nested deeper than 32 levels"),
         (b"[1, 2]", 'body: an object {"text": ...} or {"inputs": [...]} is expected, got an array'),
         (b'{"inputs": [{"text": "a"}], "text": "b"}', "text: unknown field beside inputs"),
-        (b'{"inputs": []}', "inputs: a non-empty array of row objects is expected, got an array"),
+        (b'{"inputs": []}', "inputs: a non-empty array of row objects is expected, got an empty array"),
         (b'{"inputs": ["a"]}', 'inputs[0]: an object {"text": ...} is expected, got a string'),
         (b'{"text": true}', "text: a string is expected, got a boolean"),
         (b'{"text": "a\\udc80"}', "text: not UTF-8 (a lone surrogate escape)"),
@@ -81,7 +81,7 @@ def test_an_embedding_request_carries_its_pooling_and_normalisation_beside_the_r
         b'{"text": "a", "normalize": "yes"}': "normalize: a boolean is expected, got a string",
         b'{"inputs": [{"text": "a", "pooling": "cls"}]}': "inputs[0].pooling: unknown field (the fields are text, "
         "text_pair)",
-        b'{"inputs": [], "pooling": "cls"}': "inputs: a non-empty array of row objects is expected, got an array",
+        b'{"inputs": [], "pooling": "cls"}': "inputs: a non-empty array of row objects is expected, got an empty array",
         b'{"text": 3}': "text: a string is expected, got a number",
     }
     for body, message in refused.items():
