@@ -1,6 +1,7 @@
 """A table read in streamed batches for prediction, each row keeping its place: csv and tsv (Python's
 csv reader over the bytes, every cell its text, as the fine-tuning tables are read; tsv without
-quoting, as GLUE writes it), jsonl (Python's json: a column may mix types) and parquet (pyarrow's
+quoting, as GLUE writes it), jsonl (Python's json: a column may mix types; a .json file may instead
+hold one array of row objects, read whole) and parquet (pyarrow's
 row-group reader, only the columns predict reads; it needs a random-access file), so a file of any
 size is read in bounded memory; or the rows a family read from a file of its own format. Only the
 columns predict reads are kept (columns.py): the row's fields as one JSON object (`cells`: exactly
@@ -129,10 +130,14 @@ def _delimited_rows(records: Iterator[list[str] | None], names: list[str], keys:
             yield {key: record[index[column]] for key, column in keys.items()}, None
 
 
-def _jsonl_rows(f: BinaryIO, keys: dict[str, str]) -> Iterator[Row]:
-    for line in io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape"):
+def _jsonl_rows(f: BinaryIO, keys: dict[str, str], path: str) -> Iterator[Row]:
+    lines = io.TextIOWrapper(f, encoding="utf-8-sig", errors="surrogateescape")
+    for line in lines:
         if not line.strip():
             continue
+        if line.lstrip().startswith("[") and path.lower().removesuffix(".gz").endswith(".json"):
+            yield from _array_rows(line + lines.read(), keys, path)  # json.dump(rows)'s file, read whole
+            return
         if not is_utf8(line):
             yield None, "not_utf8"
             continue
@@ -141,11 +146,29 @@ def _jsonl_rows(f: BinaryIO, keys: dict[str, str]) -> Iterator[Row]:
         except (ValueError, RecursionError):
             yield None, "bad_row"
             continue
-        yield (
-            ({key: row.get(column) for key, column in keys.items()}, None)
-            if isinstance(row, dict)
-            else (None, "bad_row")
-        )
+        yield _object_row(row, keys)
+
+
+def _array_rows(text: str, keys: dict[str, str], path: str) -> Iterator[Row]:
+    """The rows of a .json file holding one JSON array of row objects (an element that is no object
+    is a bad_row); a file that is not valid JSON or UTF-8 as a whole is BadInput naming where."""
+    if not is_utf8(text):
+        raise BadInput(f"{path}: not UTF-8 (a .json file holding one array of rows is read whole)")
+    try:
+        rows = json.loads(text)
+    except ValueError as e:
+        why = "a .json file is JSON Lines or one array of row objects"
+        raise BadInput(f"{path}: not valid JSON ({e}); {why}") from None
+    except RecursionError:
+        raise BadInput(f"{path}: JSON nested too deep") from None
+    for row in rows:
+        yield _object_row(row, keys)
+
+
+def _object_row(row: Any, keys: dict[str, str]) -> Row:
+    return (
+        ({key: row.get(column) for key, column in keys.items()}, None) if isinstance(row, dict) else (None, "bad_row")
+    )
 
 
 def _parquet_rows(table: pq.ParquetFile, keys: dict[str, str]) -> Iterator[Row]:
@@ -203,7 +226,7 @@ def stream_rows(f: BinaryIO, path: str, columns: Columns, check: Check) -> Itera
     is BadInput."""
     fmt = file_format(path, FORMATS, "table")
     if fmt == "jsonl":
-        found = _jsonl_rows(f, columns.keys())
+        found = _jsonl_rows(f, columns.keys(), path)
     elif fmt == "parquet":
         table = _parquet(f, path)
         found = _parquet_rows(table, _present(path, table.schema_arrow.names, columns))

@@ -146,6 +146,26 @@ def test_every_jsonl_line_is_a_row_predicted_or_rejected_with_its_reason(tmp_pat
     assert all(r["text"] is None and r["pair"] is None for r in got[1:-1])
 
 
+def test_a_json_file_holding_one_array_of_rows_is_read_row_by_row(tmp_path):
+    """A .json file as json.dump(rows) writes it (one array, over lines or not): each element a row,
+    one that is no object a bad_row (it was read as one JSON line: a single bad_row); a .jsonl file
+    starting with an array line is still JSON Lines; a .json array that is not valid JSON as a whole
+    is an error naming the file."""
+    array = [{"text": "one", "id": "a"}, {"text": "two"}, 3, {"txt": "typo"}]
+    for data in (json.dumps(array), json.dumps(array, indent=2), "\n  " + json.dumps(array)):
+        got = rows(tmp_path / "t.json", data.encode(), id_column="id")
+        assert [(r["row"], r["text"], r["id"], r["rejected"]) for r in got] == [
+            (0, "one", "a", None),
+            (1, "two", None, None),
+            (2, None, None, "bad_row"),
+            (3, None, None, "missing_text"),
+        ], data
+    lines = rows(tmp_path / "t.jsonl", b'["an", "array"]\n{"text": "kept"}\n')
+    assert [(r["rejected"], r["text"]) for r in lines] == [("bad_row", None), (None, "kept")]
+    with pytest.raises(BadInput, match=r"t.json: not valid JSON \(.*\); a .json file is JSON Lines or one array"):
+        rows(tmp_path / "t.json", b'[{"text": "one"},\n{"text": ]')
+
+
 def test_a_csv_row_not_utf8_or_with_another_number_of_fields_is_rejected_and_the_rest_read(tmp_path):
     """Issue #43: either ended the command with an ArrowInvalid traceback."""
     data = b'text,id\n"one\ntwo",a\ncaf\xe9,b\nx,c,extra\nlonely\n"quoted, ""fine""",e\nok,\xff\n'
