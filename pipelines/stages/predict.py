@@ -345,6 +345,9 @@ def build_predict(run: StageRun) -> dict:
         ),
         flush=True,
     )
+    if total and not fields["rows"]["predicted"]:  # an output of rejections alone is seldom what was meant
+        (reason, n), example = reasons.most_common(1)[0], examples[0]
+        print(f"predict: warning: no row was predicted; {n} of {total} were {reason} (first: {example})", flush=True)
     if fields.get("metrics"):
         against = f"predict.label_column={pc.label_column}" if pc.label_column else "the files' gold labels"
         print("predict: " + metrics_line(fields["metrics"], against, fields["rows"]["predicted"]), flush=True)

@@ -311,6 +311,25 @@ def test_a_multiple_choice_model_predicts_as_its_fine_tuning_and_scores_as_its_s
         assert manifest["metrics"][name] == pytest.approx(best["metrics"][name], abs=1e-5), name
 
 
+def test_an_input_whose_every_row_is_rejected_says_so_in_a_warning(classifier, tmp_path, capsys):
+    """A jsonl table without the text field: every row counted as rejected, as always, and a line
+    that says nothing was predicted and why, where the summary alone read like a finished job."""
+    from pipelines.stages.predict import run_predict
+
+    (tmp_path / "rows.jsonl").write_text('{"body": "one"}\n{"body": "two"}\n{"text": ""}\n')
+    config = load_config(
+        overrides=[f"run_dir={tmp_path}/run", f"predict.model={classifier}", f"predict.input={tmp_path}/rows.jsonl"]
+    )
+    out = Path(run_predict(config))
+    assert json.loads((out / "manifest.json").read_text())["rows"] == {
+        "read": 3,
+        "predicted": 0,
+        "rejected": {"missing_text": 2, "empty_text": 1},
+    }
+    warning = f"predict: warning: no row was predicted; 2 of 3 were missing_text (first: {tmp_path}/rows.jsonl 0: "
+    assert [line for line in capsys.readouterr().out.splitlines() if "warning" in line] == [warning + "missing_text)"]
+
+
 def test_an_export_predict_does_not_serve_is_refused_by_name(tiny_pretrained, tmp_path):
     from pipelines.stages.predict import run_predict
 
