@@ -1,9 +1,9 @@
 """A table read in streamed batches for prediction, each row keeping its place: csv and tsv (Python's
 csv reader over the bytes, every cell its text, as the fine-tuning tables are read; tsv without
 quoting, as GLUE writes it), jsonl (Python's json: a column may mix types; a .json file may instead
-hold one array of row objects, read whole) and parquet (pyarrow's
-row-group reader, only the columns predict reads; it needs a random-access file), so a file of any
-size is read in bounded memory; or the rows a family read from a file of its own format. Only the
+hold one array of row objects, read whole) and parquet (pyarrow's row-group reader, only the columns
+predict reads; it needs a random-access file), so a file of any size is read in bounded memory (but
+for a .json array); or the rows a family read from a file of its own format. Only the
 columns predict reads are kept (columns.py): the row's fields as one JSON object (`cells`: exactly
 the values read, types kept), `id`, `label` (a JSON text), with `row`: the row's number in its file
 (0-based, the header and blank lines not counted), and `rejected`: null, or why the row cannot be
