@@ -30,7 +30,7 @@ from ..report.plots import (
 )
 from ..rundir.costs import read_cost
 from ..rundir.lifecycle import StageRun, stage_runner
-from ..rundir.registry import STAGES, read_manifest, stage_dir, stage_inputs
+from ..rundir.registry import STAGES, pretrained_dir, read_manifest, stage_dir, stage_inputs
 from ..storage import (
     exists,
     filesystem,
@@ -170,9 +170,11 @@ def build_report(run: StageRun) -> dict:
     if tradeoff:
         write_bytes(run.path(TRADEOFF_PNG), tradeoff_figure(tradeoff["arms"], distilled["metric"]))
         figures.append(TRADEOFF_PNG)
+    # the encoder fine-tuning started from (its manifest: finetune.pretrained, which may be elsewhere)
+    used_pretrained = (manifests["finetune"] or {}).get("pretrained") or pretrained_dir(config)
     sections = [
         f"# ALBERT run report\n\n`{config.run_dir}`, written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. "
-        f"Models (transformers format): pretrained `{join(pretrain_dir, 'hf')}`, "
+        f"Models (transformers format): pretrained `{used_pretrained}`, "
         f"fine-tuned `{finetuned}`.",
         markdown.data_section(manifests["vocab"], manifests["data"]),
         markdown.pretrain_section(

@@ -337,6 +337,20 @@ def test_report_from_a_synthetic_run(tmp_path, capsys):
     assert "report: up to date" in capsys.readouterr().out
 
 
+def test_the_report_names_the_encoder_fine_tuning_started_from(tmp_path):
+    """The run's own pretrain/hf by default; finetune.pretrained's folder where the search started from
+    one elsewhere (its manifest's `pretrained`): a fine-tune-only run named a pretrain/hf it never had."""
+    config = synthetic_run(str(tmp_path / "run"))
+    run_report(config)
+    header = (tmp_path / "run" / "report" / "report.md").read_text().splitlines()[2]
+    assert f"pretrained `{tmp_path / 'run' / 'pretrain' / 'hf'}`, fine-tuned `" in header
+    manifest = tmp_path / "run" / "finetune" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "pretrained": "/models/elsewhere/hf"}))
+    run_report(config, force=True)
+    header = (tmp_path / "run" / "report" / "report.md").read_text().splitlines()[2]
+    assert "pretrained `/models/elsewhere/hf`, fine-tuned `" in header
+
+
 def test_report_without_finetune_is_partial_and_never_up_to_date(tmp_path):
     config = synthetic_run(str(tmp_path / "run"), with_finetune=False)
     run_report(config)
