@@ -229,7 +229,7 @@ def absolute_paths(argv: list[str]) -> tuple[list[str], str]:
     in configs/qa-demo.yaml). The job runs in a copy of the working directory without runs/ (it is
     .rayignore'd), where they would name nothing. Returns the arguments and the run_dir."""
     args = argparse.ArgumentParser(add_help=False)
-    args.add_argument("--config")
+    args.add_argument("--config", action="append")  # several: each over the ones before (load_config)
     known, rest = args.parse_known_args(argv)
     overrides = [a for a in rest if "=" in a and not a.startswith("-")]
     config = load_config(known.config, overrides)

@@ -25,7 +25,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "albert-ray restore") ->
     setup_logging()
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("stage", choices=list(STAGES), help="the stage whose previous output becomes current")
-    parser.add_argument("--config", metavar="FILE", help="YAML config naming the run_dir (as for the stages)")
+    parser.add_argument(
+        "--config", metavar="FILE", action="append", help="YAML config naming the run_dir (as for the stages)"
+    )
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides, e.g. run_dir=...")
 
     def run() -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import textwrap
 from typing import Any, ClassVar
@@ -55,8 +56,14 @@ def shown(value: Any, limit: int = 200) -> str:
 
 
 def unknown_key(key: str, cls: type, where: str = "") -> ConfigError:
-    names = ", ".join(sorted(f.name for f in dataclasses.fields(cls)))
-    return ConfigError(f"{where}unknown config key {shown(key)}; {cls.SECTION or 'the top level'} has: {names}")
+    """The error of `key`, no key of section `cls`: the nearest key's name where one is close (a typo),
+    then all of them."""
+    fields = sorted(f.name for f in dataclasses.fields(cls))
+    parts, depth = key.split("."), len(cls.SECTION.split(".")) if cls.SECTION else 0  # the part `cls` names
+    near = difflib.get_close_matches(parts[depth], fields, n=1, cutoff=0.75) if depth < len(parts) else []
+    guess = f"; did you mean {shown('.'.join([*parts[:depth], near[0], *parts[depth + 1 :]]))}?" if near else ";"
+    names = ", ".join(fields)
+    return ConfigError(f"{where}unknown config key {shown(key)}{guess} {cls.SECTION or 'the top level'} has: {names}")
 
 
 def one_error(error: ValidationError, cls: type, values: dict[str, Any] | None = None, where: str = "") -> str:

@@ -100,9 +100,12 @@ def _read_config_file(path: str, chain: tuple[str, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: base={base!r}: the path of a config file this one builds on")
     base_path = os.path.normpath(os.path.join(os.path.dirname(path), os.path.expanduser(base)))
     if os.path.realpath(base_path) in chain + (os.path.realpath(path),):
-        raise ConfigError(f"{path}: base={base!r} builds on itself ({' -> '.join((*chain, base_path))})")
+        files = (*chain, os.path.realpath(path), os.path.realpath(base_path))  # the loop, file by file
+        raise ConfigError(f"{path}: base={base!r} builds on itself ({' -> '.join(files)})")
     if len(chain) >= MAX_BASES:
         raise ConfigError(f"{path}: base={base!r}: more than {MAX_BASES} config files built on each other")
+    if not os.path.exists(base_path):
+        raise ConfigError(f"{path}: base={base!r}: {base_path} does not exist (a path relative to {path}'s folder)")
     return _update(_read_config_file(base_path, (*chain, os.path.realpath(path))), raw)
 
 
@@ -130,10 +133,14 @@ def _parse_override(text: str) -> dict[str, Any]:
     return {section: nested}
 
 
-def load_config(config_file: str | None = None, overrides: Sequence[str] = ()) -> Config:
-    """The config from an optional YAML file, then `section.key=value` overrides in order, validated;
-    a bad file, key or value raises ConfigError naming it."""
-    raw = _read_config_file(config_file) if config_file is not None else {}
+def load_config(config_file: str | Sequence[str] | None = None, overrides: Sequence[str] = ()) -> Config:
+    """The config from optional YAML files (one path, or several, each over the ones before it, as a
+    file over its `base`), then `section.key=value` overrides in order, validated; a bad file, key or
+    value raises ConfigError naming it."""
+    files = [config_file] if isinstance(config_file, str) else list(config_file or ())
+    raw: dict[str, Any] = {}
+    for path in files:
+        raw = _update(raw, _read_config_file(path))
     updates = [_parse_override(text) for text in overrides]
     for update in updates:
         _check_keys(update)
@@ -195,7 +202,12 @@ def build_arg_parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=description, epilog=_help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--config", metavar="FILE", help="YAML file with any subset of the config sections")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        action="append",
+        help="YAML file with any subset of the config sections; given again, each file over the ones before",
+    )
     parser.add_argument(
         "overrides",
         nargs="*",
