@@ -210,9 +210,11 @@ def config_value(config: Config, key: str) -> Any:
 
 def result_values(config: Config, keys: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """The values of `keys` (sections without their SETTINGS, the keys the config's task does not
-    read, and `exclude` keys)."""
+    read, and `exclude` keys; where the tune section is among them, the finetune keys tune.space
+    searches: no trial reads their configured value, so changing it changes no result)."""
     values: dict[str, Any] = {}
-    exclude = (*exclude, *neutral_keys(config), *unread_keys(config.finetune.task))
+    searched = tuple(config.tune.space) if "tune" in keys else ()
+    exclude = (*exclude, *neutral_keys(config), *unread_keys(config.finetune.task), *searched)
     for key in keys:
         if "." in key:
             values[key] = config_value(config, key)

@@ -87,7 +87,7 @@ def test_a_task_fingerprint_changes_with_its_own_settings_and_files_only(tmp_pat
     changed = suite(
         tmp_path,
         "finetune.tasks={a: {finetune: {train_path: " + f"{tmp_path}/a.csv" + "}}, "
-        "b: {finetune: {train_path: " + f"{tmp_path}/b.csv" + ", lr: 0.002}, tune: {num_samples: 2}}}",
+        "b: {finetune: {train_path: " + f"{tmp_path}/b.csv" + ", lr: 0.001}, tune: {num_samples: 3}}}",
     )
     after = {n: stage_fingerprint(c, "finetune", inputs) for n, c in task_configs(changed).items()}
     assert after["a"] == before["a"] and after["b"] != before["b"]
