@@ -9,8 +9,7 @@ A stage's fingerprint hashes the values of its result keys (SETTINGS left out: t
 a result) and its inputs' fingerprints (read from their manifests), so changing `train.lr`
 changes pretrain's fingerprint and, through it, finetune's, while changing `train.log_every` or
 `train.num_workers` changes nothing. `run_dir` is in no fingerprint: the same run written locally
-or to s3:// has the same fingerprints.
-"""
+or to s3:// has the same fingerprints."""
 
 from __future__ import annotations
 
@@ -210,8 +209,7 @@ def config_value(config: Config, key: str) -> Any:
 
 def result_values(config: Config, keys: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """The values of `keys` (sections without their SETTINGS, the keys the config's task does not
-    read, and `exclude` keys; where the tune section is among them, the finetune keys tune.space
-    searches: no trial reads their configured value, so changing it changes no result)."""
+    read, `exclude` keys, and with tune the finetune keys tune.space searches: no trial reads them)."""
     values: dict[str, Any] = {}
     searched = tuple(config.tune.space) if "tune" in keys else ()
     exclude = (*exclude, *neutral_keys(config), *unread_keys(config.finetune.task), *searched)

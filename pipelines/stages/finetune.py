@@ -81,6 +81,8 @@ def search_task(
     check_pretrained(config.finetune, files, pretrained)  # before any table is read or trial started
     data = encode_task(config.finetune, files)
     task = data.encoded
+    for line in filter(None, map(rejected_line, task.accounting.get("inputs", []))):
+        log.warning("%s", line)  # every row is used or counted: the console says so where some are not
     taught = teach(data) if teach is not None else {}
     baseline = task_family(config.finetune.task).baseline(config.finetune, task)
     extra = {
@@ -222,6 +224,21 @@ def build_finetune(run: StageRun) -> dict:
     summary.update(search_tasks(searched, search))
     write_text(run.path("suite.json"), json.dumps(results.suite_rows(summary), indent=2) + "\n")
     return {"tasks": {name: {k: v for k, v in f.items() if k != "config"} for name, f in summary.items()}}
+
+
+def rejected_line(source: dict[str, Any]) -> str | None:
+    """The console's line of a task input's rejected rows (its accounting in the manifest's
+    `examples.inputs`: `rejected` by reason, `rejection_examples` a list, or lists by reason), None
+    where it has none."""
+    rejected = source.get("rejected") or {}
+    if not rejected:
+        return None
+    examples = source.get("rejection_examples") or []
+    if isinstance(examples, dict):
+        examples = [line for lines in examples.values() for line in lines]
+    counts = ", ".join(f"{n} {reason}" for reason, n in rejected.items())
+    first = f"; first: {examples[0]}" if examples else ""
+    return f"{source.get('source')}: {sum(rejected.values())} of {source.get('read')} rows rejected ({counts}){first}"
 
 
 run_finetune = stage_runner("finetune")

@@ -229,22 +229,6 @@ def test_fingerprint_tracks_exactly_its_keys(tmp_path):
     assert len(stage_fingerprint(base, "vocab", {})) == 64
 
 
-def test_a_finetune_key_the_search_space_sets_changes_no_fingerprint(tmp_path):
-    """tune.space's values reach every trial, not finetune.lr's (the stage warns so): a changed
-    finetune.lr under a space that searches it reran the whole search for the same result; outside
-    the space it still changes the search's."""
-
-    def fingerprint(*overrides: str) -> str:
-        config = load_config(overrides=[f"run_dir={tmp_path}", *overrides])
-        return stage_fingerprint(config, "finetune", {"pretrain": "p"})
-
-    space = "tune.space={finetune.lr: [0.0001, 0.0003]}"
-    assert fingerprint(space, "finetune.lr=0.5") == fingerprint(space)
-    assert fingerprint(space, "finetune.epochs=7") != fingerprint(space)
-    other = "tune.space={finetune.epochs: [1, 2]}"
-    assert fingerprint(other, "finetune.lr=0.5") != fingerprint(other)
-
-
 def test_help_lists_keys_with_defaults_and_docstrings():
     text = build_arg_parser("prepare data").format_help()
     assert "prepare data" in text
