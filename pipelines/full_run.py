@@ -1,5 +1,5 @@
-"""`python pipelines/full_run.py`: vocab -> data -> pretrain -> finetune -> (predict) -> report as one Ray DAG
-(pipelines/stages/dag.py). This is the command `ray job submit --working-dir . -- python
+"""`python pipelines/full_run.py`: vocab -> data -> pretrain -> finetune -> (distill) -> (predict) -> report
+as one Ray DAG (pipelines/stages/dag.py). This is the command `ray job submit --working-dir . -- python
 pipelines/full_run.py` runs, as a file from the checkout; `python -m pipelines.full_run` works too.
 
     python pipelines/full_run.py [--config FILE] [--stages a,b] [--force STAGE] [--dry-run] [key=value ...]

@@ -2,7 +2,7 @@
 `litgpt`). Each subcommand is the same code as before, with its own `--help`:
 
     albert-ray run [--config F] [--stages a,b] [--force STAGE] [--dry-run] [key=value ...]
-    albert-ray vocab|data|pretrain|finetune|distill|report [--config F] [--force] [key=value ...]
+    albert-ray vocab|data|pretrain|finetune|distill|predict|report [--config F] [--force] [key=value ...]
     albert-ray restore STAGE [--config F] [key=value ...]
     albert-ray local start|stop|status|run [...]
     albert-ray export onnx MODEL_DIR OUTPUT.onnx [--opset N] [--force] [--no-check]

@@ -19,7 +19,7 @@ from ..rundir.registry import STAGES, stage_dir
 from ..stages.dag import RunDirView, StageFailed, format_plan, plan_dag, run_all, select_stages
 from ..storage import exists, join
 
-DESCRIPTION = "The whole job as one Ray DAG: vocab -> data -> pretrain -> finetune -> (predict) -> report."
+DESCRIPTION = "The whole job as one Ray DAG: vocab -> data -> pretrain -> finetune -> (distill) -> (predict) -> report."
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
