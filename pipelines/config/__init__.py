@@ -7,7 +7,7 @@ from .loading import build_arg_parser, dump_yaml, load_config, parse_cli
 from .predicting import PredictSection
 from .sections import CorpusSection, DataSection, ModelSection, TrainSection, VocabSection
 from .tracking import TrackingSection
-from .tree import SECTIONS, SETTINGS, Config, neutral_keys, searched_overrides, task_configs
+from .tree import SECTIONS, SETTINGS, Config, finetune_as_searched, neutral_keys, searched_overrides, task_configs
 from .tuning import TUNABLE_KEYS, FinetuneSection, TuneSection
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "load_config",
     "neutral_keys",
     "parse_cli",
+    "finetune_as_searched",
     "searched_overrides",
     "task_configs",
 ]

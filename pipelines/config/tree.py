@@ -187,11 +187,21 @@ def searched_overrides(config: Config) -> list[str]:
     ]
 
 
+def finetune_as_searched(config: Config) -> dict[str, object]:
+    """config.finetune as config_to_dict gives it, with the keys tune.space searches at their
+    defaults: no trial reads their configured value, so for a fingerprint it changes nothing (and
+    at the default, a fingerprint taken before this rule is the same)."""
+    searched = {key.partition(".")[2] for key in config.tune.space}
+    defaults = config_to_dict(FinetuneSection())
+    return {k: defaults[k] if k in searched else v for k, v in config_to_dict(config.finetune).items()}
+
+
 __all__ = [
     "SECTIONS",
     "SETTINGS",
     "Config",
     "check_rules",
+    "finetune_as_searched",
     "searched_overrides",
     "task_configs",
     "neutral_keys",

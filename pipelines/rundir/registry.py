@@ -22,7 +22,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import SETTINGS, Config, config_to_dict, neutral_keys, task_configs
+from ..config import SETTINGS, Config, config_to_dict, finetune_as_searched, neutral_keys, task_configs
 from ..errors import BadInput, MissingInput
 from ..finetuning.families import unread_keys
 from ..storage import filesystem, is_remote, join, key_relpath, path_inside, read_bytes
@@ -209,15 +209,15 @@ def config_value(config: Config, key: str) -> Any:
 
 def result_values(config: Config, keys: tuple[str, ...], exclude: tuple[str, ...] = ()) -> dict[str, Any]:
     """The values of `keys` (sections without their SETTINGS, the keys the config's task does not
-    read, `exclude` keys, and with tune the finetune keys tune.space searches: no trial reads them)."""
+    read, and `exclude` keys; with tune, the finetune keys tune.space searches at their defaults)."""
     values: dict[str, Any] = {}
-    searched = tuple(config.tune.space) if "tune" in keys else ()
-    exclude = (*exclude, *neutral_keys(config), *unread_keys(config.finetune.task), *searched)
+    exclude = (*exclude, *neutral_keys(config), *unread_keys(config.finetune.task))
     for key in keys:
         if "." in key:
             values[key] = config_value(config, key)
             continue
-        section = config_to_dict(getattr(config, key))
+        searched = key == "finetune" and "tune" in keys
+        section = finetune_as_searched(config) if searched else config_to_dict(getattr(config, key))
         values[key] = {k: v for k, v in section.items() if f"{key}.{k}" not in SETTINGS and f"{key}.{k}" not in exclude}
     return values
 
