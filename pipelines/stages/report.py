@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from albert_model.hf import load_hf_pretrained
 
-from ..config import Config, dump_yaml
+from ..config import SETTINGS, Config, dump_yaml
 from ..finetuning.families import unread_keys
 from ..report import markdown
 from ..report.depth import TRADEOFF_PNG, depth_section
@@ -121,9 +121,11 @@ def cost_rows(config: Config, manifests: dict[str, dict | None]) -> list[dict]:
 
 
 def applies(config: Config) -> list[str]:
-    """The finetune keys that change the configured task's result (those only other families read left out)."""
+    """The finetune keys that change the configured task's result (those only other families read,
+    and the settings, which change no result, left out)."""
     unread = unread_keys(config.finetune.task)
-    return [f.name for f in dataclasses.fields(config.finetune) if f"finetune.{f.name}" not in unread]
+    keys = [f"finetune.{f.name}" for f in dataclasses.fields(config.finetune)]
+    return [key.partition(".")[2] for key in keys if key not in unread and key not in SETTINGS]
 
 
 def finetune_plots(run: StageRun, best: dict | None, predictions: list[dict]) -> dict[str, str]:

@@ -264,7 +264,7 @@ SYNTHETIC_BEST = {
     "searched": {"finetune.lr": 0.0003},
     "epochs": [{"epoch": 1, "accuracy": 0.8, "eval_loss": 0.5}, {"epoch": 2, "accuracy": 0.9, "eval_loss": 0.3}],
     "baseline": {"predictor": "majority class 'a' (50% of the training examples)", "metrics": {"accuracy": 0.5}},
-    "finetune": {"task": "classification", "lr": 0.0003, "max_seq_length": 64, "doc_stride": 128},
+    "finetune": {"task": "classification", "lr": 0.0003, "max_seq_length": 64, "doc_stride": 128, "eval_batch_size": 8},
     "label_names": ["a", "b", "c"],
     "eval_examples": 6,
 }
@@ -301,6 +301,7 @@ def check_report(config):
     assert "| trivial: majority class 'a' (50% of the training examples) | 0.5 | – |" in text
     assert "| finetune.lr | 0.0003 |" in text and "| finetune.max_seq_length | 64 |" in text
     assert "finetune.doc_stride" not in text.split("## Cost per stage")[0]  # only question answering reads it
+    assert "finetune.eval_batch_size" not in text.split("## Cost per stage")[0]  # a setting: changes no result
     assert "| a | 0.6667 | 0.6667 | 0.6667 | 3 |" in text and "| c | 1 | 1 | 1 | 1 |" in text
     assert "| a | 2 | 1 | 0 |" in text and "| b | 1 | 1 | 0 |" in text  # the confusion matrix's rows
     assert "| 1 | 0.8 | 0.5 |" in text and "| 2 | 0.9 | 0.3 |" in text  # the best trial's epochs
