@@ -14,6 +14,7 @@ import sentencepiece as spm
 
 from ..errors import BadInput, MissingInput
 from ..prep.text import normalize_text
+from ..storage.models import trained_length
 
 
 class PairTokenizer:
@@ -27,6 +28,8 @@ class PairTokenizer:
         config = json.loads(Path(config_file).read_text()) if os.path.exists(config_file) else {}
         self.lowercase = bool(config.get("do_lower_case", True))
         self.keep_accents = bool(config.get("keep_accents", False))
+        self.model_max_length = trained_length(config)
+        """The length the folder's tokenizer cuts at (None: not recorded), as transformers' does."""
         self.sp = spm.SentencePieceProcessor(model_file=model_file)
         self.cls_id, self.sep_id, self.pad_id = (self.sp.piece_to_id(p) for p in ("[CLS]", "[SEP]", "<pad>"))
         if self.sp.id_to_piece(self.cls_id) != "[CLS]" or self.sp.id_to_piece(self.sep_id) != "[SEP]":

@@ -26,7 +26,7 @@ from ..finetuning.families._sequence.inference import SequenceInference
 from ..finetuning.inference import FamilyInference, ModelUse
 from ..finetuning.loop import predict
 from ..finetuning.tokenizer import PairTokenizer
-from ..storage.models import applied_length, read_model_config, read_tokenizer_length
+from ..storage.models import applied_length, read_model_config
 from .onnx_runner import ENCODER_OUTPUTS
 from .predictor import model_use, placed
 
@@ -142,14 +142,14 @@ class Embedder:
         or, with `onnx`, that encoder export (ENCODER_OUTPUTS) run on CPU; applied at `max_seq_length`
         (None: storage.models.applied_length's default, as predict's)."""
         config = read_model_config(model_dir, "model")
-        length = applied_length(
-            config, max_seq_length, "max_seq_length", model_dir, tokenizer=read_tokenizer_length(model_dir)
-        )
+        tokenizer = PairTokenizer(model_dir)
+        trained = tokenizer.model_max_length
+        length = applied_length(config, max_seq_length, "max_seq_length", model_dir, tokenizer=trained)
         shared = encoder
         encoder, target = placed(
             onnx, ENCODER_OUTPUTS, device, lambda: shared if shared is not None else load_hf_encoder(model_dir)
         )
-        use = model_use(config, PairTokenizer(model_dir), length, model_dir)
+        use = model_use(config, tokenizer, length, model_dir)
         vectors = SentenceVectors(encoder)
         return cls(vectors, use, batch_size, target, max_batch_tokens, pooling, normalize, int(config["hidden_size"]))
 

@@ -29,14 +29,7 @@ from ..finetuning.family import Family, TaskFamily
 from ..finetuning.inference import Encoded, FamilyInference, ModelUse
 from ..finetuning.loop import predict
 from ..finetuning.tokenizer import PairTokenizer
-from ..storage.models import (
-    RECORD,
-    TOKENIZER_FILES,
-    applied_length,
-    read_model_config,
-    read_tokenizer_length,
-    read_usage,
-)
+from ..storage.models import RECORD, TOKENIZER_FILES, applied_length, read_model_config, read_usage
 from .onnx_runner import OnnxRunner
 
 
@@ -199,14 +192,14 @@ class Predictor:
         config = read_model_config(model_dir, "model")
         family = family_of(config, model_dir)
         inference = inference_of(family, model_dir)
-        length = applied_length(
-            config, max_seq_length, "max_seq_length", model_dir, tokenizer=read_tokenizer_length(model_dir)
-        )
+        tokenizer = PairTokenizer(model_dir)
+        trained = tokenizer.model_max_length
+        length = applied_length(config, max_seq_length, "max_seq_length", model_dir, tokenizer=trained)
         training = family.load_training()
         model, target = placed(
             onnx, family.outputs, device, lambda: load_hf_pretrained(model_dir, training.model_class), precision
         )
-        use = model_use(config, PairTokenizer(model_dir), length, model_dir)
+        use = model_use(config, tokenizer, length, model_dir)
         rule = exit_rule_of(family, inference, exit_patience, exit_entropy, model_dir, onnx is not None)
         return cls(family, inference, training, model, use, batch_size, target, rule, max_batch_tokens)
 

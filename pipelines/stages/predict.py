@@ -39,7 +39,7 @@ from ..inference.table_files import InputTables, input_tables
 from ..rundir.lifecycle import StageRun, stage_runner
 from ..rundir.registry import read_manifest_at, stage_dir
 from ..storage import arrow_filesystem, join, key_relpath, write_text
-from ..storage.models import applied_length, materialize, read_model_files, read_tokenizer_length
+from ..storage.models import applied_length, materialize, read_model_files, tokenizer_length
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +54,15 @@ def predict_model(config: Config) -> str:
     return config.predict.model or join(stage_dir(config, "finetune"), "best")
 
 
-def sequence_length(config: Config, model_config: dict[str, Any], model: str) -> int:
+def sequence_length(config: Config, model_config: dict[str, Any], model: str, trained: int | None) -> int:
     """predict.max_seq_length; else the length the model was fine-tuned at, as its folder records it;
-    else, for the run's own model exported before that record, the fine-tuning stage's; else 512
-    capped by its position embeddings (storage.models.applied_length)."""
+    else its tokenizer's (`trained`: storage.models.tokenizer_length); else, for the run's own model
+    exported before that record, the fine-tuning stage's; else 512 capped by its position embeddings
+    (storage.models.applied_length)."""
     fallback = None
     if not config.predict.model:
         manifest = read_manifest_at(stage_dir(config, "finetune")) or {}
         fallback = (manifest.get("config") or {}).get("finetune", {}).get("max_seq_length")
-    trained = read_tokenizer_length(model)
     return applied_length(
         model_config, config.predict.max_seq_length, "predict.max_seq_length", model, fallback, trained
     )
@@ -272,7 +272,7 @@ def build_predict(run: StageRun) -> dict:
         exit_rule_of(family, inference, pc.exit_patience, pc.exit_entropy, "predict.model", onnx=False)
     columns = table_columns(pc, inference)
     tables = input_tables(pc.input, columns, inference)
-    length = sequence_length(config, model_config, model)
+    length = sequence_length(config, model_config, model, tokenizer_length(files.get("tokenizer_config.json")))
     use = use_of_files(files, model_config, length, model)
     if pc.backend == "onnx":
         files = {**files, ONNX_FILE: read_onnx(pc.onnx, "predict.onnx", model_config, outputs, model)[0]}

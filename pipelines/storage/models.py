@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -66,24 +67,24 @@ def read_usage(config: dict[str, Any], where: str) -> ModelUsage | None:
     return ModelUsage(task, length, {k: v for k, v in record.items() if k not in ("task", "max_seq_length")})
 
 
-def tokenizer_length(tokenizer_config: bytes | None) -> int | None:
+def trained_length(settings: Mapping[str, Any]) -> int | None:
     """The length a folder's tokenizer cuts at with truncation (tokenizer_config.json's
-    `model_max_length`, `tokenizer_config` its bytes): what transformers' tokenizer applies the folder
-    at, and where the exports record the length they were trained at (a pretraining export's
-    data.max_seq_length). None without the file or a length in it."""
-    if tokenizer_config is None:
-        return None
-    try:
-        length = json.loads(tokenizer_config).get("model_max_length")
-    except (ValueError, AttributeError):  # the tokenizer's own loading names what is wrong with it
-        return None
+    `model_max_length`, `settings` its parsed content): what transformers' tokenizer applies the
+    folder at, and where the exports record the length they were trained at (a pretraining export's
+    data.max_seq_length). None without a length in it."""
+    length = settings.get("model_max_length")
     return length if type(length) is int and length >= 4 else None
 
 
-def read_tokenizer_length(directory: str) -> int | None:
-    """`tokenizer_length` of the model folder `directory` (local or s3://)."""
-    path = join(directory, "tokenizer_config.json")
-    return tokenizer_length(read_bytes(path) if exists(path) else None)
+def tokenizer_length(tokenizer_config: bytes | None) -> int | None:
+    """`trained_length` of a tokenizer_config.json's bytes; None without the file or a mapping in it."""
+    if tokenizer_config is None:
+        return None
+    try:
+        settings = json.loads(tokenizer_config)
+    except ValueError:  # the tokenizer's own loading names what is wrong with it
+        return None
+    return trained_length(settings) if isinstance(settings, dict) else None
 
 
 def applied_length(
@@ -221,10 +222,10 @@ __all__ = [
     "materialize",
     "read_model_config",
     "read_model_files",
-    "read_tokenizer_length",
     "read_usage",
     "refuse_pickled_weights",
     "require_model_dir",
     "save_model",
     "tokenizer_length",
+    "trained_length",
 ]

@@ -26,7 +26,6 @@ from pipelines.storage.models import (
     ModelUsage,
     applied_length,
     read_model_files,
-    read_tokenizer_length,
     read_usage,
     save_model,
     tokenizer_length,
@@ -188,10 +187,15 @@ def test_without_a_record_the_length_is_the_tokenizer_s_as_transformers_applies_
     assert applied_length({"max_position_embeddings": 128}, None, "k", "m", tokenizer=256) == 128
 
 
-def test_the_tokenizer_length_is_read_from_a_folder_local_or_missing(tmp_path):
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 96, "do_lower_case": True}))
-    assert read_tokenizer_length(str(tmp_path)) == 96
-    assert read_tokenizer_length(str(tmp_path / "elsewhere")) is None
+def test_the_tokenizer_length_is_read_with_the_folder_s_tokenizer_or_missing(tiny_pretrained, tmp_path):
+    from pipelines.finetuning.tokenizer import PairTokenizer
+
+    folder = tmp_path / "hf"
+    shutil.copytree(tiny_pretrained, folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 96, "do_lower_case": True}))
+    assert PairTokenizer(str(folder)).model_max_length == 96
+    (folder / "tokenizer_config.json").unlink()
+    assert PairTokenizer(str(folder)).model_max_length is None
 
 
 def test_predict_and_serve_read_model_folders_without_the_trial():
